@@ -1,0 +1,13 @@
+"""The static leaderboard site: ``attnbench-leaderboard [RESULTS_DIR] [-o OUT_DIR]``.
+
+Reads ``RESULTS_DIR/results.parquet`` (collecting the run records first if the table is missing)
+and writes ``index.html`` with Plotly's JavaScript beside it (``plotly.min.js``), plus the raw
+table as CSV and parquet. The page opens from ``file://`` with no server and no network. All text
+that comes from results (variant names, parameters, errors) is escaped.
+"""
+
+from __future__ import annotations
+
+from harness.leaderboard.site import build_site, main
+
+__all__ = ["build_site", "main"]

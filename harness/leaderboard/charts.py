@@ -1,0 +1,47 @@
+"""Plotly figures of the leaderboard, returned as JSON text safe to embed in a <script> element."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import plotly.graph_objects as go
+import plotly.io as pio
+
+from harness.leaderboard.tables import expand_params, varying
+
+
+def embeddable_json(fig: go.Figure) -> str:
+    """The figure as JSON with ``<``, ``>`` and ``&`` escaped, so no text in it can end the script."""
+    text = pio.to_json(fig, validate=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def curve_figure(ok: pd.DataFrame, metric: str, title: str, unit: str = "") -> go.Figure | None:
+    """``metric`` against the curve axis (x_name), one line per variant and setting; log-log.
+
+    Returns None when the task has no curve points for ``metric``.
+    """
+    rows = ok[(ok["metric"] == metric) & ok["x_value"].notna()]
+    if rows.empty:
+        return None
+    x_name = rows["x_name"].dropna().iloc[0]
+    params = expand_params(rows, "task_params", "task")
+    others = [c for c in varying(params) if c != f"task.{x_name}"]
+    rows = pd.concat([rows, params[others]], axis=1)
+    line_keys = ["variant", "device", "dtype", *others]
+    fig = go.Figure()
+    for key, group in rows.groupby(line_keys, sort=True):
+        mean = group.groupby("x_value")["value"].mean().sort_index()
+        label = " · ".join(str(k) for k in (key if isinstance(key, tuple) else (key,)))
+        fig.add_trace(go.Scatter(x=mean.index.tolist(), y=mean.tolist(), mode="lines+markers",
+                                 name=label))
+    fig.update_layout(
+        title=title,
+        xaxis={"title": x_name, "type": "log"},
+        yaxis={"title": f"{metric} ({unit})" if unit else metric, "type": "log"},
+        template="plotly_white",
+        margin={"l": 60, "r": 20, "t": 50, "b": 50},
+        legend={"title": {"text": " · ".join(line_keys)}},
+    )
+    return fig

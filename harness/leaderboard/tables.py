@@ -1,0 +1,128 @@
+"""Tables of the leaderboard: per-task result tables and the list of unfinished runs.
+
+Everything here works on the tidy results table (see `harness.collect`) and returns plain data;
+rendering is the template's job.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+ARROWS = {True: "↑", False: "↓"}
+
+
+@dataclass
+class Column:
+    """A table column: key, header text, hover description, direction."""
+
+    key: str
+    header: str
+    description: str = ""
+    higher_is_better: bool | None = None
+
+    @property
+    def arrow(self) -> str:
+        """↑ / ↓ / empty, for the header."""
+        return ARROWS.get(self.higher_is_better, "")
+
+
+@dataclass
+class Cell:
+    """One table cell: display text, sort value, and whether it is the best of its group."""
+
+    text: str
+    sort: float | str
+    best: bool = False
+
+
+@dataclass
+class Table:
+    """A rendered-ready table."""
+
+    columns: list[Column]
+    rows: list[list[Cell]] = field(default_factory=list)
+
+
+def format_value(value: float) -> str:
+    """Three significant figures, plain notation where it reads well."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    if value != 0 and (abs(value) >= 1e5 or abs(value) < 1e-3):
+        return f"{value:.3g}"
+    return f"{value:.4g}"
+
+
+def expand_params(frame: pd.DataFrame, column: str, prefix: str) -> pd.DataFrame:
+    """The JSON-text column ``column`` as one column per parameter, named ``prefix.key``."""
+    params = pd.json_normalize(frame[column].map(json.loads).tolist())
+    params.index = frame.index
+    return params.add_prefix(f"{prefix}.")
+
+
+def varying(frame: pd.DataFrame) -> list[str]:
+    """Columns of ``frame`` that take more than one value."""
+    return [c for c in frame.columns if frame[c].astype(str).nunique() > 1]
+
+
+def task_table(ok: pd.DataFrame, metric_info: dict[str, tuple[str, bool | None]]) -> Table:
+    """One row per (variant, its parameters, device, dtype, task setting); one column per metric.
+
+    Values are means over seeds. The best value of each metric among rows that share a setting
+    (same task parameters, device and dtype) is marked.
+
+    Args:
+        ok: Rows of one task with status ok.
+        metric_info: metric → (description, higher_is_better), in display order.
+    """
+    ok = ok[ok["metric"].notna()]
+    task_params = expand_params(ok, "task_params", "task")
+    variant_params = expand_params(ok, "variant_params", "variant")
+    setting_cols = [c for c in varying(task_params)]
+    vparam_cols = [c for c in varying(variant_params)]
+    frame = pd.concat([ok, task_params[setting_cols], variant_params[vparam_cols]], axis=1)
+    keys = ["variant", *vparam_cols, "device", "dtype", *setting_cols]
+    frame[keys] = frame[keys].astype(str)
+    wide = frame.pivot_table(index=keys, columns="metric", values="value", aggfunc="mean")
+    metrics = [m for m in metric_info if m in wide.columns]
+    metrics += sorted(m for m in wide.columns if m not in metric_info)
+
+    columns = [Column(k, k) for k in keys] + [
+        Column(m, m, *metric_info.get(m, ("", None))) for m in metrics
+    ]
+    wide = wide.reset_index()
+    group_keys = ["device", "dtype", *setting_cols]
+    best: dict[str, set[int]] = {}
+    for m in metrics:
+        direction = metric_info.get(m, ("", None))[1]
+        if direction is None:
+            continue
+        pick = wide.groupby(group_keys)[m].transform("max" if direction else "min")
+        best[m] = set(wide.index[(wide[m] == pick) & wide[m].notna()])
+    table = Table(columns=columns)
+    for i, row in wide.iterrows():
+        cells = [Cell(str(row[k]), _sortable(row[k])) for k in keys]
+        cells += [Cell(format_value(row[m]), _sortable(row[m]), i in best.get(m, ())) for m in metrics]
+        table.rows.append(cells)
+    return table
+
+
+def unfinished_table(frame: pd.DataFrame) -> Table:
+    """Runs whose status is not ok: what failed, and why."""
+    bad = frame[frame["status"] != "ok"].drop_duplicates("run_id")
+    keys = ["task", "variant", "status", "error", "device", "dtype", "task_params", "run_id"]
+    table = Table(columns=[Column(k, k) for k in keys])
+    for _, row in bad.iterrows():
+        table.rows.append([Cell(str(row[k]), str(row[k])) for k in keys])
+    return table
+
+
+def _sortable(value: object) -> float | str:
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return str(value)
+    return number if not math.isnan(number) else float("-inf")

@@ -1,0 +1,64 @@
+"""The ``attnbench-variants`` command: list registered variants and where they came from."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import warnings
+
+from harness.discovery import failures, load_plugins
+from harness.variant_api import VARIANTS
+
+
+def variant_table() -> list[dict[str, object]]:
+    """One dict per registered variant: name, family, cost, causal support, package, params."""
+    rows = []
+    for entry in VARIANTS.entries():
+        cls = entry.obj
+        rows.append({
+            "name": entry.name,
+            "family": cls.family,
+            "complexity": cls.cost,
+            "causal": cls.supports_causal,
+            "package": entry.origin,
+            "params": {f.name: (f.default if f.default is not dataclasses.MISSING
+                                else f.default_factory())
+                       for f in dataclasses.fields(cls.Params)},
+        })
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``attnbench-variants [--json] [--strict] [PATTERN]``."""
+    parser = argparse.ArgumentParser(prog="attnbench-variants",
+                                     description="List the registered attention variants.")
+    parser.add_argument("pattern", nargs="?", default="*", help="shell-style filter, e.g. 'lin*'")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--strict", action="store_true",
+                        help="exit non-zero if any plugin failed to load")
+    args = parser.parse_args(argv)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # failures are reported below, once
+        load_plugins()
+    names = set(VARIANTS.names(args.pattern))
+    rows = [r for r in variant_table() if r["name"] in names]
+    broken = failures()
+    if args.json:
+        print(json.dumps({"variants": rows, "failed_plugins": [dataclasses.asdict(f) for f in broken]},
+                         indent=1, default=str))
+    else:
+        header = ("name", "family", "complexity", "causal", "package")
+        widths = [max(len(h), *(len(str(r[h])) for r in rows)) if rows else len(h) for h in header]
+        print("  ".join(h.ljust(w) for h, w in zip(header, widths)))
+        for r in rows:
+            print("  ".join(str(r[h]).ljust(w) for h, w in zip(header, widths)))
+        for f in broken:
+            print(f"warning: plugin '{f.name}' ({f.value}, from {f.distribution}) failed to load: "
+                  f"{f.error}", file=sys.stderr)
+    return 1 if (args.strict and broken) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""One job: build the task and variant from a composed config, run, measure, write the record.
+
+`run(cfg)` never raises for a failure of the job itself: a failing, non-finite, out-of-memory or
+unsupported job becomes a record with its status and error, so a sweep goes on. It does raise for
+bad configuration that no job could run with (unknown names, invalid device).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from datetime import datetime, timezone
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from harness.discovery import load_plugins
+from harness.env import environment
+from harness.records import Record, find_ok_record, make_run_id, write_record
+from harness.task_api import TASKS, JobContext, NonFiniteError, build_task
+from harness.variant_api import VARIANTS, UnsupportedError
+
+log = logging.getLogger(__name__)
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class ConfigError(ValueError):
+    """A config that no job can run with; the message says what would be valid."""
+
+
+def resolve_device(choice: str) -> torch.device:
+    """``auto`` → CUDA when available, else CPU; ``cuda`` without a GPU is refused."""
+    if choice == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if choice == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device=cuda was asked for but no CUDA GPU is available; use device=cpu or device=auto.")
+    if choice not in ("cpu", "cuda"):
+        raise ConfigError(f"device={choice!r} is not valid; use auto, cpu or cuda.")
+    return torch.device(choice)
+
+
+def _plain(node: Any) -> Any:
+    """A config node as plain Python (enums as their names)."""
+    if isinstance(node, DictConfig):
+        return OmegaConf.to_container(node, resolve=True, enum_to_str=True)
+    return node.value if hasattr(node, "value") else node
+
+
+def job_identity(cfg: DictConfig) -> dict[str, Any]:
+    """The fields that define a job (and its run_id): names, parameters, seed, device, dtype."""
+    variant = _plain(cfg.variant)
+    task = _plain(cfg.task)
+    return {
+        "task": task.pop("name"),
+        "task_params": task,
+        "variant": variant.pop("name"),
+        "variant_params": variant,
+        "seed": int(cfg.seed),
+        "device": str(resolve_device(_plain(cfg.device))),
+        "dtype": _plain(cfg.dtype),
+    }
+
+
+def _classify(exc: BaseException) -> tuple[str, str]:
+    """(status, error text) of a job that raised ``exc``."""
+    text = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, UnsupportedError):
+        return "unsupported", str(exc)
+    if isinstance(exc, NonFiniteError):
+        return "failed", f"non-finite: {exc}"
+    oom_types = (MemoryError, getattr(torch, "OutOfMemoryError", MemoryError))
+    if isinstance(exc, oom_types) or "out of memory" in str(exc).lower() or (
+        "can't allocate memory" in str(exc)
+    ):
+        return "oom", text
+    return "failed", text
+
+
+def run(cfg: DictConfig) -> Record:
+    """Run the job described by ``cfg`` (a composed attnbench config) and write its record.
+
+    Returns:
+        The record written (or the existing `ok` record when the job was already done and
+        ``cfg.overwrite`` is false).
+    """
+    load_plugins()
+    ident = job_identity(cfg)
+    variant_cls = VARIANTS.get(ident["variant"])
+    TASKS.get(ident["task"])
+    run_id = make_run_id(ident)
+    results_dir = cfg.results_dir
+    if not cfg.overwrite:
+        done = find_ok_record(results_dir, run_id)
+        if done is not None:
+            log.info("skip %s × %s: finished earlier (run %s)", ident["task"], ident["variant"], run_id)
+            return done
+
+    device = torch.device(ident["device"])
+    threads = int(cfg.threads) or torch.get_num_threads()
+    torch.set_num_threads(threads)
+    flush_denormal = torch.set_flush_denormal(True) if device.type == "cpu" else False
+    torch.manual_seed(ident["seed"])
+    ctx = JobContext(
+        variant_name=ident["variant"],
+        variant_params=ident["variant_params"],
+        device=device,
+        dtype=DTYPES[ident["dtype"]],
+        seed=ident["seed"],
+        threads=threads,
+    )
+
+    start = time.perf_counter()
+    status, error, points, details = "ok", None, [], {}
+    try:
+        task = build_task(ident["task"], ident["task_params"])
+        result = task.run(ctx)
+        for point in result.points:
+            if not torch.isfinite(torch.tensor(float(point.value))):
+                raise NonFiniteError(f"metric {point.metric} = {point.value}")
+        directions = {m.name: m.higher_is_better for m in task.metrics}
+        points = [
+            {"metric": p.metric, "value": float(p.value), "x_name": p.x_name,
+             "x_value": None if p.x_value is None else float(p.x_value),
+             "higher_is_better": directions.get(p.metric)}
+            for p in result.points
+        ]
+        details = result.details
+    except Exception as exc:  # every job failure becomes a record; the sweep goes on
+        status, error = _classify(exc)
+        details = {"traceback": traceback.format_exc(limit=8)}
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    duration = time.perf_counter() - start
+
+    env = environment(device)
+    env.update(threads=threads, flush_denormal=flush_denormal)
+    entry = VARIANTS.entry(ident["variant"])
+    record = Record(
+        run_id=run_id,
+        status=status,
+        error=error,
+        metrics=points,
+        env=env,
+        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        duration_s=duration,
+        details={**details, "variant_family": variant_cls.family, "variant_cost": variant_cls.cost,
+                 "variant_origin": entry.origin},
+        **ident,
+    )
+    path = write_record(results_dir, record)
+    log.info("%s × %s: %s in %.1fs → %s%s", ident["task"], ident["variant"], status, duration,
+             path, f" ({error})" if error else "")
+    return record

@@ -1,0 +1,141 @@
+"""The contract every task meets, and the task registry.
+
+A task declares its metrics (with direction and description) and a hyperparameter dataclass, and
+``run(ctx)`` returns metric points. One job = one task × one variant × one setting; the harness
+builds the `JobContext`, catches failures and writes the record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+
+from harness.registry import Registry
+from harness.variant_api import AttentionVariant, VariantShape, build_variant
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A metric a task reports.
+
+    Attributes:
+        name: Column value in ``results.parquet`` (e.g. "fwd_ms").
+        higher_is_better: Direction; None where neither is better (e.g. a diagnostic).
+        description: One line shown on hover in the leaderboard.
+        unit: Unit for axis labels ("ms", "MiB", "" for ratios).
+    """
+
+    name: str
+    higher_is_better: bool | None
+    description: str
+    unit: str = ""
+
+
+@dataclass
+class MetricPoint:
+    """One measured value, optionally a point on a curve (``x_name`` = ``x_value``)."""
+
+    metric: str
+    value: float
+    x_name: str | None = None
+    x_value: float | None = None
+
+
+@dataclass
+class TaskResult:
+    """What a task run returns: metric points plus free-form details kept in the record."""
+
+    points: list[MetricPoint]
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class JobContext:
+    """Everything a task needs to run one job.
+
+    Attributes:
+        variant_name: Registered name of the variant under test.
+        variant_params: Its hyperparameters (without ``name``).
+        device: Resolved torch device.
+        dtype: Resolved torch dtype.
+        seed: Seed for every random draw of the job.
+        threads: CPU threads the job runs (and times) with.
+    """
+
+    variant_name: str
+    variant_params: dict[str, Any]
+    device: torch.device
+    dtype: torch.dtype
+    seed: int
+    threads: int
+
+    def build_variant(self, shape: VariantShape) -> AttentionVariant:
+        """A fresh instance of the variant under test, on this job's device and dtype."""
+        variant = build_variant(self.variant_name, self.variant_params, shape)
+        return variant.to(device=self.device, dtype=self.dtype)
+
+    def generator(self, offset: int = 0) -> torch.Generator:
+        """A CPU generator seeded from the job seed (``offset`` separates independent streams)."""
+        return torch.Generator().manual_seed(self.seed * 1_000_003 + offset)
+
+
+class Task:
+    """Base class of every task. Subclasses set ``Params``, ``metrics`` and implement ``run``."""
+
+    name: ClassVar[str] = ""
+    Params: ClassVar[type] = object
+    metrics: ClassVar[tuple[Metric, ...]] = ()
+    description: ClassVar[str] = ""
+    headline: ClassVar[str] = ""  # the metric the leaderboard charts and ranks by
+
+    def __init__(self, params: Any) -> None:
+        self.params = params
+
+    def run(self, ctx: JobContext) -> TaskResult:
+        """Run one job and return its metric points."""
+        raise NotImplementedError
+
+    @classmethod
+    def metric(cls, name: str) -> Metric:
+        """The declared `Metric` called ``name``."""
+        for m in cls.metrics:
+            if m.name == name:
+                return m
+        raise KeyError(f"task '{cls.name}' declares no metric '{name}'")
+
+
+TASKS: Registry[type[Task]] = Registry("task", base=Task)
+
+
+def register_task(name: str):
+    """Class decorator: register a `Task` subclass under ``name``."""
+
+    def decorate(cls: type[Task]) -> type[Task]:
+        if isinstance(cls, type) and issubclass(cls, Task):
+            if not dataclasses.is_dataclass(cls.Params):
+                raise TypeError(f"task '{name}': Params must be a dataclass.")
+            cls.name = name
+        return TASKS.register(name, cls)
+
+    return decorate
+
+
+def build_task(name: str, params: dict[str, Any] | None = None) -> Task:
+    """Instantiate task ``name`` with ``params`` (defaults for the rest)."""
+    cls = TASKS.get(name)
+    params = dict(params or {})
+    params.pop("name", None)
+    return cls(cls.Params(**params))
+
+
+class NonFiniteError(RuntimeError):
+    """A job produced NaN or infinite values; recorded as ``failed: non-finite``."""
+
+
+def check_finite(what: str, tensor: torch.Tensor) -> None:
+    """Raise `NonFiniteError` if ``tensor`` has NaN or infinite entries."""
+    if not bool(torch.isfinite(tensor).all()):
+        raise NonFiniteError(f"non-finite values in {what}")

@@ -1,0 +1,186 @@
+"""The contract every attention variant meets, and the variant registry.
+
+A variant mixes per-head tensors: ``forward(q, k, v, causal=False) -> out`` with
+q: (B, H, N, D), k: (B, H, M, D), v: (B, H, M, Dv) and out: (B, H, N, Dv). Projections, heads and
+the output projection live in `harness.layer`, not in the variant.
+
+Causal convention (all variants): query i may see key j iff j <= i (top-left aligned; with N == M
+this is the usual autoregressive mask).
+
+Adding a variant::
+
+    @dataclass
+    class MyParams:
+        alpha: float = 1.0  # what alpha does
+
+    @register_variant("mine")
+    class Mine(AttentionVariant):
+        family = "softmax"
+        cost = "n²"
+        supports_causal = True
+        Params = MyParams
+
+        def forward(self, q, k, v, causal=False): ...
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from harness.registry import Registry
+
+COST_CLASSES = ("n²", "n·w", "n")
+
+
+class UnsupportedError(RuntimeError):
+    """A variant was asked for something it cannot do (e.g. causal masking)."""
+
+
+@dataclass(frozen=True)
+class VariantShape:
+    """The shape a variant instance will see.
+
+    Attributes:
+        n_heads: Number of heads H (per-head parameters are sized by it).
+        head_dim: Query/key head dimension D.
+        max_len: Longest sequence the instance will be called with (for fixed patterns).
+    """
+
+    n_heads: int
+    head_dim: int
+    max_len: int
+
+
+@dataclass
+class NoParams:
+    """Hyperparameters of a variant that has none."""
+
+
+class AttentionVariant(nn.Module):
+    """Base class of every attention variant (see the module docstring for the contract).
+
+    Class attributes a subclass sets:
+        family: Family name for grouping on the leaderboard (e.g. "softmax", "linear", "sparse").
+        cost: Cost class in sequence length: "n²", "n·w" or "n".
+        supports_causal: Whether ``causal=True`` is implemented.
+        Params: Hyperparameter dataclass (every field has a default).
+    """
+
+    name: ClassVar[str] = ""
+    family: ClassVar[str] = ""
+    cost: ClassVar[str] = "n²"
+    supports_causal: ClassVar[bool] = True
+    Params: ClassVar[type] = NoParams
+
+    def __init__(self, params: Any, shape: VariantShape) -> None:
+        super().__init__()
+        self.params = params
+        self.shape = shape
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False
+    ) -> torch.Tensor:
+        """Mix values ``v`` by the attention of queries ``q`` on keys ``k``."""
+        raise NotImplementedError
+
+    def attention_weights(
+        self, q: torch.Tensor, k: torch.Tensor, causal: bool = False
+    ) -> torch.Tensor:
+        """The (B, H, N, M) matrix ``A`` with ``forward(q, k, v) == A @ v`` (small N only).
+
+        Raises:
+            NotImplementedError: the variant cannot materialise its weights.
+        """
+        raise NotImplementedError(f"variant '{self.name}' cannot materialise attention weights")
+
+    def forward_flops(
+        self, batch: int, heads: int, n: int, m: int, d: int, dv: int, causal: bool
+    ) -> float:
+        """Floating-point operations of one forward call.
+
+        Default: the FlashAttention convention for dense attention, 2·B·H·N·M·(D + Dv)
+        (= 4·B·H·N²·D when M = N and Dv = D), halved when causal. Variants that compute fewer
+        pairs, or no pairs at all, override this with their own count.
+        """
+        flops = 2.0 * batch * heads * n * m * (d + dv)
+        return flops / 2 if causal else flops
+
+    def check_inputs(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
+    ) -> None:
+        """Validate shapes and causal support; call at the top of ``forward``."""
+        if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+            raise ValueError(
+                f"variant '{self.name}' expects q, k, v of shape (B, H, N, D); got "
+                f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}."
+            )
+        if q.shape[:2] != k.shape[:2] or k.shape[:3] != v.shape[:3] or q.shape[-1] != k.shape[-1]:
+            raise ValueError(
+                f"variant '{self.name}': inconsistent shapes q {tuple(q.shape)}, "
+                f"k {tuple(k.shape)}, v {tuple(v.shape)}."
+            )
+        if causal and not self.supports_causal:
+            raise UnsupportedError(f"variant '{self.name}' does not support causal masking.")
+
+
+VARIANTS: Registry[type[AttentionVariant]] = Registry("variant", base=AttentionVariant)
+
+
+def register_variant(name: str):
+    """Class decorator: register an `AttentionVariant` subclass under ``name``.
+
+    Raises:
+        DuplicateNameError: the name is taken.
+        TypeError: the class does not meet the contract (wrong base, Params not a dataclass with
+            defaults, unknown cost class).
+    """
+
+    def decorate(cls: type[AttentionVariant]) -> type[AttentionVariant]:
+        if isinstance(cls, type) and issubclass(cls, AttentionVariant):
+            _check_contract(name, cls)
+            cls.name = name
+        return VARIANTS.register(name, cls)
+
+    return decorate
+
+
+def _check_contract(name: str, cls: type[AttentionVariant]) -> None:
+    if not dataclasses.is_dataclass(cls.Params):
+        raise TypeError(f"variant '{name}': Params must be a dataclass, got {cls.Params!r}.")
+    for f in dataclasses.fields(cls.Params):
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise TypeError(f"variant '{name}': hyperparameter '{f.name}' needs a default.")
+        if f.name == "name":
+            raise TypeError(f"variant '{name}': 'name' is reserved and cannot be a hyperparameter.")
+    if cls.cost not in COST_CLASSES:
+        raise TypeError(f"variant '{name}': cost {cls.cost!r} is not one of {COST_CLASSES}.")
+    if not cls.family:
+        raise TypeError(f"variant '{name}': set the class attribute 'family'.")
+
+
+def build_variant(
+    name: str, params: dict[str, Any] | None = None, shape: VariantShape | None = None
+) -> AttentionVariant:
+    """Instantiate the variant ``name`` with hyperparameters ``params`` (defaults for the rest).
+
+    Raises:
+        UnknownNameError: no such variant.
+        ValueError: a hyperparameter is not one the variant has.
+    """
+    cls = VARIANTS.get(name)
+    params = dict(params or {})
+    params.pop("name", None)
+    known = {f.name for f in dataclasses.fields(cls.Params)}
+    unknown = sorted(set(params) - known)
+    if unknown:
+        raise ValueError(
+            f"variant '{name}' has no hyperparameter {', '.join(map(repr, unknown))}; "
+            f"valid: {', '.join(sorted(known)) or '(none)'}."
+        )
+    shape = shape or VariantShape(n_heads=1, head_dim=64, max_len=4096)
+    return cls(cls.Params(**params), shape)

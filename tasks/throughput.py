@@ -1,0 +1,113 @@
+"""Throughput: forward (and forward+backward) latency and peak memory of one variant at one size.
+
+The variant core alone is timed on random q, k, v of shape (B, H, N, D), built outside the timed
+region. Timing method: `harness.timing`; memory method: `harness.memory`. FLOPs follow each
+variant's `forward_flops` (the FlashAttention convention for dense attention); a backward pass is
+counted as 2.5× the forward, as in the FlashAttention benchmarks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from harness.memory import peak_memory_mib
+from harness.task_api import (
+    JobContext,
+    Metric,
+    MetricPoint,
+    Task,
+    TaskResult,
+    check_finite,
+    register_task,
+)
+from harness.timing import time_call
+from harness.variant_api import VariantShape
+
+
+@dataclass
+class ThroughputParams:
+    """Hyperparameters of the `throughput` task."""
+
+    seq_len: int = 512  # N = M, tokens per sequence
+    batch_size: int = 1  # B
+    n_heads: int = 4  # H
+    head_dim: int = 64  # D = Dv
+    causal: bool = False  # time the causal form
+    backward: bool = True  # also time forward+backward (w.r.t. q, k, v and the variant's parameters)
+    min_samples: int = 5  # at least this many timing samples
+    min_run_time: float = 0.2  # seconds of steady-state timing per autorange round
+
+
+@register_task("throughput")
+class Throughput(Task):
+    """Latency, achieved FLOP/s, tokens/s and peak memory of the attention core."""
+
+    Params = ThroughputParams
+    description = "Speed and memory of the attention core at one size."
+    headline = "fwd_ms"
+    metrics = (
+        Metric("fwd_ms", False, "Forward latency per call, median of the samples", "ms"),
+        Metric("fwd_ms_iqr", None, "Interquartile range of the forward latency samples", "ms"),
+        Metric("fwd_bwd_ms", False, "Forward+backward latency per call, median", "ms"),
+        Metric("fwd_bwd_ms_iqr", None, "IQR of the forward+backward latency samples", "ms"),
+        Metric("peak_mem_mib", False, "Peak extra memory of one forward call", "MiB"),
+        Metric("gflops", True, "Achieved forward GFLOP/s (variant's own FLOP count)", "GFLOP/s"),
+        Metric("tokens_per_s", True, "Forward tokens per second (B·N / latency)", "tokens/s"),
+        Metric("first_call_ms", False, "Latency of the very first call (init, compile)", "ms"),
+    )
+
+    def run(self, ctx: JobContext) -> TaskResult:
+        p = self.params
+        for key in ("seq_len", "batch_size", "n_heads", "head_dim", "min_samples"):
+            if getattr(p, key) < 1:
+                raise ValueError(f"task.{key} must be >= 1, got {getattr(p, key)}.")
+        variant = ctx.build_variant(VariantShape(p.n_heads, p.head_dim, p.seq_len))
+        gen = ctx.generator()
+        shape = (p.batch_size, p.n_heads, p.seq_len, p.head_dim)
+        q, k, v = (
+            torch.randn(shape, generator=gen).to(device=ctx.device, dtype=ctx.dtype)
+            for _ in range(3)
+        )
+
+        def forward() -> torch.Tensor:
+            with torch.no_grad():
+                return variant(q, k, v, causal=p.causal)
+
+        check_finite("forward output", forward())
+        fwd = time_call(forward, device=ctx.device, num_threads=ctx.threads,
+                        min_samples=p.min_samples, min_run_time=p.min_run_time)
+        peak = peak_memory_mib(forward, ctx.device)
+        flops = variant.forward_flops(p.batch_size, p.n_heads, p.seq_len, p.seq_len,
+                                      p.head_dim, p.head_dim, p.causal)
+        values: dict[str, float | None] = {
+            "fwd_ms": fwd.median_ms,
+            "fwd_ms_iqr": fwd.iqr_ms,
+            "peak_mem_mib": peak,
+            "gflops": flops / (fwd.median_ms * 1e-3) / 1e9,
+            "tokens_per_s": p.batch_size * p.seq_len / (fwd.median_ms * 1e-3),
+            "first_call_ms": fwd.first_call_ms,
+        }
+        details = {"fwd_samples_ms": list(fwd.samples_ms), "forward_flops": flops}
+        if p.backward:
+            qg, kg, vg = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+            grad = torch.randn(shape, generator=gen).to(device=ctx.device, dtype=ctx.dtype)
+
+            def forward_backward() -> None:
+                out = variant(qg, kg, vg, causal=p.causal)
+                out.backward(grad)
+                for t in (qg, kg, vg, *variant.parameters()):
+                    t.grad = None
+
+            bwd = time_call(forward_backward, device=ctx.device, num_threads=ctx.threads,
+                            min_samples=p.min_samples, min_run_time=p.min_run_time)
+            values["fwd_bwd_ms"] = bwd.median_ms
+            values["fwd_bwd_ms_iqr"] = bwd.iqr_ms
+            details["fwd_bwd_samples_ms"] = list(bwd.samples_ms)
+        points = [
+            MetricPoint(name, value, "seq_len", p.seq_len)
+            for name, value in values.items()
+            if value is not None
+        ]
+        return TaskResult(points=points, details=details)

@@ -1,0 +1,77 @@
+"""Softmax (scaled dot product) attention with a temperature.
+
+Row-wise softmax(QKᵀ/(√d·ε)) is the semi-relaxed entropic optimal-transport plan (theory.md §1):
+ε → 0 gives a hard argmax, ε → ∞ uniform rows. The forward pass is
+`F.scaled_dot_product_attention`, so fused kernels (flash, memory-efficient, cuDNN) are used where
+the device has them; the n×n matrix is materialised only by `attention_weights`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from harness.variant_api import AttentionVariant, VariantShape, register_variant
+from variants.masking import apply_pattern, causal_pattern
+
+
+@dataclass
+class SoftmaxParams:
+    """Hyperparameters of `softmax`."""
+
+    temperature: float = 1.0  # ε > 0: logits are QKᵀ/(√d·ε); small ε sharpens, large ε flattens
+    learn_temperature: bool = False  # learn a per-head ε_h = softplus(θ_h), initialised at temperature
+
+
+@register_variant("softmax")
+class SoftmaxAttention(AttentionVariant):
+    """softmax(QKᵀ/(√d·ε))·V via `F.scaled_dot_product_attention`."""
+
+    family = "softmax"
+    cost = "n²"
+    supports_causal = True
+    Params = SoftmaxParams
+
+    def __init__(self, params: SoftmaxParams, shape: VariantShape) -> None:
+        super().__init__(params, shape)
+        if not params.temperature > 0:
+            raise ValueError(
+                f"softmax temperature must be > 0, got {params.temperature}; try 1.0."
+            )
+        if params.learn_temperature:
+            # softplus⁻¹(ε) = log(e^ε − 1), so that softplus(θ_h) starts at the given temperature
+            theta0 = math.log(math.expm1(params.temperature))
+            self.theta = nn.Parameter(torch.full((shape.n_heads,), theta0))
+
+    def temperatures(self) -> torch.Tensor | float:
+        """ε: a float, or a (H,) tensor when it is learned."""
+        if self.params.learn_temperature:
+            return F.softplus(self.theta)
+        return self.params.temperature
+
+    def _scaled_queries(self, q: torch.Tensor) -> tuple[torch.Tensor, float]:
+        """Queries and SDPA scale such that (q·k)·scale = q·k/(√d·ε)."""
+        eps = self.temperatures()
+        if isinstance(eps, float):
+            return q, 1.0 / (math.sqrt(q.shape[-1]) * eps)
+        return q / eps.to(q.dtype).view(1, -1, 1, 1), 1.0 / math.sqrt(q.shape[-1])
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False
+    ) -> torch.Tensor:
+        self.check_inputs(q, k, v, causal)
+        q, scale = self._scaled_queries(q)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+
+    def attention_weights(
+        self, q: torch.Tensor, k: torch.Tensor, causal: bool = False
+    ) -> torch.Tensor:
+        q, scale = self._scaled_queries(q)
+        logits = (q @ k.transpose(-2, -1)) * scale
+        if causal:
+            logits = apply_pattern(logits, causal_pattern(q.shape[-2], k.shape[-2], q.device))
+        return torch.softmax(logits, dim=-1)
