@@ -42,8 +42,8 @@ def check_choices(args: list[str]) -> None:
     for override in overrides:
         registry = CHECKED_GROUPS[override.key_or_group]
         if override.is_sweep_override():
-            if override.is_glob():
-                continue
+            if not override.is_choice_sweep():
+                continue  # glob(...) and ranges are expanded by Hydra against the ConfigStore
             values = list(override.sweep_string_iterator())
         else:
             values = [override.get_value_element_as_str()]

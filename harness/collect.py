@@ -24,10 +24,31 @@ from harness.records import Record, RecordSchemaError, read_record, runs_dir
 log = logging.getLogger(__name__)
 
 COLUMNS = [
-    "run_id", "status", "error", "task", "variant", "variant_family", "variant_params",
-    "task_params", "seed", "device", "device_name", "dtype", "metric", "value", "x_name",
-    "x_value", "higher_is_better", "attnbench_version", "torch_version", "git_commit",
-    "git_dirty", "threads", "hostname", "created_at", "duration_s",
+    "run_id",
+    "status",
+    "error",
+    "task",
+    "variant",
+    "variant_family",
+    "variant_params",
+    "task_params",
+    "seed",
+    "device",
+    "device_name",
+    "dtype",
+    "metric",
+    "value",
+    "x_name",
+    "x_value",
+    "higher_is_better",
+    "attnbench_version",
+    "torch_version",
+    "git_commit",
+    "git_dirty",
+    "threads",
+    "hostname",
+    "created_at",
+    "duration_s",
 ]
 TABLE_NAME = "results.parquet"
 
@@ -76,9 +97,13 @@ def record_rows(record: Record) -> list[dict]:
     points = record.metrics or [
         {"metric": None, "value": None, "x_name": None, "x_value": None, "higher_is_better": None}
     ]
-    return [{**common, **{k: p.get(k) for k in
-                          ("metric", "value", "x_name", "x_value", "higher_is_better")}}
-            for p in points]
+    return [
+        {
+            **common,
+            **{k: p.get(k) for k in ("metric", "value", "x_name", "x_value", "higher_is_better")},
+        }
+        for p in points
+    ]
 
 
 def results_frame(results_dir: str | os.PathLike) -> tuple[pd.DataFrame, CollectSummary]:
@@ -128,12 +153,16 @@ def collect(results_dir: str | os.PathLike = "results") -> CollectSummary:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``attnbench-collect [RESULTS_DIR]``."""
     parser = argparse.ArgumentParser(prog="attnbench-collect", description=__doc__.splitlines()[0])
-    parser.add_argument("results_dir", nargs="?", default="results",
-                        help="folder holding runs/ (default: results)")
+    parser.add_argument(
+        "results_dir", nargs="?", default="results", help="folder holding runs/ (default: results)"
+    )
     args = parser.parse_args(argv)
     if not runs_dir(args.results_dir).is_dir():
-        print(f"attnbench-collect: no run records in {runs_dir(args.results_dir)}; "
-              "run a sweep first (attnbench -m sweep=quick).", file=sys.stderr)
+        print(
+            f"attnbench-collect: no run records in {runs_dir(args.results_dir)}; "
+            "run a sweep first (attnbench -m sweep=quick).",
+            file=sys.stderr,
+        )
         return 1
     summary = collect(args.results_dir)
     print(summary.describe())

@@ -35,11 +35,17 @@ def git_state() -> tuple[str | None, bool | None]:
     try:
         commit = subprocess.run(
             ["git", "-C", str(SOURCE_DIR), "rev-parse", "HEAD"],
-            capture_output=True, text=True, check=True, timeout=10,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
         ).stdout.strip()
         status = subprocess.run(
             ["git", "-C", str(SOURCE_DIR), "status", "--porcelain"],
-            capture_output=True, text=True, check=True, timeout=10,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return None, None

@@ -17,27 +17,34 @@ def variant_table() -> list[dict[str, object]]:
     rows = []
     for entry in VARIANTS.entries():
         cls = entry.obj
-        rows.append({
-            "name": entry.name,
-            "family": cls.family,
-            "complexity": cls.cost,
-            "causal": cls.supports_causal,
-            "package": entry.origin,
-            "params": {f.name: (f.default if f.default is not dataclasses.MISSING
-                                else f.default_factory())
-                       for f in dataclasses.fields(cls.Params)},
-        })
+        rows.append(
+            {
+                "name": entry.name,
+                "family": cls.family,
+                "complexity": cls.cost,
+                "causal": cls.supports_causal,
+                "package": entry.origin,
+                "params": {
+                    f.name: (
+                        f.default if f.default is not dataclasses.MISSING else f.default_factory()
+                    )
+                    for f in dataclasses.fields(cls.Params)
+                },
+            }
+        )
     return rows
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``attnbench-variants [--json] [--strict] [PATTERN]``."""
-    parser = argparse.ArgumentParser(prog="attnbench-variants",
-                                     description="List the registered attention variants.")
+    parser = argparse.ArgumentParser(
+        prog="attnbench-variants", description="List the registered attention variants."
+    )
     parser.add_argument("pattern", nargs="?", default="*", help="shell-style filter, e.g. 'lin*'")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
-    parser.add_argument("--strict", action="store_true",
-                        help="exit non-zero if any plugin failed to load")
+    parser.add_argument(
+        "--strict", action="store_true", help="exit non-zero if any plugin failed to load"
+    )
     args = parser.parse_args(argv)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # failures are reported below, once
@@ -46,17 +53,25 @@ def main(argv: list[str] | None = None) -> int:
     rows = [r for r in variant_table() if r["name"] in names]
     broken = failures()
     if args.json:
-        print(json.dumps({"variants": rows, "failed_plugins": [dataclasses.asdict(f) for f in broken]},
-                         indent=1, default=str))
+        print(
+            json.dumps(
+                {"variants": rows, "failed_plugins": [dataclasses.asdict(f) for f in broken]},
+                indent=1,
+                default=str,
+            )
+        )
     else:
         header = ("name", "family", "complexity", "causal", "package")
         widths = [max(len(h), *(len(str(r[h])) for r in rows)) if rows else len(h) for h in header]
-        print("  ".join(h.ljust(w) for h, w in zip(header, widths)))
+        print("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
         for r in rows:
-            print("  ".join(str(r[h]).ljust(w) for h, w in zip(header, widths)))
+            print("  ".join(str(r[h]).ljust(w) for h, w in zip(header, widths, strict=True)))
         for f in broken:
-            print(f"warning: plugin '{f.name}' ({f.value}, from {f.distribution}) failed to load: "
-                  f"{f.error}", file=sys.stderr)
+            print(
+                f"warning: plugin '{f.name}' ({f.value}, from {f.distribution}) failed to load: "
+                f"{f.error}",
+                file=sys.stderr,
+            )
     return 1 if (args.strict and broken) else 0
 
 

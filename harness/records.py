@@ -128,7 +128,7 @@ def read_record(path: Path) -> Record:
 
 
 def find_ok_record(results_dir: str | os.PathLike, run_id: str) -> Record | None:
-    """The finished (status ok) record of ``run_id``, or None if there is none or it is unreadable."""
+    """The finished (status ok) record of ``run_id``; None if there is none or it is unreadable."""
     path = record_path(results_dir, run_id)
     if not path.exists():
         return None

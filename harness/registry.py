@@ -10,7 +10,7 @@ Example:
     >>> reg.get("sofmax")
     Traceback (most recent call last):
     ...
-    harness.registry.UnknownNameError: Unknown variant 'sofmax'. Did you mean: softmax? Available: softmax
+    harness.registry.UnknownNameError: Unknown variant 'sofmax'. Did you mean: softmax? ...
 """
 
 from __future__ import annotations
@@ -86,7 +86,8 @@ class Registry(Generic[T]):
 
         Raises:
             DuplicateNameError: ``name`` is already registered (by another object).
-            TypeError: ``obj`` is not a subclass of the registry's base, or ``name`` is not an identifier.
+            TypeError: ``obj`` is not a subclass of the registry's base, or ``name`` is not
+                an identifier.
         """
         if not isinstance(name, str) or not name.isidentifier():
             raise TypeError(

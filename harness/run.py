@@ -36,7 +36,9 @@ def resolve_device(choice: str) -> torch.device:
     if choice == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if choice == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("device=cuda was asked for but no CUDA GPU is available; use device=cpu or device=auto.")
+        raise ConfigError(
+            "device=cuda was asked for but no CUDA GPU is available; use device=cpu or device=auto."
+        )
     if choice not in ("cpu", "cuda"):
         raise ConfigError(f"device={choice!r} is not valid; use auto, cpu or cuda.")
     return torch.device(choice)
@@ -72,8 +74,10 @@ def _classify(exc: BaseException) -> tuple[str, str]:
     if isinstance(exc, NonFiniteError):
         return "failed", f"non-finite: {exc}"
     oom_types = (MemoryError, getattr(torch, "OutOfMemoryError", MemoryError))
-    if isinstance(exc, oom_types) or "out of memory" in str(exc).lower() or (
-        "can't allocate memory" in str(exc)
+    if (
+        isinstance(exc, oom_types)
+        or "out of memory" in str(exc).lower()
+        or ("can't allocate memory" in str(exc))
     ):
         return "oom", text
     return "failed", text
@@ -95,7 +99,9 @@ def run(cfg: DictConfig) -> Record:
     if not cfg.overwrite:
         done = find_ok_record(results_dir, run_id)
         if done is not None:
-            log.info("skip %s × %s: finished earlier (run %s)", ident["task"], ident["variant"], run_id)
+            log.info(
+                "skip %s × %s: finished earlier (run %s)", ident["task"], ident["variant"], run_id
+            )
             return done
 
     device = torch.device(ident["device"])
@@ -122,9 +128,13 @@ def run(cfg: DictConfig) -> Record:
                 raise NonFiniteError(f"metric {point.metric} = {point.value}")
         directions = {m.name: m.higher_is_better for m in task.metrics}
         points = [
-            {"metric": p.metric, "value": float(p.value), "x_name": p.x_name,
-             "x_value": None if p.x_value is None else float(p.x_value),
-             "higher_is_better": directions.get(p.metric)}
+            {
+                "metric": p.metric,
+                "value": float(p.value),
+                "x_name": p.x_name,
+                "x_value": None if p.x_value is None else float(p.x_value),
+                "higher_is_better": directions.get(p.metric),
+            }
             for p in result.points
         ]
         details = result.details
@@ -146,11 +156,22 @@ def run(cfg: DictConfig) -> Record:
         env=env,
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         duration_s=duration,
-        details={**details, "variant_family": variant_cls.family, "variant_cost": variant_cls.cost,
-                 "variant_origin": entry.origin},
+        details={
+            **details,
+            "variant_family": variant_cls.family,
+            "variant_cost": variant_cls.cost,
+            "variant_origin": entry.origin,
+        },
         **ident,
     )
     path = write_record(results_dir, record)
-    log.info("%s × %s: %s in %.1fs → %s%s", ident["task"], ident["variant"], status, duration,
-             path, f" ({error})" if error else "")
+    log.info(
+        "%s × %s: %s in %.1fs → %s%s",
+        ident["task"],
+        ident["variant"],
+        status,
+        duration,
+        path,
+        f" ({error})" if error else "",
+    )
     return record

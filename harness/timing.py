@@ -71,9 +71,7 @@ def time_call(
         fn()
     _sync(device)
 
-    timer = benchmark.Timer(
-        stmt="fn()", globals={"fn": fn}, num_threads=num_threads, label=label
-    )
+    timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=num_threads, label=label)
     samples: list[float] = []
     while len(samples) < min_samples:
         samples.extend(timer.blocked_autorange(min_run_time=min_run_time).times)

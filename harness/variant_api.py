@@ -110,9 +110,7 @@ class AttentionVariant(nn.Module):
         flops = 2.0 * batch * heads * n * m * (d + dv)
         return flops / 2 if causal else flops
 
-    def check_inputs(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
-    ) -> None:
+    def check_inputs(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> None:
         """Validate shapes and causal support; call at the top of ``forward``."""
         if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
             raise ValueError(

@@ -35,7 +35,9 @@ class ThroughputParams:
     n_heads: int = 4  # H
     head_dim: int = 64  # D = Dv
     causal: bool = False  # time the causal form
-    backward: bool = True  # also time forward+backward (w.r.t. q, k, v and the variant's parameters)
+    backward: bool = (
+        True  # also time forward+backward (w.r.t. q, k, v and the variant's parameters)
+    )
     min_samples: int = 5  # at least this many timing samples
     min_run_time: float = 0.2  # seconds of steady-state timing per autorange round
 
@@ -76,11 +78,17 @@ class Throughput(Task):
                 return variant(q, k, v, causal=p.causal)
 
         check_finite("forward output", forward())
-        fwd = time_call(forward, device=ctx.device, num_threads=ctx.threads,
-                        min_samples=p.min_samples, min_run_time=p.min_run_time)
+        fwd = time_call(
+            forward,
+            device=ctx.device,
+            num_threads=ctx.threads,
+            min_samples=p.min_samples,
+            min_run_time=p.min_run_time,
+        )
         peak = peak_memory_mib(forward, ctx.device)
-        flops = variant.forward_flops(p.batch_size, p.n_heads, p.seq_len, p.seq_len,
-                                      p.head_dim, p.head_dim, p.causal)
+        flops = variant.forward_flops(
+            p.batch_size, p.n_heads, p.seq_len, p.seq_len, p.head_dim, p.head_dim, p.causal
+        )
         values: dict[str, float | None] = {
             "fwd_ms": fwd.median_ms,
             "fwd_ms_iqr": fwd.iqr_ms,
@@ -100,8 +108,13 @@ class Throughput(Task):
                 for t in (qg, kg, vg, *variant.parameters()):
                     t.grad = None
 
-            bwd = time_call(forward_backward, device=ctx.device, num_threads=ctx.threads,
-                            min_samples=p.min_samples, min_run_time=p.min_run_time)
+            bwd = time_call(
+                forward_backward,
+                device=ctx.device,
+                num_threads=ctx.threads,
+                min_samples=p.min_samples,
+                min_run_time=p.min_run_time,
+            )
             values["fwd_bwd_ms"] = bwd.median_ms
             values["fwd_bwd_ms_iqr"] = bwd.iqr_ms
             details["fwd_bwd_samples_ms"] = list(bwd.samples_ms)

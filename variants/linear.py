@@ -66,9 +66,7 @@ class LinearAttention(AttentionVariant):
         den = (fq @ z.unsqueeze(-1)) + self.params.eps
         return num / den
 
-    def _causal_chunked(
-        self, fq: torch.Tensor, fk: torch.Tensor, v: torch.Tensor
-    ) -> torch.Tensor:
+    def _causal_chunked(self, fq: torch.Tensor, fk: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         b, h, n, d = fq.shape
         m, dv = fk.shape[-2], v.shape[-1]
         if m != n:

@@ -24,7 +24,9 @@ class SoftmaxParams:
     """Hyperparameters of `softmax`."""
 
     temperature: float = 1.0  # ε > 0: logits are QKᵀ/(√d·ε); small ε sharpens, large ε flattens
-    learn_temperature: bool = False  # learn a per-head ε_h = softplus(θ_h), initialised at temperature
+    learn_temperature: bool = (
+        False  # learn a per-head ε_h = softplus(θ_h), initialised at temperature
+    )
 
 
 @register_variant("softmax")
@@ -39,9 +41,7 @@ class SoftmaxAttention(AttentionVariant):
     def __init__(self, params: SoftmaxParams, shape: VariantShape) -> None:
         super().__init__(params, shape)
         if not params.temperature > 0:
-            raise ValueError(
-                f"softmax temperature must be > 0, got {params.temperature}; try 1.0."
-            )
+            raise ValueError(f"softmax temperature must be > 0, got {params.temperature}; try 1.0.")
         if params.learn_temperature:
             # softplus⁻¹(ε) = log(e^ε − 1), so that softplus(θ_h) starts at the given temperature
             theta0 = math.log(math.expm1(params.temperature))

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
@@ -12,7 +10,7 @@ from harness.leaderboard.tables import expand_params, varying
 
 
 def embeddable_json(fig: go.Figure) -> str:
-    """The figure as JSON with ``<``, ``>`` and ``&`` escaped, so no text in it can end the script."""
+    """The figure as JSON with ``<``, ``>`` and ``&`` escaped: no text in it can end the script."""
     text = pio.to_json(fig, validate=False)
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
@@ -34,8 +32,9 @@ def curve_figure(ok: pd.DataFrame, metric: str, title: str, unit: str = "") -> g
     for key, group in rows.groupby(line_keys, sort=True):
         mean = group.groupby("x_value")["value"].mean().sort_index()
         label = " · ".join(str(k) for k in (key if isinstance(key, tuple) else (key,)))
-        fig.add_trace(go.Scatter(x=mean.index.tolist(), y=mean.tolist(), mode="lines+markers",
-                                 name=label))
+        fig.add_trace(
+            go.Scatter(x=mean.index.tolist(), y=mean.tolist(), mode="lines+markers", name=label)
+        )
     fig.update_layout(
         title=title,
         xaxis={"title": x_name, "type": "log"},

@@ -58,17 +58,25 @@ def _sections(frame: pd.DataFrame) -> list[TaskSection]:
         charts = []
         headline = getattr(cls, "headline", "") or rows["metric"].iloc[0]
         unit = next((m.unit for m in cls.metrics if m.name == headline), "") if cls else ""
-        fig = curve_figure(rows, headline, f"{task}: {headline} vs {rows['x_name'].dropna().iloc[0]}"
-                           if rows["x_name"].notna().any() else task, unit)
+        fig = curve_figure(
+            rows,
+            headline,
+            f"{task}: {headline} vs {rows['x_name'].dropna().iloc[0]}"
+            if rows["x_name"].notna().any()
+            else task,
+            unit,
+        )
         if fig is not None:
             charts.append(Chart(id=f"chart-{task}-{headline}", json=embeddable_json(fig)))
-        sections.append(TaskSection(
-            name=task,
-            description=getattr(cls, "description", ""),
-            table=task_table(rows, _metric_info(task)),
-            charts=charts,
-            n_runs=rows["run_id"].nunique(),
-        ))
+        sections.append(
+            TaskSection(
+                name=task,
+                description=getattr(cls, "description", ""),
+                table=task_table(rows, _metric_info(task)),
+                charts=charts,
+                n_runs=rows["run_id"].nunique(),
+            )
+        )
     return sections
 
 
@@ -99,8 +107,9 @@ def _environment() -> jinja2.Environment:
     )
 
 
-def build_site(results_dir: str | os.PathLike = "results", out_dir: str | os.PathLike | None = None
-               ) -> Path:
+def build_site(
+    results_dir: str | os.PathLike = "results", out_dir: str | os.PathLike | None = None
+) -> Path:
     """Write the leaderboard for ``results_dir`` into ``out_dir`` (default RESULTS_DIR/leaderboard).
 
     Returns:
@@ -120,14 +129,18 @@ def build_site(results_dir: str | os.PathLike = "results", out_dir: str | os.Pat
     if not frame.empty:
         shutil.copyfile(table_path, out / "results.parquet")
         frame.to_csv(out / "results.csv", index=False)
-    html = _environment().get_template("index.html.j2").render(
-        empty=frame.empty,
-        results_dir=str(results_dir),
-        sections=_sections(frame) if not frame.empty else [],
-        unfinished=unfinished_table(frame) if not frame.empty else None,
-        provenance=_provenance(frame) if not frame.empty else None,
-        n_runs=frame["run_id"].nunique() if not frame.empty else 0,
-        plotly_js=PLOTLY_JS,
+    html = (
+        _environment()
+        .get_template("index.html.j2")
+        .render(
+            empty=frame.empty,
+            results_dir=str(results_dir),
+            sections=_sections(frame) if not frame.empty else [],
+            unfinished=unfinished_table(frame) if not frame.empty else None,
+            provenance=_provenance(frame) if not frame.empty else None,
+            n_runs=frame["run_id"].nunique() if not frame.empty else 0,
+            plotly_js=PLOTLY_JS,
+        )
     )
     index = out / "index.html"
     atomic_write_text(index, html)
@@ -136,16 +149,25 @@ def build_site(results_dir: str | os.PathLike = "results", out_dir: str | os.Pat
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``attnbench-leaderboard [RESULTS_DIR] [-o OUT_DIR]``."""
-    parser = argparse.ArgumentParser(prog="attnbench-leaderboard",
-                                     description="Build the static leaderboard site.")
-    parser.add_argument("results_dir", nargs="?", default="results",
-                        help="folder with results.parquet / runs/ (default: results)")
-    parser.add_argument("-o", "--out", default=None,
-                        help="output folder (default: RESULTS_DIR/leaderboard)")
+    parser = argparse.ArgumentParser(
+        prog="attnbench-leaderboard", description="Build the static leaderboard site."
+    )
+    parser.add_argument(
+        "results_dir",
+        nargs="?",
+        default="results",
+        help="folder with results.parquet / runs/ (default: results)",
+    )
+    parser.add_argument(
+        "-o", "--out", default=None, help="output folder (default: RESULTS_DIR/leaderboard)"
+    )
     args = parser.parse_args(argv)
     index = build_site(args.results_dir, args.out)
     if not (Path(args.results_dir) / TABLE_NAME).exists():
-        print(f"attnbench-leaderboard: no results yet in {args.results_dir}; run "
-              "`attnbench -m sweep=quick` first. Wrote an empty page:", file=sys.stderr)
+        print(
+            f"attnbench-leaderboard: no results yet in {args.results_dir}; run "
+            "`attnbench -m sweep=quick` first. Wrote an empty page:",
+            file=sys.stderr,
+        )
     print(index.resolve())
     return 0

@@ -105,7 +105,9 @@ def task_table(ok: pd.DataFrame, metric_info: dict[str, tuple[str, bool | None]]
     table = Table(columns=columns)
     for i, row in wide.iterrows():
         cells = [Cell(str(row[k]), _sortable(row[k])) for k in keys]
-        cells += [Cell(format_value(row[m]), _sortable(row[m]), i in best.get(m, ())) for m in metrics]
+        cells += [
+            Cell(format_value(row[m]), _sortable(row[m]), i in best.get(m, ())) for m in metrics
+        ]
         table.rows.append(cells)
     return table
 

@@ -1,0 +1,1 @@
+"""Example attnbench plugin: importing `.cosine` registers the variant `cosine_softmax`."""

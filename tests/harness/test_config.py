@@ -1,0 +1,69 @@
+"""Every config composes, and its schema is typed (compose with hydra.initialize_config_dir)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
+
+from harness.app import CONF_DIR
+from harness.config import store_configs
+from harness.task_api import TASKS
+from harness.variant_api import VARIANTS
+
+store_configs()
+SWEEPS = sorted(p.stem for p in (Path(CONF_DIR) / "sweep").glob("*.yaml"))
+
+
+def _compose(overrides: list[str], hydra_cfg: bool = False):
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        return compose("config", overrides=overrides, return_hydra_config=hydra_cfg)
+
+
+def test_default_config():
+    cfg = _compose([])
+    assert cfg.variant.name == "softmax" and cfg.task.name == "throughput"
+    assert cfg.seed == 0 and cfg.results_dir == "results"
+    assert str(cfg.device.value) == "auto" and cfg.dtype.value == "float32"
+
+
+@pytest.mark.parametrize("variant", VARIANTS.names())
+def test_every_variant_composes_with_its_schema(variant):
+    cfg = _compose([f"variant={variant}"])
+    params = VARIANTS.get(variant).Params
+    assert cfg.variant.name == variant
+    expected = {f.name for f in dataclasses.fields(params)} | {"name"}
+    assert set(cfg.variant.keys()) == expected
+    assert OmegaConf.is_missing(cfg, "variant") is False
+
+
+@pytest.mark.parametrize("task", TASKS.names())
+def test_every_task_composes_with_its_schema(task):
+    cfg = _compose([f"task={task}"])
+    params = TASKS.get(task).Params
+    assert set(cfg.task.keys()) == {f.name for f in dataclasses.fields(params)} | {"name"}
+
+
+@pytest.mark.parametrize("sweep", SWEEPS)
+def test_every_sweep_preset_composes(sweep):
+    cfg = _compose([f"sweep={sweep}"], hydra_cfg=True)
+    params = cfg.hydra.sweeper.params
+    assert "variant" in params and "task" in params
+
+
+def test_schema_rejects_unknown_key_and_wrong_type():
+    with pytest.raises(ConfigCompositionException, match="windw"):
+        _compose(["variant.windw=4"])
+    with pytest.raises(ConfigCompositionException, match="seq_len"):
+        _compose(["task.seq_len=abc"])
+    with pytest.raises(ConfigCompositionException, match="device"):
+        _compose(["device=gpu"])
+
+
+def test_quick_sweep_covers_every_variant():
+    cfg = _compose(["sweep=quick"], hydra_cfg=True)
+    assert cfg.hydra.sweeper.params.variant == "glob(*)"

@@ -1,0 +1,121 @@
+"""Entry-point discovery with real installed distributions (pip --target / a dist-info folder)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import REPO, run_cli
+
+from harness.variant_api import VARIANTS
+
+EXAMPLE = REPO / "examples" / "attnbench-plugin-example"
+
+
+def test_builtins_are_found_through_the_entry_point_group():
+    from importlib import metadata
+
+    declared = {
+        ep.name
+        for ep in metadata.entry_points(group="attnbench.variants")
+        if ep.dist is not None and ep.dist.name == "attnbench"
+    }
+    assert {"softmax", "linear"} <= declared
+    for name in declared:
+        assert VARIANTS.entry(name).origin == "attnbench"
+
+
+@pytest.fixture(scope="module")
+def plugin_site(tmp_path_factory) -> Path:
+    """The example plugin distribution, really installed (into a folder put on PYTHONPATH)."""
+    target = tmp_path_factory.mktemp("site")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            str(EXAMPLE),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return target
+
+
+def test_installed_plugin_is_listed_with_its_package(plugin_site):
+    proc = run_cli("attnbench-variants", "--json", env={"PYTHONPATH": str(plugin_site)})
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["name"]: r for r in json.loads(proc.stdout)["variants"]}
+    assert rows["cosine_softmax"]["package"] == "attnbench-plugin-example"
+    assert rows["cosine_softmax"]["params"] == {"scale": 10.0}
+    assert rows["softmax"]["package"] == "attnbench"
+
+
+def test_installed_plugin_runs_as_a_hydra_option(plugin_site, tmp_path):
+    proc = run_cli(
+        "attnbench",
+        "variant=cosine_softmax",
+        "variant.scale=5.0",
+        "task.seq_len=32",
+        "task.min_run_time=0.01",
+        "task.backward=false",
+        f"results_dir={tmp_path}",
+        env={"PYTHONPATH": str(plugin_site)},
+    )
+    assert proc.returncode == 0, proc.stderr
+    (record,) = [json.loads(p.read_text()) for p in (tmp_path / "runs").glob("*.json")]
+    assert record["status"] == "ok"
+    assert record["variant"] == "cosine_softmax" and record["variant_params"] == {"scale": 5.0}
+    assert record["details"]["variant_origin"] == "attnbench-plugin-example"
+
+
+def _broken_distribution(site: Path) -> None:
+    dist = site / "broken_plugin-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-plugin\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[attnbench.variants]\nbroken = broken_plugin_mod\n")
+    (site / "broken_plugin_mod.py").write_text("raise ImportError('missing dependency xyz')\n")
+
+
+def test_plugin_that_fails_to_import_is_reported_and_skipped(tmp_path):
+    _broken_distribution(tmp_path)
+    env = {"PYTHONPATH": str(tmp_path)}
+    proc = run_cli("attnbench-variants", env=env)
+    assert proc.returncode == 0
+    assert "softmax" in proc.stdout and "linear" in proc.stdout
+    assert "plugin 'broken'" in proc.stderr and "missing dependency xyz" in proc.stderr
+    strict = run_cli("attnbench-variants", "--strict", env=env)
+    assert strict.returncode == 1
+
+
+def test_failing_plugin_warns_in_process(tmp_path, monkeypatch):
+    _broken_distribution(tmp_path)
+    code = textwrap.dedent("""
+        import warnings
+        from harness.discovery import load_plugins, PluginLoadWarning
+        from harness.variant_api import VARIANTS
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            failed = load_plugins()
+        assert [f.name for f in failed] == ["broken"], failed
+        assert any(issubclass(w.category, PluginLoadWarning) for w in caught)
+        assert "softmax" in VARIANTS
+    """)
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    )
+    assert proc.returncode == 0, proc.stderr

@@ -1,0 +1,115 @@
+"""harness.run: every job outcome becomes a record; finished jobs are skipped."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from harness.app import CONF_DIR
+from harness.config import store_configs
+from harness.records import find_ok_record, read_record, record_path
+from harness.run import ConfigError, resolve_device, run
+from harness.variant_api import VARIANTS, AttentionVariant, register_variant
+
+
+@dataclass
+class FaultParams:
+    mode: str = "raise"  # raise | nan | oom
+
+
+class FaultyVariant(AttentionVariant):
+    family = "test"
+    cost = "n²"
+    supports_causal = False
+    Params = FaultParams
+
+    def forward(self, q, k, v, causal=False):
+        self.check_inputs(q, k, v, causal)
+        if self.params.mode == "raise":
+            raise RuntimeError("deliberate failure in forward")
+        if self.params.mode == "oom":
+            raise torch.OutOfMemoryError("simulated: out of memory")
+        return v * float("nan")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def faulty_variant():
+    register_variant("test_faulty")(FaultyVariant)
+    store_configs()
+    yield
+    VARIANTS.unregister("test_faulty")
+
+
+def _cfg(tmp_path, *overrides):
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        return compose(
+            "config",
+            overrides=[
+                f"results_dir={tmp_path}",
+                "device=cpu",
+                "task.seq_len=16",
+                "task.min_run_time=0.01",
+                "task.backward=false",
+                *overrides,
+            ],
+        )
+
+
+@pytest.mark.parametrize(
+    "mode, status, error",
+    [
+        ("raise", "failed", "RuntimeError: deliberate failure in forward"),
+        ("nan", "failed", "non-finite: non-finite values in forward output"),
+        ("oom", "oom", "simulated: out of memory"),
+    ],
+)
+def test_job_failures_become_records(tmp_path, mode, status, error):
+    record = run(_cfg(tmp_path, "variant=test_faulty", f"variant.mode={mode}"))
+    assert record.status == status
+    assert error in record.error
+    on_disk = read_record(record_path(tmp_path, record.run_id))
+    assert on_disk.status == status and on_disk.metrics == []
+    assert "traceback" in on_disk.details
+
+
+def test_causal_on_non_causal_variant_is_unsupported(tmp_path):
+    record = run(_cfg(tmp_path, "variant=test_faulty", "task.causal=true"))
+    assert record.status == "unsupported"
+    assert "does not support causal" in record.error
+
+
+def test_ok_job_records_environment_and_is_skipped_on_rerun(tmp_path):
+    cfg = _cfg(tmp_path, "variant=softmax")
+    first = run(cfg)
+    assert first.status == "ok"
+    assert {"fwd_ms", "peak_mem_mib", "gflops", "tokens_per_s", "first_call_ms"} <= {
+        m["metric"] for m in first.metrics
+    }
+    assert first.env["torch_version"] == torch.__version__
+    assert first.env["threads"] >= 1 and first.device == "cpu"
+    path = record_path(tmp_path, first.run_id)
+    mtime = path.stat().st_mtime_ns
+    again = run(cfg)
+    assert again == find_ok_record(tmp_path, first.run_id)
+    assert path.stat().st_mtime_ns == mtime  # not re-run
+    overwritten = run(_cfg(tmp_path, "variant=softmax", "overwrite=true"))
+    assert overwritten.run_id == first.run_id and path.stat().st_mtime_ns != mtime
+
+
+def test_run_id_depends_on_parameters_and_seed(tmp_path):
+    ids = {
+        run(_cfg(tmp_path, "variant=softmax", *o)).run_id
+        for o in ([], ["seed=1"], ["variant.temperature=2.0"])
+    }
+    assert len(ids) == 3
+
+
+def test_device_resolution():
+    assert resolve_device("cpu").type == "cpu"
+    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="no CUDA GPU is available; use device=cpu"):
+            resolve_device("cuda")

@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness.task_api import JobContext, build_task
+
+
+def _ctx(variant="softmax", **params):
+    return JobContext(
+        variant_name=variant,
+        variant_params=params,
+        device=torch.device("cpu"),
+        dtype=torch.float32,
+        seed=0,
+        threads=1,
+    )
+
+
+def _run(variant="softmax", **task_params):
+    task = build_task("throughput", {"min_run_time": 0.01, **task_params})
+    return {p.metric: p for p in task.run(_ctx(variant)).points}, task
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_metrics_are_consistent(causal):
+    points, task = _run(seq_len=128, batch_size=2, n_heads=2, head_dim=16, causal=causal)
+    declared = {m.name for m in task.metrics}
+    assert set(points) == declared
+    assert all(p.x_name == "seq_len" and p.x_value == 128 for p in points.values())
+    fwd_s = points["fwd_ms"].value / 1e3
+    assert points["tokens_per_s"].value == pytest.approx(2 * 128 / fwd_s)
+    flops = 4 * 2 * 2 * 128**2 * 16 / (2 if causal else 1)  # FlashAttention convention
+    assert points["gflops"].value == pytest.approx(flops / fwd_s / 1e9)
+    assert points["fwd_bwd_ms"].value > 0 and points["first_call_ms"].value > 0
+
+
+def test_backward_can_be_switched_off():
+    points, _ = _run(seq_len=32, backward=False)
+    assert "fwd_bwd_ms" not in points and "fwd_ms" in points
+
+
+def test_linear_reports_its_own_flop_count():
+    points, _ = _run("linear", seq_len=256, n_heads=1, head_dim=32)
+    fwd_s = points["fwd_ms"].value / 1e3
+    assert points["gflops"].value == pytest.approx(2 * 2 * 256 * 32 * 32 / fwd_s / 1e9)
+
+
+def test_bad_size_is_one_clear_sentence():
+    with pytest.raises(ValueError, match=r"task.seq_len must be >= 1, got 0"):
+        _run(seq_len=0)

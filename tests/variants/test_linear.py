@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import random_qkv
+from references import linear_dense, linear_recurrence
+
+from harness.variant_api import build_variant
+from variants.linear import FEATURE_MAPS
+
+
+@pytest.mark.parametrize("feature_map", sorted(FEATURE_MAPS))
+def test_non_causal_equals_dense_reference(feature_map):
+    variant = build_variant("linear", {"feature_map": feature_map})
+    q, k, v = random_qkv(b=2, h=3, n=29, m=41, d=16, dv=8)
+    phi = FEATURE_MAPS[feature_map]
+    ref = linear_dense(phi(q), phi(k), v, variant.params.eps)
+    torch.testing.assert_close(variant(q, k, v), ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("n, chunk", [(1, 64), (37, 8), (64, 16), (50, 64), (130, 32)])
+@pytest.mark.parametrize("feature_map", sorted(FEATURE_MAPS))
+def test_causal_chunked_equals_explicit_recurrence(feature_map, n, chunk):
+    variant = build_variant("linear", {"feature_map": feature_map, "chunk_size": chunk})
+    q, k, v = random_qkv(b=2, h=2, n=n, d=16, dv=8, seed=n)
+    phi = FEATURE_MAPS[feature_map]
+    ref = linear_recurrence(phi(q), phi(k), v, variant.params.eps)
+    torch.testing.assert_close(variant(q, k, v, causal=True), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_chunk_size_does_not_change_the_result():
+    q, k, v = random_qkv(b=1, h=2, n=100, d=8)
+    outs = [
+        build_variant("linear", {"chunk_size": c})(q, k, v, causal=True) for c in (1, 7, 32, 128)
+    ]
+    for out in outs[1:]:
+        torch.testing.assert_close(out, outs[0], rtol=1e-5, atol=1e-5)
+
+
+def test_unknown_feature_map_is_refused_with_the_valid_ones():
+    with pytest.raises(ValueError, match="feature_map 'elu' is not known; valid: elu1, relu"):
+        build_variant("linear", {"feature_map": "elu"})
