@@ -85,7 +85,9 @@ def task_table(ok: pd.DataFrame, metric_info: dict[str, tuple[str, bool | None]]
     vparam_cols = [c for c in varying(variant_params)]
     frame = pd.concat([ok, task_params[setting_cols], variant_params[vparam_cols]], axis=1)
     keys = ["variant", *vparam_cols, "device", "dtype", *setting_cols]
-    frame[keys] = frame[keys].astype(str)
+    for key in keys:  # lists/dicts are unhashable; numbers stay numbers so rows sort numerically
+        if frame[key].map(lambda x: isinstance(x, (list, dict))).any() or frame[key].isna().any():
+            frame[key] = frame[key].astype(str)
     wide = frame.pivot_table(index=keys, columns="metric", values="value", aggfunc="mean")
     metrics = [m for m in metric_info if m in wide.columns]
     metrics += sorted(m for m in wide.columns if m not in metric_info)

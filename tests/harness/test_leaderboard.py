@@ -77,3 +77,11 @@ def test_text_from_results_is_escaped(tmp_path):
     assert "&lt;img src=x onerror=alert(1)&gt;" in html  # table text, escaped
     assert "\\u003cimg src=x onerror=alert(1)\\u003e" in html  # chart JSON, escaped
     assert "Runs that did not finish" in html
+
+
+def test_rows_sort_numerically_by_setting(tmp_path):
+    for i, n in enumerate((1024, 256, 512)):
+        _write(tmp_path, f"r{i}", "softmax", n, 1.0)
+    collect(tmp_path)
+    table = task_table(pd.read_parquet(tmp_path / "results.parquet"), {})
+    assert [r[3].text for r in table.rows] == ["256", "512", "1024"]
