@@ -68,6 +68,8 @@ class AttentionVariant(nn.Module):
         family: Family name for grouping on the leaderboard (e.g. "softmax", "linear", "sparse").
         cost: Cost class in sequence length: "n²", "n·w" or "n".
         supports_causal: Whether ``causal=True`` is implemented.
+        requires_equal_lengths: Whether queries and keys must be the same sequence (positional
+            patterns such as windows and decays); other lengths raise `UnsupportedError`.
         Params: Hyperparameter dataclass (every field has a default).
     """
 
@@ -75,6 +77,7 @@ class AttentionVariant(nn.Module):
     family: ClassVar[str] = ""
     cost: ClassVar[str] = "n²"
     supports_causal: ClassVar[bool] = True
+    requires_equal_lengths: ClassVar[bool] = False  # positional patterns: N must equal M
     Params: ClassVar[type] = NoParams
 
     def __init__(self, params: Any, shape: VariantShape) -> None:
@@ -121,6 +124,11 @@ class AttentionVariant(nn.Module):
             raise ValueError(
                 f"variant '{self.name}': inconsistent shapes q {tuple(q.shape)}, "
                 f"k {tuple(k.shape)}, v {tuple(v.shape)}."
+            )
+        if self.requires_equal_lengths and q.shape[-2] != k.shape[-2]:
+            raise UnsupportedError(
+                f"variant '{self.name}' is positional and needs as many keys as queries; got "
+                f"N={q.shape[-2]} queries and M={k.shape[-2]} keys."
             )
         if causal and not self.supports_causal:
             raise UnsupportedError(f"variant '{self.name}' does not support causal masking.")

@@ -1,14 +1,16 @@
-"""Linear attention: φ(q)·Σφ(k)vᵀ / φ(q)·Σφ(k) (Katharopoulos et al. 2020).
+"""Kernelised attention without softmax: `linear` (normalised) and `identity` (unnormalised).
 
-Cost is linear in sequence length: the keys and values are summarised in a (D, Dv) state. The
-causal form is chunkwise: inside a chunk of C positions the masked C×C products are computed
-directly; across chunks a prefix sum of the per-chunk states carries the past. It equals the
-explicit recurrence S_t = S_{t−1} + φ(k_t)v_tᵀ, z_t = z_{t−1} + φ(k_t),
-out_t = φ(q_t)S_t / (φ(q_t)·z_t + eps) (checked in the tests).
+`linear`: φ(q)·Σφ(k)vᵀ / (φ(q)·Σφ(k) + eps) (Katharopoulos et al. 2020). Cost is linear in the
+sequence length: keys and values are summarised in a (D, Dv) state; the causal form is chunkwise
+(`variants.prefix_sums`).
+
+`identity`: attention with h = identity, (QKᵀ/√d)·V / M (theory.md §3: least squares is this
+attention with whitened features). Computed as Q·(KᵀV) — the same linear-cost association.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -17,25 +19,34 @@ import torch.nn.functional as F
 
 from harness.variant_api import AttentionVariant, VariantShape, register_variant
 from variants.masking import causal_pattern
+from variants.prefix_sums import causal_kernel_sums
 
 FEATURE_MAPS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "elu1": lambda x: F.elu(x) + 1.0,
     "relu": F.relu,
+    "identity": lambda x: x,  # plain linear attention: the normaliser can vanish or change sign
 }
+
+
+def _linear_flops(b: int, h: int, n: int, m: int, d: int, dv: int, causal: bool, c: int) -> float:
+    """FLOPs of the association Q·(KᵀV): the state, the readout, and (causal) the C×C blocks."""
+    if causal:
+        return 2.0 * b * h * n * (min(c, n) * (d + dv) + 2 * d * dv)
+    return 2.0 * b * h * (n + m) * d * dv
 
 
 @dataclass
 class LinearParams:
     """Hyperparameters of `linear`."""
 
-    feature_map: str = "elu1"  # φ applied to queries and keys: one of FEATURE_MAPS
+    feature_map: str = "elu1"  # φ applied to queries and keys: elu1, relu or identity
     chunk_size: int = 64  # causal form: positions per chunk (C×C work inside, prefix sums across)
     eps: float = 1e-6  # added to the normaliser φ(q)·Σφ(k) so that it never divides by zero
 
 
 @register_variant("linear")
 class LinearAttention(AttentionVariant):
-    """Kernelised linear attention with a positive feature map; chunkwise when causal."""
+    """Kernelised linear attention with a feature map; chunkwise when causal."""
 
     family = "linear"
     cost = "n"
@@ -59,39 +70,11 @@ class LinearAttention(AttentionVariant):
         self.check_inputs(q, k, v, causal)
         fq, fk = self.phi(q), self.phi(k)
         if causal:
-            return self._causal_chunked(fq, fk, v)
-        kv = fk.transpose(-2, -1) @ v  # (B, H, D, Dv)
-        z = fk.sum(dim=-2)  # (B, H, D)
-        num = fq @ kv
-        den = (fq @ z.unsqueeze(-1)) + self.params.eps
-        return num / den
-
-    def _causal_chunked(self, fq: torch.Tensor, fk: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        b, h, n, d = fq.shape
-        m, dv = fk.shape[-2], v.shape[-1]
-        if m != n:
-            raise ValueError(f"causal linear attention needs as many keys as queries ({n} vs {m}).")
-        c = min(self.params.chunk_size, n)
-        pad = (-n) % c
-        if pad:  # zero features contribute nothing; padded queries are dropped below
-            fq, fk, v = (F.pad(t, (0, 0, 0, pad)) for t in (fq, fk, v))
-        nc = (n + pad) // c
-        fq = fq.reshape(b, h, nc, c, d)
-        fk = fk.reshape(b, h, nc, c, d)
-        v = v.reshape(b, h, nc, c, dv)
-
-        within = (fq @ fk.transpose(-2, -1)).masked_fill(~causal_pattern(c, c, fq.device), 0.0)
-        num = within @ v
-        den = within.sum(dim=-1, keepdim=True)
-
-        chunk_kv = fk.transpose(-2, -1) @ v  # (B, H, nc, D, Dv)
-        past_kv = torch.cumsum(chunk_kv, dim=2) - chunk_kv  # exclusive prefix over chunks
-        chunk_z = fk.sum(dim=-2)  # (B, H, nc, D)
-        past_z = torch.cumsum(chunk_z, dim=2) - chunk_z
-        num = num + fq @ past_kv
-        den = den + fq @ past_z.unsqueeze(-1)
-        out = num / (den + self.params.eps)
-        return out.reshape(b, h, nc * c, dv)[:, :, :n]
+            num, den = causal_kernel_sums(fq, fk, v, self.params.chunk_size, with_den=True)
+        else:
+            num = fq @ (fk.transpose(-2, -1) @ v)
+            den = fq @ fk.sum(dim=-2).unsqueeze(-1)
+        return num / (den + self.params.eps)
 
     def attention_weights(
         self, q: torch.Tensor, k: torch.Tensor, causal: bool = False
@@ -101,11 +84,43 @@ class LinearAttention(AttentionVariant):
             scores = scores * causal_pattern(q.shape[-2], k.shape[-2], q.device)
         return scores / (scores.sum(dim=-1, keepdim=True) + self.params.eps)
 
-    def forward_flops(
-        self, batch: int, heads: int, n: int, m: int, d: int, dv: int, causal: bool
-    ) -> float:
+    def forward_flops(self, batch, heads, n, m, d, dv, causal) -> float:
         """Work this implementation does (not the dense-equivalent count)."""
-        if causal:  # per position: C×C block scores and mix, chunk state, and readout
-            c = min(self.params.chunk_size, n)
-            return 2.0 * batch * heads * n * (c * (d + dv) + 2 * d * dv)
-        return 2.0 * batch * heads * (n + m) * d * dv
+        return _linear_flops(batch, heads, n, m, d, dv, causal, self.params.chunk_size)
+
+
+@dataclass
+class IdentityParams:
+    """Hyperparameters of `identity`."""
+
+    chunk_size: int = 64  # causal form: positions per chunk
+
+
+@register_variant("identity")
+class IdentityAttention(AttentionVariant):
+    """(QKᵀ/√d)·V / M with no normalisation (h = identity), at linear cost."""
+
+    family = "unnormalised"
+    cost = "n"
+    supports_causal = True
+    Params = IdentityParams
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False
+    ) -> torch.Tensor:
+        self.check_inputs(q, k, v, causal)
+        scale = 1.0 / (math.sqrt(q.shape[-1]) * k.shape[-2])
+        if causal:
+            return causal_kernel_sums(q * scale, k, v, self.params.chunk_size)[0]
+        return (q * scale) @ (k.transpose(-2, -1) @ v)
+
+    def attention_weights(
+        self, q: torch.Tensor, k: torch.Tensor, causal: bool = False
+    ) -> torch.Tensor:
+        weights = q @ k.transpose(-2, -1) / (math.sqrt(q.shape[-1]) * k.shape[-2])
+        if causal:
+            weights = weights * causal_pattern(q.shape[-2], k.shape[-2], q.device)
+        return weights
+
+    def forward_flops(self, batch, heads, n, m, d, dv, causal) -> float:
+        return _linear_flops(batch, heads, n, m, d, dv, causal, self.params.chunk_size)

@@ -24,7 +24,7 @@ def linear_recurrence(fq, fk, v, eps):
     """
     b, h, n, d = fq.shape
     state = torch.zeros(b, h, d, v.shape[-1], dtype=torch.float64)
-    norm = torch.zeros(b, h, d, dtype=torch.float64)
+    norm = torch.zeros(b, h, d, dtype=torch.float64)  # accumulated in float64: the reference
     outs = []
     for t in range(n):
         state = state + fk[:, :, t, :, None].double() * v[:, :, t, None, :].double()
@@ -39,3 +39,36 @@ def linear_dense(fq, fk, v, eps):
     """Non-causal linear attention as one dense (N, M) product, normalised per row."""
     scores = fq.double() @ fk.double().transpose(-2, -1)
     return (scores @ v.double() / (scores.sum(-1, keepdim=True) + eps)).to(v.dtype)
+
+
+def dense_masked_softmax(q, k, v, pattern, bias=None):
+    """softmax(QKᵀ/√d + bias) over a dense boolean pattern (−∞ where False)."""
+    logits = q.double() @ k.double().transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if bias is not None:
+        logits = logits + bias.double()
+    logits = logits.masked_fill(~pattern, float("-inf"))
+    return (torch.softmax(logits, dim=-1) @ v.double()).to(v.dtype)
+
+
+def decay_recurrence(q, k, v, lam):
+    """out_t = q_t·S_t/√d with S_t = λ·S_{t−1} + k_t v_tᵀ, one position at a time (λ per head)."""
+    b, h, n, d = q.shape
+    lam = torch.as_tensor(lam, dtype=torch.float64).view(1, h, 1, 1)
+    state = torch.zeros(b, h, d, v.shape[-1], dtype=torch.float64)
+    outs = []
+    for t in range(n):
+        state = lam * state + k[:, :, t, :, None].double() * v[:, :, t, None, :].double()
+        outs.append(torch.einsum("bhd,bhde->bhe", q[:, :, t].double(), state) / math.sqrt(d))
+    return torch.stack(outs, dim=2).to(v.dtype)
+
+
+def sinkhorn_dense(logits, n_iters):
+    """Sinkhorn half-steps on a dense matrix by plain normalisation in float64 (rows first)."""
+    n, m = logits.shape[-2:]
+    plan = torch.exp(logits.double() - logits.double().amax(dim=(-2, -1), keepdim=True))
+    for step in range(n_iters):
+        if step % 2 == 0:
+            plan = plan / plan.sum(-1, keepdim=True)
+        else:
+            plan = plan / plan.sum(-2, keepdim=True) * (n / m)
+    return plan

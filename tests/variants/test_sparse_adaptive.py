@@ -1,0 +1,92 @@
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import random_qkv
+from references import dense_masked_softmax, naive_softmax
+
+from harness.variant_api import VariantShape, build_variant
+
+
+def _learned(h=2, max_len=64, **params):
+    return build_variant(
+        "learned_pattern", params, VariantShape(n_heads=h, head_dim=16, max_len=max_len)
+    )
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_learned_pattern_equals_dense_gated_softmax(causal):
+    variant = _learned(block=8, keep=3)
+    with torch.no_grad():  # an arbitrary learned state, different per head
+        variant.pattern_logits.copy_(
+            torch.randn(variant.pattern_logits.shape, generator=torch.Generator().manual_seed(0))
+        )
+    n, b = 60, 8
+    q, k, v = random_qkv(b=2, h=2, n=n, d=16)
+    nb = math.ceil(n / b)
+    P = variant.pattern_logits[:, :nb, :nb].detach()
+    pattern = torch.zeros(2, n, n, dtype=torch.bool)
+    for h in range(2):
+        for c in range(nb):  # own block, then the best others by P (earlier only, causal)
+            others = [x for x in range(nb) if x != c and (x < c or not causal)]
+            best = sorted(others, key=lambda x: -P[h, c, x].item())[:2]
+            for x in [c, *best]:
+                pattern[h, c * b : (c + 1) * b, x * b : (x + 1) * b] = True
+    if causal:
+        pattern &= torch.ones(n, n, dtype=torch.bool).tril()
+    pos = torch.arange(n) // b
+    bias = F.logsigmoid(P)[:, pos][:, :, pos]
+    ref = dense_masked_softmax(q, k, v, pattern, bias)
+    torch.testing.assert_close(variant(q, k, v, causal=causal), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_learned_pattern_gate_gets_gradients_only_where_computed():
+    variant = _learned(h=1, block=8, keep=2)
+    q, k, v = random_qkv(b=1, h=1, n=32, d=16)
+    variant(q, k, v).sum().backward()
+    grad = variant.pattern_logits.grad[0, :4, :4]
+    kept = torch.zeros(4, 4, dtype=torch.bool)
+    kept.scatter_(1, variant.selected_blocks(4, False)[0], True)
+    assert (grad[kept] != 0).all()  # gates of computed blocks learn
+    assert (grad[~kept] == 0).all()  # skipped blocks: no work, no gradient
+
+
+def test_learned_pattern_closed_gate_fades_its_block_out():
+    variant = _learned(h=1, block=8, keep=2)  # 2 blocks of 8: both always computed
+    q, k, v = random_qkv(b=1, h=1, n=16, d=16)
+    with torch.no_grad():
+        variant.pattern_logits[0, 0, 1] = -60.0  # σ ≈ e⁻⁶⁰: block 1 closed for query block 0
+    own_block_only = naive_softmax(q[:, :, :8], k[:, :, :8], v[:, :, :8])
+    torch.testing.assert_close(variant(q, k, v)[:, :, :8], own_block_only, rtol=1e-5, atol=1e-5)
+
+
+def test_learned_pattern_refuses_longer_than_built_for():
+    with pytest.raises(ValueError, match="built for max_len=64"):
+        _learned(max_len=64, block=8)(*random_qkv(b=1, h=2, n=80, d=16))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_topk_with_k_at_least_n_is_softmax(causal):
+    q, k, v = random_qkv(b=2, h=2, n=40, d=16)
+    out = build_variant("topk", {"k": 40})(q, k, v, causal=causal)
+    torch.testing.assert_close(out, naive_softmax(q, k, v, causal), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_topk_equals_dense_reference(causal):
+    n, keep = 50, 5
+    q, k, v = random_qkv(b=2, h=2, n=n, d=16, seed=9)
+    scores = q @ k.transpose(-2, -1)
+    if causal:
+        scores = scores.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), float("-inf"))
+    pattern = torch.zeros_like(scores, dtype=torch.bool)
+    for idx in np.ndindex(*scores.shape[:3]):
+        row = scores[idx]
+        order = sorted(range(n), key=lambda j: -row[j].item())[:keep]
+        pattern[idx][[j for j in order if row[j] > float("-inf")]] = True
+    out = build_variant("topk", {"k": keep})(q, k, v, causal=causal)
+    torch.testing.assert_close(out, dense_masked_softmax(q, k, v, pattern), rtol=1e-5, atol=1e-5)

@@ -1,0 +1,86 @@
+"""Explicit-decay attention (linear RNN / retention): a_ij = λ^{i−j}·(q_i·k_j)/√d for j ≤ i.
+
+The causal form is the recurrence S_t = λ·S_{t−1} + k_t v_tᵀ, out_t = q_t·S_t/√d, computed
+chunkwise (`variants.prefix_sums`). Non-causal calls use the bidirectional weights λ^{|i−j|}: the
+causal sums forwards plus the causal sums of the reversed sequence, minus the diagonal counted
+twice. Per head, λ_h = 1 − 2^(−5−h) by default (RetNet's schedule), or one λ for all heads.
+The pattern is fixed (recency only): theory.md §2 gives its sparsity S in closed form.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from harness.variant_api import AttentionVariant, VariantShape, register_variant
+from variants.masking import causal_pattern
+from variants.prefix_sums import causal_kernel_sums
+
+
+@dataclass
+class DecayParams:
+    """Hyperparameters of `decay`."""
+
+    decay: float | None = None  # λ in (0, 1] for every head; None: λ_h = 1 − 2^(−5−h) per head
+    chunk_size: int = 64  # positions per chunk of the chunkwise form
+
+
+@register_variant("decay")
+class DecayAttention(AttentionVariant):
+    """λ^{i−j}-weighted unnormalised attention at linear cost (retention-style)."""
+
+    family = "decay"
+    cost = "n"
+    supports_causal = True
+    requires_equal_lengths = True
+    Params = DecayParams
+
+    def __init__(self, params: DecayParams, shape: VariantShape) -> None:
+        super().__init__(params, shape)
+        if params.decay is not None and not 0 < params.decay <= 1:
+            raise ValueError(f"decay must be in (0, 1], got {params.decay}; try 0.9.")
+        if params.chunk_size < 1:
+            raise ValueError(f"decay chunk_size must be >= 1, got {params.chunk_size}.")
+        if params.decay is None:
+            lam = 1 - 2.0 ** (-5 - torch.arange(shape.n_heads, dtype=torch.float64))
+        else:
+            lam = torch.full((shape.n_heads,), float(params.decay), dtype=torch.float64)
+        self.register_buffer("log_decay", torch.log(lam).float(), persistent=False)
+
+    def decays(self) -> torch.Tensor:
+        """λ per head, shape (H,)."""
+        return torch.exp(self.log_decay)
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False
+    ) -> torch.Tensor:
+        self.check_inputs(q, k, v, causal)
+        q = q / math.sqrt(q.shape[-1])
+        c, ld = self.params.chunk_size, self.log_decay
+        out = causal_kernel_sums(q, k, v, c, ld)[0]
+        if causal:
+            return out
+        qr, kr, vr = (t.flip(-2) for t in (q, k, v))  # reversed sequence: the anti-causal half
+        backward = causal_kernel_sums(qr, kr, vr, c, ld)[0].flip(-2)
+        diagonal = (q * k).sum(-1, keepdim=True) * v
+        return out + backward - diagonal
+
+    def attention_weights(
+        self, q: torch.Tensor, k: torch.Tensor, causal: bool = False
+    ) -> torch.Tensor:
+        n, m = q.shape[-2], k.shape[-2]
+        i = torch.arange(n, device=q.device)[:, None]
+        j = torch.arange(m, device=q.device)[None, :]
+        gaps = (i - j).abs().to(q.dtype)
+        weights = torch.exp(gaps * self.log_decay.to(q.dtype).view(-1, 1, 1))
+        weights = weights * (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+        if causal:
+            weights = weights * causal_pattern(n, m, q.device)
+        return weights
+
+    def forward_flops(self, batch, heads, n, m, d, dv, causal) -> float:
+        c = min(self.params.chunk_size, n)
+        one_pass = 2.0 * batch * heads * n * (c * (d + dv) + 2 * d * dv)
+        return one_pass if causal else 2 * one_pass

@@ -1,0 +1,170 @@
+"""Sparse patterns that are learned (`learned_pattern`) or made from Q and K (`topk`).
+
+`learned_pattern`: per head, a learnable logit P over (query block, key block) pairs. Each query
+block computes only its ``keep`` best key blocks by P (its own block always among them; earlier
+blocks only when causal) and adds the gate log σ(P) to their logits, so σ(P) → 0 fades a block
+out smoothly and gradients reach P through the kept blocks. Skipped blocks are not computed.
+
+`topk`: each query keeps its k highest-scoring keys (−∞ elsewhere) and takes the softmax over
+those. Scores are computed for all keys (cost n²), in query chunks so that memory stays
+O(chunk·M + N·k); the softmax and value mixing touch only the k kept keys.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from harness.variant_api import AttentionVariant, VariantShape, register_variant
+from variants.blocksparse import TILE_BYTES, block_sparse_attention
+from variants.masking import apply_pattern, causal_pattern
+
+
+@dataclass
+class LearnedPatternParams:
+    """Hyperparameters of `learned_pattern`."""
+
+    block: int = 64  # positions per block
+    keep: int = 4  # key blocks computed per query block (its own included)
+    locality: float = (
+        1.0  # initial P = 3 − locality·|c − c'|: a local prior, σ(3) ≈ 0.95 on the diagonal
+    )
+
+
+@register_variant("learned_pattern")
+class LearnedPatternAttention(AttentionVariant):
+    """Block-sparse softmax attention with a learnable gate σ(P) on a block pattern."""
+
+    family = "sparse"
+    cost = "n·w"
+    supports_causal = True
+    requires_equal_lengths = True
+    Params = LearnedPatternParams
+
+    def __init__(self, params: LearnedPatternParams, shape: VariantShape) -> None:
+        super().__init__(params, shape)
+        if params.block < 1 or params.keep < 1:
+            raise ValueError(
+                f"learned_pattern block and keep must be >= 1, got {params.block}, {params.keep}."
+            )
+        nb = math.ceil(shape.max_len / params.block)
+        c = torch.arange(nb, dtype=torch.float32)
+        prior = 3.0 - params.locality * (c[:, None] - c[None, :]).abs()
+        self.pattern_logits = nn.Parameter(prior.expand(shape.n_heads, nb, nb).clone())
+
+    def selected_blocks(self, nb: int, causal: bool) -> torch.Tensor:
+        """(H, nb, K) key blocks each query block computes (−1 where fewer are allowed)."""
+        if nb > self.pattern_logits.shape[-1]:
+            raise ValueError(
+                f"learned_pattern was built for max_len={self.shape.max_len} "
+                f"({self.pattern_logits.shape[-1]} blocks); this sequence needs {nb} blocks."
+            )
+        with torch.no_grad():
+            score = self.pattern_logits[:, :nb, :nb].clone()
+            eye = torch.eye(nb, dtype=torch.bool, device=score.device)
+            score = score.masked_fill(eye, float("inf"))  # a query block always sees itself
+            if causal:
+                score = apply_pattern(score, causal_pattern(nb, nb, score.device))
+            top = score.topk(min(self.params.keep, nb), dim=-1)
+            return top.indices.masked_fill(top.values == float("-inf"), -1)
+
+    def forward(self, q, k, v, causal=False):
+        self.check_inputs(q, k, v, causal)
+        b = self.params.block
+        nb = math.ceil(q.shape[-2] / b)
+        blocks = self.selected_blocks(nb, causal)
+        gates = F.logsigmoid(self.pattern_logits[:, :nb, :nb]).gather(-1, blocks.clamp(min=0))
+        allowed = (lambda i, j: j <= i) if causal else None
+        return block_sparse_attention(
+            q,
+            k,
+            v,
+            blocks.unsqueeze(0),
+            b,
+            scale=1 / math.sqrt(q.shape[-1]),
+            allowed=allowed,
+            block_bias=gates.unsqueeze(0).to(q.dtype),
+        )[0]
+
+    def attention_weights(self, q, k, causal=False):
+        n, b = q.shape[-2], self.params.block
+        nb = math.ceil(n / b)
+        blocks = self.selected_blocks(nb, causal)
+        kept = torch.zeros(blocks.shape[0], nb, nb, dtype=torch.bool, device=q.device)
+        kept.scatter_(-1, blocks.clamp(min=0), blocks >= 0)
+        pos = torch.arange(n, device=q.device) // b
+        pattern = kept[:, pos][:, :, pos]  # (H, N, N)
+        bias = F.logsigmoid(self.pattern_logits[:, :nb, :nb])[:, pos][:, :, pos]
+        logits = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) + bias.to(q.dtype)
+        if causal:
+            pattern = pattern & causal_pattern(n, n, q.device)
+        return apply_pattern(logits, pattern).softmax(dim=-1)
+
+    def forward_flops(self, batch, heads, n, m, d, dv, causal) -> float:
+        b = self.params.block
+        pairs = n * min(self.params.keep * b, n) / (2 if causal else 1)
+        return 2.0 * batch * heads * pairs * (d + dv)
+
+
+@dataclass
+class TopKParams:
+    """Hyperparameters of `topk`."""
+
+    k: int = 32  # keys kept per query (all keys when k >= M)
+
+
+@register_variant("topk")
+class TopKAttention(AttentionVariant):
+    """Dynamic sparsity: softmax over each query's k highest-scoring keys."""
+
+    family = "sparse"
+    cost = "n²"
+    supports_causal = True
+    Params = TopKParams
+
+    def __init__(self, params: TopKParams, shape: VariantShape) -> None:
+        super().__init__(params, shape)
+        if params.k < 1:
+            raise ValueError(f"topk k must be >= 1, got {params.k}.")
+
+    def _chunk(self, q: torch.Tensor, m: int) -> int:
+        per_row = q.shape[0] * q.shape[1] * m * q.element_size() * 2
+        return max(1, TILE_BYTES // max(1, per_row))
+
+    def forward(self, q, k, v, causal=False):
+        self.check_inputs(q, k, v, causal)
+        n, m = q.shape[-2], k.shape[-2]
+        keep = min(self.params.k, m)
+        scale = 1 / math.sqrt(q.shape[-1])
+        chunk = self._chunk(q, m)
+        outs = []
+        for s in range(0, n, chunk):
+            scores = (q[:, :, s : s + chunk] @ k.transpose(-2, -1)) * scale
+            if causal:
+                rows = torch.arange(s, min(n, s + chunk), device=q.device).view(-1, 1)
+                scores = apply_pattern(scores, torch.arange(m, device=q.device) <= rows)
+            top, idx = scores.topk(keep, dim=-1)
+            weights = top.softmax(dim=-1)  # −∞ picks (fewer visible keys than k) get 0
+            picked = (
+                v.unsqueeze(2)
+                .expand(*idx.shape[:3], m, v.shape[-1])
+                .gather(3, idx.unsqueeze(-1).expand(*idx.shape, v.shape[-1]))
+            )
+            outs.append((weights.unsqueeze(-2) @ picked).squeeze(-2))
+        return torch.cat(outs, dim=2)
+
+    def attention_weights(self, q, k, causal=False):
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if causal:
+            scores = apply_pattern(scores, causal_pattern(q.shape[-2], k.shape[-2], q.device))
+        keep = min(self.params.k, k.shape[-2])
+        threshold = scores.topk(keep, dim=-1).values[..., -1:]
+        return scores.masked_fill(scores < threshold, float("-inf")).softmax(dim=-1)
+
+    def forward_flops(self, batch, heads, n, m, d, dv, causal) -> float:
+        """All scores are computed; only k keys are mixed."""
+        return 2.0 * batch * heads * n * (m * d / (2 if causal else 1) + min(self.params.k, m) * dv)

@@ -1,0 +1,310 @@
+"""Fixed sparse patterns: `window`, `strided` and `bigbird`.
+
+Each is softmax attention restricted to a pattern that depends only on positions. None of them
+builds an N×N matrix: they run on the block-sparse engine (`variants.blocksparse`), which gathers
+and scores only the key blocks a query block can see. The dense boolean pattern applied as −∞ is
+their reference (in the tests), not their implementation.
+
+Conventions (i = query position, j = key position):
+- window w, causal: i − w < j ≤ i (the w most recent keys, itself included); non-causal:
+  |i − j| < w. A window longer than the sequence is clamped to it (full attention).
+- strided (Sparse Transformer, Child et al. 2019): local part as window w = ``local``, plus every
+  key at a multiple of ``stride`` away: (i − j) mod stride = 0 (and j ≤ i when causal).
+- bigbird (Zaheer et al. 2020), on blocks of ``block`` positions: each query block sees the
+  ``window_blocks`` neighbouring blocks on each side (only earlier ones when causal), the first
+  ``n_global`` blocks, and ``n_random`` random blocks drawn once from ``seed``; the global blocks'
+  queries see every key. Causal adds j ≤ i at token level.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from harness.variant_api import AttentionVariant, VariantShape, register_variant
+from variants.blocksparse import (
+    block_sparse_attention,
+    dedupe_blocks,
+    local_key_blocks,
+    merge_partials,
+)
+from variants.masking import apply_pattern
+
+
+def dense_weights(q: torch.Tensor, k: torch.Tensor, pattern: torch.Tensor) -> torch.Tensor:
+    """softmax over a dense boolean pattern: diagnostics at small n only, never the forward."""
+    logits = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    return apply_pattern(logits, pattern).softmax(dim=-1)
+
+
+def _grid(n: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    pos = torch.arange(n, device=device)
+    return pos.view(-1, 1), pos.view(1, -1)
+
+
+def _positive(name: str, value: int) -> None:
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}.")
+
+
+def window_predicate(window: int, causal: bool):
+    """Token-level window rule as a predicate on (query, key) positions."""
+    if causal:
+        return lambda i, j: (i >= j) & (i - j < window)
+    return lambda i, j: (i - j).abs() < window
+
+
+def window_pairs(n: int, window: int, causal: bool) -> int:
+    """Number of (query, key) pairs the window keeps for a sequence of n."""
+    i = np.arange(n)
+    before = np.minimum(i, window - 1)
+    if causal:
+        return int((before + 1).sum())
+    return int((before + np.minimum(n - 1 - i, window - 1) + 1).sum())
+
+
+def local_attention(q, k, v, window: int, causal: bool, block: int, scale: float):
+    """(out, lse) of softmax attention within ``window`` (see the module docstring)."""
+    n, m = q.shape[-2], k.shape[-2]
+    blocks = local_key_blocks(
+        math.ceil(n / block), math.ceil(m / block), block, window, causal, q.device
+    )
+    return block_sparse_attention(
+        q, k, v, blocks, block, scale=scale, allowed=window_predicate(window, causal)
+    )
+
+
+@dataclass
+class WindowParams:
+    """Hyperparameters of `window`."""
+
+    window: int = 256  # w: causal keeps the w latest keys, non-causal keys with |i − j| < w
+    block: int = 0  # tile length of the block-sparse engine; 0 = min(w, 128)
+
+
+@register_variant("window")
+class WindowAttention(AttentionVariant):
+    """Sliding-window softmax attention, O(N·w) work and memory."""
+
+    family = "sparse"
+    cost = "n·w"
+    supports_causal = True
+    requires_equal_lengths = True
+    Params = WindowParams
+
+    def __init__(self, params: WindowParams, shape: VariantShape) -> None:
+        super().__init__(params, shape)
+        _positive("window", params.window)
+        if params.block < 0:
+            raise ValueError(f"window block must be >= 0 (0 = automatic), got {params.block}.")
+
+    def _window(self, n: int) -> int:
+        return min(self.params.window, n)
+
+    def forward(self, q, k, v, causal=False):
+        self.check_inputs(q, k, v, causal)
+        w = self._window(q.shape[-2])
+        block = self.params.block or min(w, 128)
+        return local_attention(q, k, v, w, causal, block, 1 / math.sqrt(q.shape[-1]))[0]
+
+    def attention_weights(self, q, k, causal=False):
+        i, j = _grid(q.shape[-2], q.device)
+        return dense_weights(q, k, window_predicate(self._window(q.shape[-2]), causal)(i, j))
+
+    def forward_flops(self, batch, heads, n, m, d, dv, causal) -> float:
+        return 2.0 * batch * heads * window_pairs(n, self._window(n), causal) * (d + dv)
+
+
+@dataclass
+class StridedParams:
+    """Hyperparameters of `strided`."""
+
+    stride: int = 64  # keys at multiples of the stride away are kept
+    local: int = 64  # local window, as in `window`
+
+
+@register_variant("strided")
+class StridedAttention(AttentionVariant):
+    """Sparse Transformer's strided pattern: a local window plus a dilated one.
+
+    The dilated part is block-diagonal once positions are regrouped by residue modulo the stride,
+    so it runs on the block-sparse engine with one block per residue class; the two parts cover
+    disjoint keys and are merged exactly through their log-sum-exps.
+    """
+
+    family = "sparse"
+    cost = "n·w"
+    supports_causal = True
+    requires_equal_lengths = True
+    Params = StridedParams
+
+    def __init__(self, params: StridedParams, shape: VariantShape) -> None:
+        super().__init__(params, shape)
+        _positive("stride", params.stride)
+        _positive("local", params.local)
+
+    def forward(self, q, k, v, causal=False):
+        self.check_inputs(q, k, v, causal)
+        n, s = q.shape[-2], self.params.stride
+        local = min(self.params.local, n)
+        scale = 1 / math.sqrt(q.shape[-1])
+        local_part = local_attention(q, k, v, local, causal, min(local, 128), scale)
+
+        rows = math.ceil(n / s)  # positions a·s + r, regrouped as r·rows + a
+
+        def regroup(x):
+            x = F.pad(x, (0, 0, 0, rows * s - n)) if rows * s != n else x
+            return x.reshape(*x.shape[:2], rows, s, x.shape[-1]).transpose(2, 3).flatten(2, 3)
+
+        def original(p):  # position in the sequence of regrouped index p
+            return (p % rows) * s + p // rows
+
+        def dilated_only(i, j):
+            oi, oj = original(i), original(j)
+            keep = (oj < n) & (((oi - oj) >= local) if causal else ((oi - oj).abs() >= local))
+            return keep & (oj <= oi) if causal else keep
+
+        diagonal = torch.arange(s, device=q.device).view(-1, 1)
+        out, lse = block_sparse_attention(
+            regroup(q), regroup(k), regroup(v), diagonal, rows, scale=scale, allowed=dilated_only
+        )
+
+        def ungroup(x):
+            x = x.reshape(*x.shape[:2], s, rows, *x.shape[3:]).transpose(2, 3).flatten(2, 3)
+            return x[:, :, :n]
+
+        dilated = (ungroup(out), ungroup(lse.unsqueeze(-1)).squeeze(-1))
+        return merge_partials([local_part, dilated])[0]
+
+    def pattern(self, n: int, causal: bool, device=None) -> torch.Tensor:
+        """The dense (n, n) boolean pattern (for diagnostics at small n)."""
+        i, j = _grid(n, device)
+        local = window_predicate(min(self.params.local, n), causal)(i, j)
+        dilated = (i - j) % self.params.stride == 0
+        return local | (dilated & (j <= i) if causal else dilated)
+
+    def attention_weights(self, q, k, causal=False):
+        return dense_weights(q, k, self.pattern(q.shape[-2], causal, q.device))
+
+    def forward_flops(self, batch, heads, n, m, d, dv, causal) -> float:
+        s, local = self.params.stride, min(self.params.local, n)
+        i = np.arange(n)
+        if causal:
+            dilated = i // s - np.minimum(i, local - 1) // s
+        else:
+            after = n - 1 - i
+            total = i // s + after // s
+            near = np.minimum(i, local - 1) // s + np.minimum(after, local - 1) // s
+            dilated = total - near
+        pairs = window_pairs(n, local, causal) + int(dilated.sum())
+        return 2.0 * batch * heads * pairs * (d + dv)
+
+
+@dataclass
+class BigBirdParams:
+    """Hyperparameters of `bigbird`."""
+
+    block: int = 64  # positions per block
+    window_blocks: int = 1  # neighbouring blocks seen on each side
+    n_global: int = 1  # leading blocks that see and are seen by every position
+    n_random: int = 2  # random key blocks per query block
+    seed: int = 0  # seed of the random blocks (fixed per sequence length)
+
+
+@register_variant("bigbird")
+class BigBirdAttention(AttentionVariant):
+    """BigBird: window + global + random blocks, block-sparse."""
+
+    family = "sparse"
+    cost = "n·w"
+    supports_causal = True
+    requires_equal_lengths = True
+    Params = BigBirdParams
+
+    def __init__(self, params: BigBirdParams, shape: VariantShape) -> None:
+        super().__init__(params, shape)
+        _positive("block", params.block)
+        for name in ("window_blocks", "n_global", "n_random"):
+            if getattr(params, name) < 0:
+                raise ValueError(f"bigbird {name} must be >= 0, got {getattr(params, name)}.")
+        self._random: dict[tuple[int, bool], torch.Tensor] = {}
+
+    def random_blocks(self, nb: int, causal: bool) -> torch.Tensor:
+        """(nb, n_random) random key blocks per query block, −1 where too few candidates.
+
+        Candidates exclude the window and global blocks (and, causal, later blocks). The draw
+        depends only on (seed, nb, causal), so a given sequence length always sees one pattern.
+        """
+        key = (nb, causal)
+        if key not in self._random:
+            p = self.params
+            gen = torch.Generator().manual_seed(p.seed * 7919 + nb * 2 + int(causal))
+            table = torch.full((nb, p.n_random), -1, dtype=torch.long)
+            for c in range(nb):
+                hi = c - p.window_blocks if causal else nb
+                cand = [b for b in range(p.n_global, max(hi, 0)) if abs(b - c) > p.window_blocks]
+                if cand and p.n_random:
+                    pick = torch.randperm(len(cand), generator=gen)[: p.n_random]
+                    table[c, : len(pick)] = torch.tensor(cand)[pick]
+            self._random[key] = table
+        return self._random[key]
+
+    def key_blocks(self, nb: int, causal: bool, device=None) -> torch.Tensor:
+        """(nb, K) key blocks of each query block (window, global, random), deduplicated."""
+        p = self.params
+        c = torch.arange(nb).view(-1, 1)
+        hi = 0 if causal else p.window_blocks
+        window = c + torch.arange(-p.window_blocks, hi + 1).view(1, -1)
+        glob = torch.arange(min(p.n_global, nb)).view(1, -1).expand(nb, -1)
+        blocks = torch.cat([window, glob, self.random_blocks(nb, causal)], dim=1)
+        invalid = (blocks < 0) | (blocks >= nb) | ((blocks > c) if causal else False)
+        return dedupe_blocks(blocks.masked_fill(invalid, -1)).to(device)
+
+    def forward(self, q, k, v, causal=False):
+        self.check_inputs(q, k, v, causal)
+        n, b = q.shape[-2], self.params.block
+        scale = 1 / math.sqrt(q.shape[-1])
+        nb = math.ceil(n / b)
+        allowed = (lambda i, j: j <= i) if causal else None
+        out, _ = block_sparse_attention(
+            q, k, v, self.key_blocks(nb, causal, q.device), b, scale=scale, allowed=allowed
+        )
+        n_glob = min(self.params.n_global * b, n)
+        if n_glob == 0:
+            return out
+        glob = F.scaled_dot_product_attention(q[:, :, :n_glob], k, v, is_causal=causal, scale=scale)
+        return torch.cat([glob, out[:, :, n_glob:]], dim=2)
+
+    def pattern(self, n: int, causal: bool, device=None) -> torch.Tensor:
+        """The dense (n, n) boolean pattern (for diagnostics at small n)."""
+        b = self.params.block
+        nb = math.ceil(n / b)
+        blocks = self.key_blocks(nb, causal)
+        kept = torch.zeros(nb, nb + 1, dtype=torch.bool)
+        kept.scatter_(1, blocks.masked_fill(blocks < 0, nb), True)
+        kept = kept[:, :nb]
+        kept[: self.params.n_global] = True
+        i, j = _grid(n, None)
+        pattern = kept[i // b, j // b]
+        return (pattern & (j <= i) if causal else pattern).to(device)
+
+    def attention_weights(self, q, k, causal=False):
+        return dense_weights(q, k, self.pattern(q.shape[-2], causal, q.device))
+
+    def forward_flops(self, batch, heads, n, m, d, dv, causal) -> float:
+        """Pairs counted at block granularity (diagonal blocks halved when causal)."""
+        b = self.params.block
+        nb = math.ceil(n / b)
+        blocks = self.key_blocks(nb, causal)
+        n_glob_blocks = min(self.params.n_global, nb)
+        pairs = 0.0
+        for c in range(n_glob_blocks, nb):
+            for kb in blocks[c].tolist():
+                if kb >= 0:
+                    pairs += b * b / (2 if causal and kb == c else 1)
+        pairs += n_glob_blocks * b * (n / (2 if causal else 1))
+        return 2.0 * batch * heads * pairs * (d + dv)
