@@ -58,7 +58,8 @@ def block_sparse_attention(
         scale: Logit scale (e.g. 1/√d).
         allowed: Optional predicate on token positions, called with qpos (g, block, 1) and kpos
             (..., g, 1, K·block); True where the pair is kept.
-        block_bias: Optional float tensor broadcastable to (B, H, nbq, K) added to the logits.
+        block_bias: Optional float tensor broadcastable to (B, H, nbq, K) added to the logits
+            (its last dimension must be K, not broadcast).
 
     Returns:
         (out (B, H, N, Dv), lse (B, H, N)).
@@ -70,6 +71,11 @@ def block_sparse_attention(
     kb = _pad_to(k, nbk * block).reshape(bsz, heads, nbk, block, d)
     vb = _pad_to(v, nbk * block).reshape(bsz, heads, nbk, block, dv)
     shared = key_blocks.dim() == 2  # one pattern for every batch and head
+    used = (key_blocks >= 0).flatten(0, -2).any(dim=0)  # drop columns no query block uses
+    if not bool(used.all()):
+        key_blocks = key_blocks[..., used]
+        if block_bias is not None:
+            block_bias = block_bias[..., used]
     if not shared:
         key_blocks = key_blocks.expand(bsz, heads, nbq, key_blocks.shape[-1])
     n_keys = key_blocks.shape[-1] * block

@@ -110,6 +110,9 @@ class LearnedPatternAttention(AttentionVariant):
         return 2.0 * batch * heads * pairs * (d + dv)
 
 
+DENSE_MIX_MAX_KEYS = 1024  # topk: below this many keys, mix values by a scattered dense matmul
+
+
 @dataclass
 class TopKParams:
     """Hyperparameters of `topk`."""
@@ -149,13 +152,25 @@ class TopKAttention(AttentionVariant):
                 scores = apply_pattern(scores, torch.arange(m, device=q.device) <= rows)
             top, idx = scores.topk(keep, dim=-1)
             weights = top.softmax(dim=-1)  # −∞ picks (fewer visible keys than k) get 0
-            picked = (
-                v.unsqueeze(2)
-                .expand(*idx.shape[:3], m, v.shape[-1])
-                .gather(3, idx.unsqueeze(-1).expand(*idx.shape, v.shape[-1]))
-            )
-            outs.append((weights.unsqueeze(-2) @ picked).squeeze(-2))
+            outs.append(self._mix(weights, idx, v, m))
         return torch.cat(outs, dim=2)
+
+    @staticmethod
+    def _mix(weights: torch.Tensor, idx: torch.Tensor, v: torch.Tensor, m: int) -> torch.Tensor:
+        """Σ over the k picked keys of weight·value.
+
+        Up to DENSE_MIX_MAX_KEYS keys, the weights are scattered into a (rows × M) matrix (the
+        size of the scores already held) and mixed by one matmul; beyond, only the k picked value
+        rows are gathered, O(rows·k·Dv) instead of O(rows·M·Dv).
+        """
+        if m <= DENSE_MIX_MAX_KEYS:
+            dense = torch.zeros(*weights.shape[:-1], m, dtype=weights.dtype, device=weights.device)
+            return dense.scatter(-1, idx, weights) @ v
+        rows, keep = idx.shape[2], idx.shape[3]
+        flat = idx.reshape(*idx.shape[:2], rows * keep, 1).expand(-1, -1, -1, v.shape[-1])
+        picked = v.gather(2, flat).reshape(*idx.shape, v.shape[-1])
+        # a broadcast product: bmm over B·H·N tiny (1×k)·(k×Dv) matrices is far slower on CPU
+        return (weights.unsqueeze(-1) * picked).sum(dim=-2)
 
     def attention_weights(self, q, k, causal=False):
         scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
@@ -166,5 +181,6 @@ class TopKAttention(AttentionVariant):
         return scores.masked_fill(scores < threshold, float("-inf")).softmax(dim=-1)
 
     def forward_flops(self, batch, heads, n, m, d, dv, causal) -> float:
-        """All scores are computed; only k keys are mixed."""
-        return 2.0 * batch * heads * n * (m * d / (2 if causal else 1) + min(self.params.k, m) * dv)
+        """All scores are computed; the mix is dense up to DENSE_MIX_MAX_KEYS keys, then k-sparse."""
+        mixed = m if m <= DENSE_MIX_MAX_KEYS else min(self.params.k, m)
+        return 2.0 * batch * heads * n * (m * d / (2 if causal else 1) + mixed * dv)

@@ -67,6 +67,11 @@ def window_pairs(n: int, window: int, causal: bool) -> int:
     return int((before + np.minimum(n - 1 - i, window - 1) + 1).sum())
 
 
+def dense_attention(q, k, v, causal: bool, scale: float) -> torch.Tensor:
+    """Full (causal) softmax attention: what a pattern that covers every pair reduces to."""
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+
+
 def local_attention(q, k, v, window: int, causal: bool, block: int, scale: float):
     """(out, lse) of softmax attention within ``window`` (see the module docstring)."""
     n, m = q.shape[-2], k.shape[-2]
@@ -107,9 +112,12 @@ class WindowAttention(AttentionVariant):
 
     def forward(self, q, k, v, causal=False):
         self.check_inputs(q, k, v, causal)
-        w = self._window(q.shape[-2])
+        n, scale = q.shape[-2], 1 / math.sqrt(q.shape[-1])
+        w = self._window(n)
+        if w >= n:  # the window covers the whole sequence: dense attention, exactly
+            return dense_attention(q, k, v, causal, scale)
         block = self.params.block or min(w, 128)
-        return local_attention(q, k, v, w, causal, block, 1 / math.sqrt(q.shape[-1]))[0]
+        return local_attention(q, k, v, w, causal, block, scale)[0]
 
     def attention_weights(self, q, k, causal=False):
         i, j = _grid(q.shape[-2], q.device)
@@ -152,6 +160,8 @@ class StridedAttention(AttentionVariant):
         n, s = q.shape[-2], self.params.stride
         local = min(self.params.local, n)
         scale = 1 / math.sqrt(q.shape[-1])
+        if local >= n or s == 1:  # every pair is in the pattern: dense attention, exactly
+            return dense_attention(q, k, v, causal, scale)
         local_part = local_attention(q, k, v, local, causal, min(local, 128), scale)
 
         rows = math.ceil(n / s)  # positions a·s + r, regrouped as r·rows + a
@@ -269,15 +279,25 @@ class BigBirdAttention(AttentionVariant):
         n, b = q.shape[-2], self.params.block
         scale = 1 / math.sqrt(q.shape[-1])
         nb = math.ceil(n / b)
+        blocks = self.key_blocks(nb, causal)
+        if self._covers_all(blocks, nb, causal):  # dense attention, exactly
+            return dense_attention(q, k, v, causal, scale)
         allowed = (lambda i, j: j <= i) if causal else None
         out, _ = block_sparse_attention(
-            q, k, v, self.key_blocks(nb, causal, q.device), b, scale=scale, allowed=allowed
+            q, k, v, blocks.to(q.device), b, scale=scale, allowed=allowed
         )
         n_glob = min(self.params.n_global * b, n)
         if n_glob == 0:
             return out
         glob = F.scaled_dot_product_attention(q[:, :, :n_glob], k, v, is_causal=causal, scale=scale)
         return torch.cat([glob, out[:, :, n_glob:]], dim=2)
+
+    def _covers_all(self, blocks: torch.Tensor, nb: int, causal: bool) -> bool:
+        """Whether every (query block, allowed key block) pair is listed."""
+        counts = (blocks >= 0).sum(dim=1).tolist()
+        return all(
+            c < self.params.n_global or counts[c] == (c + 1 if causal else nb) for c in range(nb)
+        )
 
     def pattern(self, n: int, causal: bool, device=None) -> torch.Tensor:
         """The dense (n, n) boolean pattern (for diagnostics at small n)."""

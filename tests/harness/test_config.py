@@ -48,11 +48,16 @@ def test_every_task_composes_with_its_schema(task):
     assert set(cfg.task.keys()) == {f.name for f in dataclasses.fields(params)} | {"name"}
 
 
+def _grids(sweeper) -> list:
+    """The parameter grids of a sweeper config (the basic sweeper has one)."""
+    return list(sweeper.grids) if "grids" in sweeper else [sweeper.params]
+
+
 @pytest.mark.parametrize("sweep", SWEEPS)
 def test_every_sweep_preset_composes(sweep):
     cfg = _compose([f"sweep={sweep}"], hydra_cfg=True)
-    params = cfg.hydra.sweeper.params
-    assert "variant" in params and "task" in params
+    for grid in _grids(cfg.hydra.sweeper):
+        assert "variant" in grid and "task" in grid
 
 
 def test_schema_rejects_unknown_key_and_wrong_type():
@@ -64,6 +69,22 @@ def test_schema_rejects_unknown_key_and_wrong_type():
         _compose(["device=gpu"])
 
 
-def test_quick_sweep_covers_every_variant():
+def test_quick_sweep_covers_every_variant_on_every_task():
     cfg = _compose(["sweep=quick"], hydra_cfg=True)
-    assert cfg.hydra.sweeper.params.variant == "glob(*)"
+    grids = _grids(cfg.hydra.sweeper)
+    assert all(grid.variant == "glob(*)" for grid in grids)
+    assert {grid.task for grid in grids} == set(TASKS.names())
+
+
+@pytest.mark.parametrize("sweep", SWEEPS)
+def test_every_grid_composes_into_a_job(sweep):
+    """Each grid's first job composes: its keys exist and its values have the right types."""
+    cfg = _compose([f"sweep={sweep}"], hydra_cfg=True)
+    for grid in _grids(cfg.hydra.sweeper):
+        overrides = []
+        for key, value in grid.items():
+            value = str(value)
+            first = value.split(",")[0] if not value.startswith(("glob", "[")) else value
+            overrides.append(f"{key}={'softmax' if first.startswith('glob') else first}")
+        job = _compose(overrides)
+        assert job.task.name == grid.task

@@ -10,6 +10,7 @@ from conftest import random_qkv
 from references import dense_masked_softmax, naive_softmax
 
 from harness.variant_api import VariantShape, build_variant
+from variants.sparse_adaptive import DENSE_MIX_MAX_KEYS
 
 
 def _learned(h=2, max_len=64, **params):
@@ -77,16 +78,17 @@ def test_topk_with_k_at_least_n_is_softmax(causal):
 
 
 @pytest.mark.parametrize("causal", [False, True])
-def test_topk_equals_dense_reference(causal):
-    n, keep = 50, 5
-    q, k, v = random_qkv(b=2, h=2, n=n, d=16, seed=9)
+@pytest.mark.parametrize("n", [50, DENSE_MIX_MAX_KEYS + 30])  # both ways of mixing the values
+def test_topk_equals_dense_reference(causal, n):
+    keep = 5
+    q, k, v = random_qkv(b=1, h=2, n=n, d=16, seed=9)
     scores = q @ k.transpose(-2, -1)
     if causal:
         scores = scores.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), float("-inf"))
     pattern = torch.zeros_like(scores, dtype=torch.bool)
     for idx in np.ndindex(*scores.shape[:3]):
-        row = scores[idx]
-        order = sorted(range(n), key=lambda j: -row[j].item())[:keep]
+        row = scores[idx].tolist()
+        order = sorted(range(n), key=lambda j: -row[j])[:keep]
         pattern[idx][[j for j in order if row[j] > float("-inf")]] = True
     out = build_variant("topk", {"k": keep})(q, k, v, causal=causal)
     torch.testing.assert_close(out, dense_masked_softmax(q, k, v, pattern), rtol=1e-5, atol=1e-5)
