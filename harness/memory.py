@@ -7,7 +7,10 @@ CPU (Linux): the process's peak resident set. Before the work, `/proc/self/clear
 with "5", which resets the kernel's high-water mark VmHWM to the current RSS; after it, VmHWM minus
 the RSS before is the peak extra memory the work touched. So that freed tensors really leave the
 RSS (and a later measurement is not flattered by reused pages), glibc's mmap threshold is pinned
-at 64 KiB with `mallopt`: larger buffers are mmapped and returned to the kernel when freed.
+at 64 KiB with `mallopt` *during the measurement only*: larger buffers are mmapped and returned to
+the kernel when freed. Afterwards it is set to 32 MiB, glibc's own ceiling for its dynamic
+threshold (where it settles in long runs): a 64 KiB threshold left in place makes every later
+tensor allocation an mmap/munmap pair and slows training jobs in the same process several-fold.
 
 Caveats (CPU): RSS counts pages *touched*, so an allocation that is never written is not counted;
 other threads of the process (e.g. a data loader) are counted too; page granularity is 4 KiB; where
@@ -29,18 +32,35 @@ import torch
 
 _M_MMAP_THRESHOLD = -3
 _MIB = 1024 * 1024
+MEASURING_THRESHOLD = 64 * 1024
+RUNNING_THRESHOLD = 32 * _MIB
 
 
 @functools.lru_cache(maxsize=1)
-def pin_malloc_mmap_threshold(threshold_bytes: int = 64 * 1024) -> bool:
-    """Make glibc return large freed buffers to the kernel (see module docstring)."""
+def _mallopt():
     libc_name = ctypes.util.find_library("c")
     if not libc_name:
-        return False
+        return None
     try:
-        return bool(ctypes.CDLL(libc_name).mallopt(_M_MMAP_THRESHOLD, threshold_bytes))
+        return ctypes.CDLL(libc_name).mallopt
     except (OSError, AttributeError):
-        return False
+        return None
+
+
+def set_mmap_threshold(threshold_bytes: int) -> bool:
+    """Set glibc's mmap threshold (False where there is no glibc)."""
+    mallopt = _mallopt()
+    return bool(mallopt and mallopt(_M_MMAP_THRESHOLD, threshold_bytes))
+
+
+@contextlib.contextmanager
+def freed_memory_returned():
+    """Within the block, buffers over 64 KiB go back to the kernel when freed (module docstring)."""
+    set_mmap_threshold(MEASURING_THRESHOLD)
+    try:
+        yield
+    finally:
+        set_mmap_threshold(RUNNING_THRESHOLD)
 
 
 def _status_kib(field: str) -> int:
@@ -69,12 +89,12 @@ def peak_memory_mib(work: Callable[[], object], device: torch.device) -> float |
         work()
         torch.cuda.synchronize(device)
         return (torch.cuda.max_memory_allocated(device) - base) / _MIB
-    pin_malloc_mmap_threshold()
-    try:
-        base_kib = _reset_cpu_peak()
-    except OSError:
-        return None
-    work()
-    with contextlib.suppress(OSError):
-        return max(0, _status_kib("VmHWM") - base_kib) / 1024
+    with freed_memory_returned():
+        try:
+            base_kib = _reset_cpu_peak()
+        except OSError:
+            return None
+        work()
+        with contextlib.suppress(OSError):
+            return max(0, _status_kib("VmHWM") - base_kib) / 1024
     return None

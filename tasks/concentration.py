@@ -9,8 +9,9 @@ Per attention row a (a query's weights over the keys):
 
 ``source=gaussian`` (no training): keys k_j ~ N(0, I_d), queries q_i = scale·√d·u_i with unit
 u_i, so the variant's logits q·k/√d have spread γ = scale (theory's setting with σ = 1, μ = 0);
-swept over ``scales`` (x axis "scale"). Closed forms for comparison: softmax S = exp(−γ²/2); plain linear
-(identity feature map) S = √(2/π) at β = 0. ``source=recall``: the attention maps of a model
+swept over ``scales`` (x axis "scale"). Closed forms for comparison: softmax S = exp(−γ²/2);
+plain linear (identity feature map) S = √(2/π) at β = 0.
+``source=recall``: the attention maps of a model
 trained on a small recall task (64 tokens, 8 pairs, vocabulary 64, width 32, ``recall_steps``
 steps of 16 sequences), per layer (x axis "layer").
 """

@@ -76,6 +76,9 @@ class LearnedPatternAttention(AttentionVariant):
         self.check_inputs(q, k, v, causal)
         b = self.params.block
         nb = math.ceil(q.shape[-2] / b)
+        if nb == 1:  # one block: its gate shifts every logit of a row equally, softmax ignores it
+            scale = 1 / math.sqrt(q.shape[-1])
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
         blocks = self.selected_blocks(nb, causal)
         gates = F.logsigmoid(self.pattern_logits[:, :nb, :nb]).gather(-1, blocks.clamp(min=0))
         allowed = (lambda i, j: j <= i) if causal else None
@@ -181,6 +184,6 @@ class TopKAttention(AttentionVariant):
         return scores.masked_fill(scores < threshold, float("-inf")).softmax(dim=-1)
 
     def forward_flops(self, batch, heads, n, m, d, dv, causal) -> float:
-        """All scores are computed; the mix is dense up to DENSE_MIX_MAX_KEYS keys, then k-sparse."""
+        """All scores; the mix is dense up to DENSE_MIX_MAX_KEYS keys, then k-sparse."""
         mixed = m if m <= DENSE_MIX_MAX_KEYS else min(self.params.k, m)
         return 2.0 * batch * heads * n * (m * d / (2 if causal else 1) + mixed * dv)

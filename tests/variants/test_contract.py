@@ -69,7 +69,8 @@ def test_finite_for_random_inputs(name, n):
 @pytest.mark.parametrize("name", NAMES)
 def test_gradients_flow_to_inputs_and_parameters(name):
     variant = make(name)
-    q, k, v = (t.requires_grad_(True) for t in random_qkv(b=1, h=H, n=12, d=D))
+    # long enough for block patterns to have several blocks, so their parameters matter
+    q, k, v = (t.requires_grad_(True) for t in random_qkv(b=1, h=H, n=200, d=D))
     variant(q, k, v, causal=variant.supports_causal).square().sum().backward()
     for t in (q, k, v, *variant.parameters()):
         assert t.grad is not None and torch.isfinite(t.grad).all() and t.grad.abs().sum() > 0
