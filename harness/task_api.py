@@ -89,7 +89,10 @@ class Task:
     Params: ClassVar[type] = object
     metrics: ClassVar[tuple[Metric, ...]] = ()
     description: ClassVar[str] = ""
-    headline: ClassVar[str] = ""  # the metric the leaderboard charts and ranks by
+    headline: ClassVar[str] = ""  # the metric the leaderboard ranks by
+    charts: ClassVar[
+        tuple[str, ...]
+    ] = ()  # metrics drawn against their curve axis (default: headline)
 
     def __init__(self, params: Any) -> None:
         self.params = params

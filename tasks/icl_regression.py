@@ -60,6 +60,7 @@ class IclRegression(Task):
     Params = IclRegressionParams
     description = "In-context linear regression vs least squares and classical baselines."
     headline = "mse_mean"
+    charts = ("mse",)
     metrics = (
         Metric("mse", False, "Squared error / d of the model, by number of in-context examples"),
         Metric("mse_q05", None, "5% bootstrap quantile of the mean error (prompt mode)"),

@@ -70,6 +70,7 @@ class Recall(Task):
     Params = RecallParams
     description = "Multi-query associative recall (MQAR): recall the value bound to each key."
     headline = "accuracy"
+    charts = ("accuracy_by_pairs",)
     metrics = (
         Metric("accuracy", True, "Value accuracy at query positions, trained number of pairs"),
         Metric("accuracy_by_pairs", True, "Value accuracy by number of key-value pairs"),

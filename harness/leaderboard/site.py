@@ -57,17 +57,16 @@ def _sections(frame: pd.DataFrame) -> list[TaskSection]:
         cls = TASKS.get(task) if task in TASKS else None
         charts = []
         headline = getattr(cls, "headline", "") or rows["metric"].iloc[0]
-        unit = next((m.unit for m in cls.metrics if m.name == headline), "") if cls else ""
-        fig = curve_figure(
-            rows,
-            headline,
-            f"{task}: {headline} vs {rows['x_name'].dropna().iloc[0]}"
-            if rows["x_name"].notna().any()
-            else task,
-            unit,
-        )
-        if fig is not None:
-            charts.append(Chart(id=f"chart-{task}-{headline}", json=embeddable_json(fig)))
+        for metric in getattr(cls, "charts", ()) or (headline,):
+            unit = next((m.unit for m in cls.metrics if m.name == metric), "") if cls else ""
+            curve = rows[(rows["metric"] == metric) & rows["x_name"].notna()]
+            for x_name in sorted(curve["x_name"].unique()):  # one chart per curve axis
+                fig = curve_figure(
+                    curve[curve["x_name"] == x_name], metric, f"{task}: {metric} vs {x_name}", unit
+                )
+                if fig is not None:
+                    chart_id = f"chart-{task}-{metric}-{x_name}"
+                    charts.append(Chart(id=chart_id, json=embeddable_json(fig)))
         sections.append(
             TaskSection(
                 name=task,

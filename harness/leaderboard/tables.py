@@ -63,16 +63,51 @@ def expand_params(frame: pd.DataFrame, column: str, prefix: str) -> pd.DataFrame
     return params.add_prefix(f"{prefix}.")
 
 
-def varying(frame: pd.DataFrame) -> list[str]:
-    """Columns of ``frame`` that take more than one value."""
-    return [c for c in frame.columns if frame[c].astype(str).nunique() > 1]
+def varying(frame: pd.DataFrame, within: pd.Series | None = None) -> list[str]:
+    """Columns of ``frame`` that take more than one value (within a group of ``within``, if given).
+
+    A parameter that only some rows have (another variant's) is not a setting of the others:
+    with ``within=variant`` only parameters that differ between runs of one variant count.
+    """
+
+    def distinct(col: pd.Series) -> int:
+        return col.map(repr).nunique()
+
+    if within is None:
+        return [c for c in frame.columns if distinct(frame[c]) > 1]
+    return [
+        c
+        for c in frame.columns
+        if (frame[c].groupby(within).agg(lambda s: distinct(s.dropna())) > 1).any()
+    ]
+
+
+def key_columns(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """``frame`` with its grouping keys made safe: missing values shown as "–" (pandas drops rows
+    whose group key is missing) and lists/dicts as text; numbers stay numbers where complete."""
+    frame = frame.copy()
+    for key in keys:
+        col = frame[key]
+        if col.isna().any() or col.map(lambda x: isinstance(x, (list, dict))).any():
+            frame[key] = col.map(_key_text)
+    return frame
+
+
+def _key_text(value: object) -> str:
+    if value is None or value != value:  # None or NaN
+        return "–"
+    if isinstance(value, float) and value.is_integer():  # ints turned float by missing values
+        return str(int(value))
+    return str(value)
 
 
 def task_table(ok: pd.DataFrame, metric_info: dict[str, tuple[str, bool | None]]) -> Table:
     """One row per (variant, its parameters, device, dtype, task setting); one column per metric.
 
-    Values are means over seeds. The best value of each metric among rows that share a setting
-    (same task parameters, device and dtype) is marked.
+    Values are means over seeds. A point whose curve coordinate is the job's own setting (e.g.
+    throughput's seq_len) is a plain value; a metric reported along a curve (e.g. error by number
+    of examples) is shown as its mean over the curve, and its header says so. The best value of
+    each metric among rows that share a setting (same task parameters, device and dtype) is marked.
 
     Args:
         ok: Rows of one task with status ok.
@@ -81,25 +116,33 @@ def task_table(ok: pd.DataFrame, metric_info: dict[str, tuple[str, bool | None]]
     ok = ok[ok["metric"].notna()]
     task_params = expand_params(ok, "task_params", "task")
     variant_params = expand_params(ok, "variant_params", "variant")
-    setting_cols = [c for c in varying(task_params)]
-    vparam_cols = [c for c in varying(variant_params)]
+    setting_cols = varying(task_params)
+    vparam_cols = varying(variant_params, within=ok["variant"])
     frame = pd.concat([ok, task_params[setting_cols], variant_params[vparam_cols]], axis=1)
     keys = ["variant", *vparam_cols, "device", "dtype", *setting_cols]
-    for key in keys:  # lists/dicts are unhashable; numbers stay numbers so rows sort numerically
-        if frame[key].map(lambda x: isinstance(x, (list, dict))).any() or frame[key].isna().any():
-            frame[key] = frame[key].astype(str)
+    frame = key_columns(frame, keys)
+    frame["metric"] = _column_names(ok, task_params)
     wide = frame.pivot_table(index=keys, columns="metric", values="value", aggfunc="mean")
     metrics = [m for m in metric_info if m in wide.columns]
     metrics += sorted(m for m in wide.columns if m not in metric_info)
 
-    columns = [Column(k, k) for k in keys] + [
-        Column(m, m, *metric_info.get(m, ("", None))) for m in metrics
-    ]
+    def info(column: str) -> tuple[str, bool | None]:
+        return metric_info.get(column.split(" (mean over ")[0], ("", None))
+
+    metrics = sorted(
+        metrics,
+        key=lambda c: (
+            list(metric_info).index(c.split(" (")[0])
+            if c.split(" (")[0] in metric_info
+            else len(metric_info)
+        ),
+    )
+    columns = [Column(k, k) for k in keys] + [Column(m, m, *info(m)) for m in metrics]
     wide = wide.reset_index()
     group_keys = ["device", "dtype", *setting_cols]
     best: dict[str, set[int]] = {}
     for m in metrics:
-        direction = metric_info.get(m, ("", None))[1]
+        direction = info(m)[1]
         if direction is None:
             continue
         pick = wide.groupby(group_keys)[m].transform("max" if direction else "min")
@@ -112,6 +155,20 @@ def task_table(ok: pd.DataFrame, metric_info: dict[str, tuple[str, bool | None]]
         ]
         table.rows.append(cells)
     return table
+
+
+def _column_names(ok: pd.DataFrame, task_params: pd.DataFrame) -> pd.Series:
+    """Table column of each point: its metric, or "metric (mean over x)" for curve points whose
+    x is not the job's own setting of that name."""
+
+    def name(i) -> str:
+        metric, x_name, x_value = ok.at[i, "metric"], ok.at[i, "x_name"], ok.at[i, "x_value"]
+        if x_name is None or x_value != x_value:  # scalar
+            return metric
+        own = task_params.at[i, f"task.{x_name}"] if f"task.{x_name}" in task_params else None
+        return metric if own == x_value else f"{metric} (mean over {x_name})"
+
+    return pd.Series([name(i) for i in ok.index], index=ok.index)
 
 
 def unfinished_table(frame: pd.DataFrame) -> Table:

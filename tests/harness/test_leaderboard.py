@@ -85,3 +85,45 @@ def test_rows_sort_numerically_by_setting(tmp_path):
     collect(tmp_path)
     table = task_table(pd.read_parquet(tmp_path / "results.parquet"), {})
     assert [r[3].text for r in table.rows] == ["256", "512", "1024"]
+
+
+def test_every_variant_keeps_its_row_whatever_parameters_others_have(tmp_path):
+    """A parameter only some variants have (or that one variant sweeps) never drops rows."""
+
+    def write(run_id, variant, params, fwd):
+        write_record(
+            tmp_path,
+            Record(
+                run_id=run_id,
+                status="ok",
+                task="throughput",
+                variant=variant,
+                task_params={"seq_len": 64},
+                variant_params=params,
+                seed=0,
+                device="cpu",
+                dtype="float32",
+                metrics=[_point("fwd_ms", fwd, 64, False)],
+                env={},
+            ),
+        )
+
+    write("a", "softmax", {"temperature": 1.0}, 1.0)
+    write("b", "window", {"window": 16, "block": 0}, 2.0)
+    write("c", "window", {"window": 32, "block": 0}, 3.0)
+    write("d", "linear", {"feature_map": "elu1"}, 4.0)
+    collect(tmp_path)
+    table = task_table(pd.read_parquet(tmp_path / "results.parquet"), {"fwd_ms": ("", False)})
+    headers = [c.header for c in table.columns]
+    assert headers[:2] == ["variant", "variant.window"]  # swept within window; block is not
+    rows = sorted((r[0].text, r[1].text) for r in table.rows)
+    assert rows == [("linear", "–"), ("softmax", "–"), ("window", "16"), ("window", "32")]
+
+
+def test_axes_are_logarithmic_only_for_positive_values_spanning_decades():
+    from harness.leaderboard.charts import axis_type
+
+    assert axis_type(pd.Series([256.0, 512.0, 4096.0])) == "log"
+    assert axis_type(pd.Series([0.0, 1.0])) == "linear"  # layer 0 has no logarithm
+    assert axis_type(pd.Series([0.4, 0.9])) == "linear"
+    assert axis_type(pd.Series([-1.0, 100.0])) == "linear"
