@@ -6,6 +6,10 @@ Only those query positions are scored. Keys come from the lower half of the voca
 the upper half; token 0 is filler. A causal model is trained on a fixed training set and evaluated
 on fresh sequences, at the trained number of pairs and at fewer (accuracy by number of pairs).
 Chance level is one over the number of values.
+
+``causal=false`` trains a bidirectional model. That is still a fair recall test: a query's answer
+(its value) only ever appears in the key-value prefix, never at or after the query, so looking
+ahead reveals nothing. It lets variants that cannot be causal (``sinkhorn``) be measured here.
 """
 
 from __future__ import annotations
@@ -61,6 +65,7 @@ class RecallParams:
     d_model: int = 64  # model width
     n_layers: int = 2  # attention + MLP blocks
     n_heads: int = 2  # heads per attention layer
+    causal: bool = True  # false: bidirectional attention (answers never lie after their query)
 
 
 @register_task("recall")
@@ -106,6 +111,7 @@ class Recall(Task):
             vocab_size=p.vocab_size,
             output_dim=p.vocab_size,
             token_shift=True,
+            causal=p.causal,
         )
         return SequenceModel(cfg, ctx.variant_name, ctx.variant_params).to(ctx.device, ctx.dtype)
 

@@ -16,7 +16,7 @@ def embeddable_json(fig: go.Figure) -> str:
 
 
 def axis_type(values: pd.Series) -> str:
-    """"log" for positive values spanning at least a decade (scaling curves), else "linear"."""
+    """ "log" for positive values spanning at least a decade (scaling curves), else "linear"."""
     values = values.dropna()
     if values.empty or (values <= 0).any():
         return "linear"
@@ -52,8 +52,7 @@ def curve_figure(ok: pd.DataFrame, metric: str, title: str, unit: str = "") -> g
     fig.update_layout(
         title=title,
         xaxis={"title": x_name, "type": axis_type(rows["x_value"])},
-        yaxis={"title": f"{metric} ({unit})" if unit else metric,
-               "type": axis_type(rows["value"])},
+        yaxis={"title": f"{metric} ({unit})" if unit else metric, "type": axis_type(rows["value"])},
         template="plotly_white",
         margin={"l": 60, "r": 20, "t": 50, "b": 50},
         legend={"title": {"text": " · ".join(line_keys)}},

@@ -74,3 +74,29 @@ def test_same_config_and_seed_give_the_same_metrics():
 def test_impossible_sizes_are_refused(params, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace("·", ".")):
         build_task("recall", params).check()
+
+
+def test_answers_never_lie_at_or_after_their_query():
+    """Why causal=false is a fair recall test: looking ahead cannot reveal a value."""
+    x, y = mqar_batch(
+        300, seq_len=48, n_pairs=8, vocab_size=40, gen=torch.Generator().manual_seed(1)
+    )
+    for row_x, row_y in zip(x.tolist(), y.tolist(), strict=True):
+        for p, target in enumerate(row_y):
+            if target != IGNORE:
+                assert target not in row_x[p:]
+
+
+def test_non_causal_recall_runs_for_a_variant_that_cannot_be_causal():
+    params = dict(
+        seq_len=24,
+        n_kv_pairs=3,
+        vocab_size=16,
+        train_size=200,
+        test_size=50,
+        steps=5,
+        d_model=16,
+        causal=False,
+    )
+    points = {p.metric for p in build_task("recall", params).run(_ctx("sinkhorn")).points}
+    assert "accuracy" in points
