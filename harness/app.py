@@ -12,6 +12,7 @@ from pathlib import Path
 
 import hydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Glob
 from hydra.errors import HydraException
 from omegaconf import DictConfig
 
@@ -42,7 +43,7 @@ def check_choices(args: list[str]) -> None:
     for override in overrides:
         registry = CHECKED_GROUPS[override.key_or_group]
         if override.is_sweep_override():
-            if not override.is_choice_sweep():
+            if isinstance(override.value(), Glob) or not override.is_choice_sweep():
                 continue  # glob(...) and ranges are expanded by Hydra against the ConfigStore
             values = list(override.sweep_string_iterator())
         else:

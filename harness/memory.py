@@ -3,14 +3,15 @@
 CUDA: the caching allocator's peak (`torch.cuda.max_memory_allocated`) after
 `reset_peak_memory_stats`, minus what was allocated before the work started.
 
-CPU (Linux): the process's peak resident set. Before the work, `/proc/self/clear_refs` is written
-with "5", which resets the kernel's high-water mark VmHWM to the current RSS; after it, VmHWM minus
-the RSS before is the peak extra memory the work touched. So that freed tensors really leave the
-RSS (and a later measurement is not flattered by reused pages), glibc's mmap threshold is pinned
-at 64 KiB with `mallopt` *during the measurement only*: larger buffers are mmapped and returned to
-the kernel when freed. Afterwards it is set to 32 MiB, glibc's own ceiling for its dynamic
-threshold (where it settles in long runs): a 64 KiB threshold left in place makes every later
-tensor allocation an mmap/munmap pair and slows training jobs in the same process several-fold.
+CPU (Linux): the peak resident set of a process. `/proc/self/clear_refs` is written with "5",
+which resets the kernel's high-water mark VmHWM to the current RSS; after the work, VmHWM minus
+the RSS before is the peak extra memory the work touched. That is only honest in a process whose
+freed memory goes back to the kernel: glibc keeps freed buffers in its heap, and later work that
+reuses those resident pages raises no high-water mark (seen here: readings of 0 MiB after a few
+jobs). So CPU measurements run in one long-lived helper process (`isolated_cpu_peak`), spawned
+once, whose glibc mmap threshold is pinned at 64 KiB from the start: every buffer above that is
+mmapped and unmapped when freed, so its heap never holds large free chunks. The job's own process
+keeps glibc's defaults (a 64 KiB threshold there made training several-fold slower).
 
 Caveats (CPU): RSS counts pages *touched*, so an allocation that is never written is not counted;
 other threads of the process (e.g. a data loader) are counted too; page granularity is 4 KiB; where
@@ -23,44 +24,40 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
-import functools
+import multiprocessing
 import re
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import torch
 
 _M_MMAP_THRESHOLD = -3
 _MIB = 1024 * 1024
-MEASURING_THRESHOLD = 64 * 1024
-RUNNING_THRESHOLD = 32 * _MIB
+PINNED_THRESHOLD = 64 * 1024
+_probe: ProcessPoolExecutor | None = None
 
 
-@functools.lru_cache(maxsize=1)
-def _mallopt():
+def _pin_mmap_threshold() -> None:
     libc_name = ctypes.util.find_library("c")
-    if not libc_name:
-        return None
-    try:
-        return ctypes.CDLL(libc_name).mallopt
-    except (OSError, AttributeError):
-        return None
+    if libc_name:
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(libc_name).mallopt(_M_MMAP_THRESHOLD, PINNED_THRESHOLD)
 
 
-def set_mmap_threshold(threshold_bytes: int) -> bool:
-    """Set glibc's mmap threshold (False where there is no glibc)."""
-    mallopt = _mallopt()
-    return bool(mallopt and mallopt(_M_MMAP_THRESHOLD, threshold_bytes))
+def isolated_cpu_peak(fn: Callable[..., float | None], *args: Any) -> float | None:
+    """Run ``fn(*args)`` in the memory-probe process and return its result.
 
-
-@contextlib.contextmanager
-def freed_memory_returned():
-    """Within the block, buffers over 64 KiB go back to the kernel when freed (module docstring)."""
-    set_mmap_threshold(MEASURING_THRESHOLD)
-    try:
-        yield
-    finally:
-        set_mmap_threshold(RUNNING_THRESHOLD)
+    ``fn`` must be a module-level function (it is pickled by name) that builds its inputs and
+    returns `peak_memory_mib` of its work. The probe process is spawned on first use and reused.
+    """
+    global _probe
+    if _probe is None:
+        _probe = ProcessPoolExecutor(
+            1, mp_context=multiprocessing.get_context("spawn"), initializer=_pin_mmap_threshold
+        )
+    return _probe.submit(fn, *args).result()
 
 
 def _status_kib(field: str) -> int:
@@ -80,7 +77,9 @@ def _reset_cpu_peak() -> int:
 def peak_memory_mib(work: Callable[[], object], device: torch.device) -> float | None:
     """Peak extra memory (MiB) used while running ``work()`` once on ``device``.
 
-    Returns None where the platform gives no honest measurement (see module docstring).
+    On CPU, call it inside `isolated_cpu_peak` (see the module docstring); in another process
+    the reading can miss memory reused from glibc's heap. Returns None where the platform gives no
+    honest measurement.
     """
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -89,12 +88,11 @@ def peak_memory_mib(work: Callable[[], object], device: torch.device) -> float |
         work()
         torch.cuda.synchronize(device)
         return (torch.cuda.max_memory_allocated(device) - base) / _MIB
-    with freed_memory_returned():
-        try:
-            base_kib = _reset_cpu_peak()
-        except OSError:
-            return None
-        work()
-        with contextlib.suppress(OSError):
-            return max(0, _status_kib("VmHWM") - base_kib) / 1024
+    try:
+        base_kib = _reset_cpu_peak()
+    except OSError:
+        return None
+    work()
+    with contextlib.suppress(OSError):
+        return max(0, _status_kib("VmHWM") - base_kib) / 1024
     return None

@@ -101,6 +101,13 @@ class Task:
         """Run one job and return its metric points."""
         raise NotImplementedError
 
+    def require_positive(self, *keys: str) -> None:
+        """Raise one clear ValueError for the first of ``keys`` whose value is below 1."""
+        for key in keys:
+            value = getattr(self.params, key)
+            if value < 1:
+                raise ValueError(f"task.{key} must be >= 1, got {value}.")
+
     @classmethod
     def metric(cls, name: str) -> Metric:
         """The declared `Metric` called ``name``."""

@@ -83,9 +83,9 @@ class SelectiveCopy(Task):
     def check(self) -> None:
         """Refuse impossible sizes with one sentence."""
         p = self.params
-        for key in ("seq_len", "n_to_copy", "train_size", "test_size", "steps", "batch_size"):
-            if getattr(p, key) < 1:
-                raise ValueError(f"task.{key} must be >= 1, got {getattr(p, key)}.")
+        self.require_positive(
+            "seq_len", "n_to_copy", "train_size", "test_size", "steps", "batch_size"
+        )
         if p.n_to_copy > p.seq_len:
             raise ValueError(
                 f"task.n_to_copy={p.n_to_copy} does not fit in task.seq_len="

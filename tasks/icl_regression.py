@@ -88,9 +88,9 @@ class IclRegression(Task):
         p = self.params
         if p.mode not in MODES:
             raise ValueError(f"task.mode={p.mode!r} is not valid; use one of {', '.join(MODES)}.")
-        for key in ("n_dims", "n_points", "eval_prompts", "steps", "batch_size", "system_runs"):
-            if getattr(p, key) < 1:
-                raise ValueError(f"task.{key} must be >= 1, got {getattr(p, key)}.")
+        self.require_positive(
+            "n_dims", "n_points", "eval_prompts", "steps", "batch_size", "system_runs"
+        )
         if p.noise_std < 0:
             raise ValueError(f"task.noise_std must be >= 0, got {p.noise_std}.")
 

@@ -86,9 +86,9 @@ class Recall(Task):
     def check(self) -> None:
         """Refuse impossible sizes with one sentence."""
         p = self.params
-        for key in ("seq_len", "n_kv_pairs", "train_size", "test_size", "steps", "batch_size"):
-            if getattr(p, key) < 1:
-                raise ValueError(f"task.{key} must be >= 1, got {getattr(p, key)}.")
+        self.require_positive(
+            "seq_len", "n_kv_pairs", "train_size", "test_size", "steps", "batch_size"
+        )
         if 3 * p.n_kv_pairs > p.seq_len:
             raise ValueError(
                 f"task.seq_len={p.seq_len} is too short for n_kv_pairs="

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.memory import peak_memory_mib
+from harness.discovery import load_plugins
+from harness.memory import isolated_cpu_peak, peak_memory_mib
 from harness.task_api import (
     JobContext,
     Metric,
@@ -23,7 +24,7 @@ from harness.task_api import (
     register_task,
 )
 from harness.timing import time_call
-from harness.variant_api import VariantShape
+from harness.variant_api import VariantShape, build_variant
 
 
 @dataclass
@@ -62,9 +63,7 @@ class Throughput(Task):
 
     def run(self, ctx: JobContext) -> TaskResult:
         p = self.params
-        for key in ("seq_len", "batch_size", "n_heads", "head_dim", "min_samples"):
-            if getattr(p, key) < 1:
-                raise ValueError(f"task.{key} must be >= 1, got {getattr(p, key)}.")
+        self.require_positive("seq_len", "batch_size", "n_heads", "head_dim", "min_samples")
         variant = ctx.build_variant(VariantShape(p.n_heads, p.head_dim, p.seq_len))
         gen = ctx.generator()
         shape = (p.batch_size, p.n_heads, p.seq_len, p.head_dim)
@@ -85,7 +84,18 @@ class Throughput(Task):
             min_samples=p.min_samples,
             min_run_time=p.min_run_time,
         )
-        peak = peak_memory_mib(forward, ctx.device)
+        if ctx.device.type == "cuda":
+            peak = peak_memory_mib(forward, ctx.device)
+        else:  # a fresh variant and inputs in the memory-probe process (harness.memory)
+            peak = isolated_cpu_peak(
+                forward_peak_mib,
+                ctx.variant_name,
+                ctx.variant_params,
+                shape,
+                str(ctx.dtype).removeprefix("torch."),
+                ctx.seed,
+                p.causal,
+            )
         flops = variant.forward_flops(
             p.batch_size, p.n_heads, p.seq_len, p.seq_len, p.head_dim, p.head_dim, p.causal
         )
@@ -124,3 +134,30 @@ class Throughput(Task):
             if value is not None
         ]
         return TaskResult(points=points, details=details)
+
+
+def forward_peak_mib(
+    variant: str,
+    variant_params: dict,
+    shape: tuple[int, int, int, int],
+    dtype: str,
+    seed: int,
+    causal: bool,
+) -> float | None:
+    """Peak memory of one forward call of ``variant`` on CPU inputs of ``shape`` (B, H, N, D).
+
+    Runs in the memory-probe process: the variant and inputs are built there, outside the
+    measured region.
+    """
+    load_plugins()
+    b, h, n, d = shape
+    module = build_variant(variant, variant_params, VariantShape(h, d, n)).to(getattr(torch, dtype))
+    gen = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(shape, generator=gen).to(getattr(torch, dtype)) for _ in range(3))
+
+    def forward() -> torch.Tensor:
+        with torch.no_grad():
+            return module(q, k, v, causal=causal)
+
+    forward()  # one-off allocations (thread pools, caches) are not the variant's
+    return peak_memory_mib(forward, torch.device("cpu"))

@@ -72,3 +72,18 @@ def test_leaderboard_without_results_says_what_to_run(tmp_path):
     assert proc.returncode == 0
     assert "run `attnbench -m sweep=quick` first" in proc.stderr
     assert "No results yet" in (tmp_path / "leaderboard" / "index.html").read_text()
+
+
+def test_glob_sweep_on_the_command_line(tmp_path):
+    proc = run_cli(
+        "attnbench",
+        "-m",
+        "variant=glob(s*)",
+        "task.seq_len=32",
+        "task.backward=false",
+        "task.min_run_time=0.01",
+        f"results_dir={tmp_path}",
+    )
+    assert proc.returncode == 0, proc.stderr
+    variants = {json.loads(p.read_text())["variant"] for p in (tmp_path / "runs").glob("*.json")}
+    assert variants == {"sigmoid", "sinkhorn", "softmax", "strided"}

@@ -25,6 +25,12 @@ TILE_BYTES = 16 * 1024 * 1024  # working-set budget of one group of query blocks
 Predicate = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
+def rows_per_chunk(q: torch.Tensor, m: int, live_copies: int = 2) -> int:
+    """Query rows per chunk so that ``live_copies`` (B, H, rows, m) tensors fit in TILE_BYTES."""
+    per_row = live_copies * q.shape[0] * q.shape[1] * m * q.element_size()
+    return max(1, TILE_BYTES // max(1, per_row))
+
+
 def _pad_to(x: torch.Tensor, length: int) -> torch.Tensor:
     pad = length - x.shape[-2]
     return F.pad(x, (0, 0, 0, pad)) if pad else x

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from harness.variant_api import AttentionVariant, register_variant
-from variants.blocksparse import TILE_BYTES
+from variants.blocksparse import rows_per_chunk
 from variants.masking import causal_pattern
 
 
@@ -30,7 +30,7 @@ def pointwise_attention(
     """Σ_j weight(s_ij)·v_j over visible keys, in query chunks under a fixed memory budget."""
     n, m = q.shape[-2], k.shape[-2]
     scale = 1 / math.sqrt(q.shape[-1])
-    chunk = max(1, TILE_BYTES // max(1, 2 * q.shape[0] * q.shape[1] * m * q.element_size()))
+    chunk = rows_per_chunk(q, m)
     outs = []
     for s in range(0, n, chunk):
         w = weight((q[:, :, s : s + chunk] @ k.transpose(-2, -1)) * scale)

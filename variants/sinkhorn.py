@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from harness.variant_api import AttentionVariant, VariantShape, register_variant
-from variants.blocksparse import TILE_BYTES
+from variants.blocksparse import rows_per_chunk
 
 
 @dataclass
@@ -52,8 +52,7 @@ class SinkhornAttention(AttentionVariant):
         return 1.0 / (math.sqrt(q.shape[-1]) * self.params.temperature)
 
     def _chunks(self, q: torch.Tensor, m: int):
-        per_row = 2 * q.shape[0] * q.shape[1] * m * q.element_size()
-        step = max(1, TILE_BYTES // max(1, per_row))
+        step = rows_per_chunk(q, m)
         return range(0, q.shape[-2], step), step
 
     def potentials(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

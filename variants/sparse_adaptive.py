@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from harness.variant_api import AttentionVariant, VariantShape, register_variant
-from variants.blocksparse import TILE_BYTES, block_sparse_attention
+from variants.blocksparse import block_sparse_attention, rows_per_chunk
 from variants.masking import apply_pattern, causal_pattern
 
 
@@ -137,16 +137,12 @@ class TopKAttention(AttentionVariant):
         if params.k < 1:
             raise ValueError(f"topk k must be >= 1, got {params.k}.")
 
-    def _chunk(self, q: torch.Tensor, m: int) -> int:
-        per_row = q.shape[0] * q.shape[1] * m * q.element_size() * 2
-        return max(1, TILE_BYTES // max(1, per_row))
-
     def forward(self, q, k, v, causal=False):
         self.check_inputs(q, k, v, causal)
         n, m = q.shape[-2], k.shape[-2]
         keep = min(self.params.k, m)
         scale = 1 / math.sqrt(q.shape[-1])
-        chunk = self._chunk(q, m)
+        chunk = rows_per_chunk(q, m)
         outs = []
         for s in range(0, n, chunk):
             scores = (q[:, :, s : s + chunk] @ k.transpose(-2, -1)) * scale

@@ -5,7 +5,8 @@ import sys
 import pytest
 import torch
 
-from harness.memory import peak_memory_mib
+from harness.memory import isolated_cpu_peak, peak_memory_mib
+from tasks.throughput import forward_peak_mib
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="CPU peak uses /proc (Linux)")
@@ -28,3 +29,17 @@ def test_cuda_peak_measures_a_known_allocation():
     dev = torch.device("cuda")
     peak = peak_memory_mib(lambda: torch.ones(16 * 1024 * 1024, device=dev), dev)
     assert peak == pytest.approx(64, rel=0.01)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="CPU peak uses /proc (Linux)")
+def test_probe_process_gives_the_same_reading_whatever_ran_before():
+    """In a long-lived process glibc's heap hides reused pages (readings of 0 MiB were seen in
+    sweeps); the probe process must read the same peak however much work preceded it."""
+    args = ("window", {"window": 256}, (1, 4, 8192, 64), "float32", 0, True)
+    first = isolated_cpu_peak(forward_peak_mib, *args)
+    for _ in range(3):  # churn the probe's heap with other variants and sizes
+        isolated_cpu_peak(forward_peak_mib, "softmax", {}, (1, 4, 4096, 64), "float32", 0, True)
+        isolated_cpu_peak(forward_peak_mib, "decay", {}, (2, 4, 8192, 64), "float32", 0, True)
+    again = isolated_cpu_peak(forward_peak_mib, *args)
+    assert first is not None and first > 5  # tiles of the block-sparse engine are really there
+    assert again == pytest.approx(first, abs=2.0)
