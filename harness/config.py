@@ -48,6 +48,7 @@ class AttnbenchConfig:
     results_dir: str = "results"  # records go to <results_dir>/runs, the table beside them
     threads: int = 0  # CPU threads for the job and its timers; 0 = torch's default
     overwrite: bool = False  # re-run jobs that already have an `ok` record
+    timeout_s: float = 0.0  # wall-clock budget per job, else recorded as `timeout`; 0 = none
 
 
 def option_schema(name: str, params_cls: type) -> type:

@@ -7,7 +7,10 @@ bad configuration that no job could run with (unknown names, invalid device).
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import signal
+import threading
 import time
 import traceback
 from datetime import datetime, timezone
@@ -29,6 +32,39 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 class ConfigError(ValueError):
     """A config that no job can run with; the message says what would be valid."""
+
+
+class JobTimeout(Exception):
+    """A job ran past its time budget (``timeout_s``); recorded as status ``timeout``."""
+
+
+@contextlib.contextmanager
+def time_budget(seconds: float):
+    """Raise `JobTimeout` in the block once ``seconds`` of wall time have passed (0 = no budget).
+
+    Uses SIGALRM, so it works in the main thread on POSIX (where Hydra's local and joblib
+    launchers run jobs) and is a no-op elsewhere. The check happens between Python operations:
+    one long kernel finishes before the timeout is raised.
+    """
+    usable = (
+        seconds > 0
+        and hasattr(signal, "setitimer")
+        and threading.current_thread() is threading.main_thread()
+    )
+    if not usable:
+        yield
+        return
+
+    def expire(signum, frame):
+        raise JobTimeout(f"job exceeded its time budget of {seconds:g} s (timeout_s)")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def resolve_device(choice: str) -> torch.device:
@@ -71,6 +107,8 @@ def _classify(exc: BaseException) -> tuple[str, str]:
     text = f"{type(exc).__name__}: {exc}"
     if isinstance(exc, UnsupportedError):
         return "unsupported", str(exc)
+    if isinstance(exc, JobTimeout):
+        return "timeout", str(exc)
     if isinstance(exc, NonFiniteError):
         return "failed", f"non-finite: {exc}"
     oom_types = (MemoryError, getattr(torch, "OutOfMemoryError", MemoryError))
@@ -122,7 +160,8 @@ def run(cfg: DictConfig) -> Record:
     status, error, points, details = "ok", None, [], {}
     try:
         task = build_task(ident["task"], ident["task_params"])
-        result = task.run(ctx)
+        with time_budget(float(cfg.timeout_s)):
+            result = task.run(ctx)
         for point in result.points:
             if not torch.isfinite(torch.tensor(float(point.value))):
                 raise NonFiniteError(f"metric {point.metric} = {point.value}")
@@ -139,6 +178,8 @@ def run(cfg: DictConfig) -> Record:
         ]
         details = result.details
     except Exception as exc:  # every job failure becomes a record; the sweep goes on
+        # (JobTimeout too: it subclasses Exception so that task code cannot mistake it for a
+        # KeyboardInterrupt, and a broad except inside a task would only delay it)
         status, error = _classify(exc)
         details = {"traceback": traceback.format_exc(limit=8)}
         if device.type == "cuda":

@@ -1,5 +1,9 @@
 """Throughput: forward (and forward+backward) latency and peak memory of one variant at one size.
 
+Before anything is timed, the forward is checked against the variant's own materialised weights
+(out == A·V) at n = min(seq_len, 512): a variant that computes the wrong thing fails the job
+rather than posting a speed.
+
 The variant core alone is timed on random q, k, v of shape (B, H, N, D), built outside the timed
 region. Timing method: `harness.timing`; memory method: `harness.memory`. FLOPs follow each
 variant's `forward_flops` (the FlashAttention convention for dense attention); a backward pass is
@@ -59,6 +63,7 @@ class Throughput(Task):
         Metric("gflops", True, "Achieved forward GFLOP/s (variant's own FLOP count)", "GFLOP/s"),
         Metric("tokens_per_s", True, "Forward tokens per second (B·N / latency)", "tokens/s"),
         Metric("first_call_ms", False, "Latency of the very first call (init, compile)", "ms"),
+        Metric("fwd_samples", None, "Number of forward timing samples behind the median"),
     )
 
     def run(self, ctx: JobContext) -> TaskResult:
@@ -77,6 +82,7 @@ class Throughput(Task):
                 return variant(q, k, v, causal=p.causal)
 
         check_finite("forward output", forward())
+        correctness = check_against_weights(variant, p, ctx)
         fwd = time_call(
             forward,
             device=ctx.device,
@@ -107,7 +113,12 @@ class Throughput(Task):
             "tokens_per_s": p.batch_size * p.seq_len / (fwd.median_ms * 1e-3),
             "first_call_ms": fwd.first_call_ms,
         }
-        details = {"fwd_samples_ms": list(fwd.samples_ms), "forward_flops": flops}
+        values["fwd_samples"] = fwd.n_samples
+        details = {
+            "fwd_samples_ms": list(fwd.samples_ms),
+            "forward_flops": flops,
+            "correctness_check": correctness,
+        }
         if p.backward:
             qg, kg, vg = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
             grad = torch.randn(shape, generator=gen).to(device=ctx.device, dtype=ctx.dtype)
@@ -161,3 +172,36 @@ def forward_peak_mib(
 
     forward()  # one-off allocations (thread pools, caches) are not the variant's
     return peak_memory_mib(forward, torch.device("cpu"))
+
+
+CHECK_LEN = 512  # sequence length of the correctness check (long enough for sparse paths)
+
+
+def check_against_weights(variant, p: ThroughputParams, ctx: JobContext) -> str:
+    """Before a speed is recorded, check the forward against the variant's own materialised
+    weights (out == A·V) at a small size, in float32 on the job's device.
+
+    Returns what was checked; raises `ValueError` if they disagree, so the job fails instead of
+    reporting the speed of a wrong result.
+    """
+    n = min(p.seq_len, CHECK_LEN)
+    gen = ctx.generator(7)
+    q, k, v = (
+        torch.randn(1, p.n_heads, n, p.head_dim, generator=gen).to(ctx.device) for _ in range(3)
+    )
+    reference = variant.float()
+    try:
+        with torch.no_grad():
+            weights = reference.attention_weights(q, k, causal=p.causal)
+            out = reference(q, k, v, causal=p.causal)
+    except NotImplementedError:
+        return "skipped: the variant cannot materialise its weights"
+    finally:
+        variant.to(ctx.dtype)
+    error = float((out - weights @ v).abs().max())
+    if not error <= 1e-4 * max(1.0, float(out.abs().max())):
+        raise ValueError(
+            f"forward disagrees with its attention weights at n={n}: "
+            f"max error {error:.3g}; not timing a wrong result."
+        )
+    return f"forward == weights·V at n={n} (max error {error:.2g})"

@@ -113,3 +113,24 @@ def test_device_resolution():
     if not torch.cuda.is_available():
         with pytest.raises(ConfigError, match="no CUDA GPU is available; use device=cpu"):
             resolve_device("cuda")
+
+
+def test_job_over_its_time_budget_is_recorded_as_timeout(tmp_path):
+    import time
+
+    class Slow(FaultyVariant):
+        def forward(self, q, k, v, causal=False):
+            time.sleep(0.05)
+            return v
+
+    register_variant("test_slow")(Slow)
+    store_configs()
+    try:
+        start = time.perf_counter()
+        record = run(_cfg(tmp_path, "variant=test_slow", "timeout_s=0.5", "task.min_samples=1000"))
+        assert record.status == "timeout"
+        assert "time budget of 0.5 s" in record.error
+        assert time.perf_counter() - start < 5  # stopped, not run to completion
+        assert read_record(record_path(tmp_path, record.run_id)).status == "timeout"
+    finally:
+        VARIANTS.unregister("test_slow")

@@ -49,3 +49,25 @@ def test_linear_reports_its_own_flop_count():
 def test_bad_size_is_one_clear_sentence():
     with pytest.raises(ValueError, match=r"task.seq_len must be >= 1, got 0"):
         _run(seq_len=0)
+
+
+def test_a_variant_whose_forward_disagrees_with_its_weights_is_not_timed():
+    from harness.variant_api import VARIANTS, register_variant
+    from variants.softmax import SoftmaxAttention
+
+    class Wrong(SoftmaxAttention):  # forward is off by 1% from its own weights·V
+        def forward(self, q, k, v, causal=False):
+            return 1.01 * super().forward(q, k, v, causal=causal)
+
+    register_variant("test_wrong_forward")(Wrong)
+    try:
+        with pytest.raises(ValueError, match="forward disagrees with its attention weights"):
+            _run("test_wrong_forward", seq_len=64)
+    finally:
+        VARIANTS.unregister("test_wrong_forward")
+
+
+def test_correctness_check_is_recorded():
+    task = build_task("throughput", {"min_run_time": 0.01, "seq_len": 600, "backward": False})
+    result = task.run(_ctx("window"))
+    assert result.details["correctness_check"].startswith("forward == weights·V at n=512")
