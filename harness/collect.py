@@ -1,8 +1,9 @@
 """Collect run records into the tidy results table ``<results_dir>/results.parquet``.
 
 One row per metric point; a job without metrics (failed, oom, unsupported) still gets one row
-(metric and value null) so that nothing is lost. Unreadable or foreign JSON files in ``runs/`` are
-skipped with a warning and counted; a record of a newer schema is refused with a message.
+(metric and value null) so that nothing is lost. The throughput scaling fits (`harness.scaling`)
+are appended as rows of their own (run_id ``fit-…``). Unreadable or foreign JSON files in
+``runs/`` are skipped with a warning and counted; a record of a newer schema is refused.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.records import Record, RecordSchemaError, read_record, runs_dir
+from harness.scaling import scaling_rows
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +126,9 @@ def results_frame(results_dir: str | os.PathLike) -> tuple[pd.DataFrame, Collect
         rows.extend(record_rows(record))
         summary.n_records += 1
     frame = pd.DataFrame(rows, columns=COLUMNS)
+    fits = scaling_rows(frame)
+    if fits:
+        frame = pd.concat([frame, pd.DataFrame(fits, columns=COLUMNS)], ignore_index=True)
     frame = frame.astype({"value": "float64", "x_value": "float64", "duration_s": "float64"})
     summary.n_rows = len(frame)
     return frame, summary

@@ -22,6 +22,12 @@ from harness.records import atomic_write_text, runs_dir
 from harness.task_api import TASKS
 
 PLOTLY_JS = "plotly.min.js"
+FIT_INFO = {
+    "scaling_exponent": ("Slope of log(fwd_ms) vs log(seq_len): 2 dense, 1 linear", False),
+    "scaling_exponent_ci_low": ("95% confidence interval of the exponent, low end", None),
+    "scaling_exponent_ci_high": ("95% confidence interval of the exponent, high end", None),
+    "crossover_seq_len": ("Length above which the variant beats dense softmax (fitted)", False),
+}
 
 
 @dataclass
@@ -41,6 +47,7 @@ class TaskSection:
     table: Table
     charts: list[Chart]
     n_runs: int
+    fits: Table | None = None
 
 
 def _metric_info(task: str) -> dict[str, tuple[str, bool | None]]:
@@ -67,13 +74,15 @@ def _sections(frame: pd.DataFrame) -> list[TaskSection]:
                 if fig is not None:
                     chart_id = f"chart-{task}-{metric}-{x_name}"
                     charts.append(Chart(id=chart_id, json=embeddable_json(fig)))
+        fitted = rows["run_id"].str.startswith("fit-")
         sections.append(
             TaskSection(
                 name=task,
                 description=getattr(cls, "description", ""),
-                table=task_table(rows, _metric_info(task)),
+                table=task_table(rows[~fitted], _metric_info(task)),
                 charts=charts,
-                n_runs=rows["run_id"].nunique(),
+                n_runs=rows.loc[~fitted, "run_id"].nunique(),
+                fits=task_table(rows[fitted], FIT_INFO) if fitted.any() else None,
             )
         )
     return sections

@@ -93,6 +93,18 @@ def key_columns(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     return frame
 
 
+def _numbers_first(col: pd.Series) -> pd.Series:
+    """Sort key: numbers (also numbers shown as text) in numeric order, then other text."""
+
+    def order(value: object) -> tuple:
+        try:
+            return (0, float(value), "")  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            return (1, 0.0, str(value))
+
+    return col.map(order)
+
+
 def _key_text(value: object) -> str:
     if value is None or value != value:  # None or NaN
         return "–"
@@ -138,7 +150,7 @@ def task_table(ok: pd.DataFrame, metric_info: dict[str, tuple[str, bool | None]]
         ),
     )
     columns = [Column(k, k) for k in keys] + [Column(m, m, *info(m)) for m in metrics]
-    wide = wide.reset_index()
+    wide = wide.reset_index().sort_values(keys, key=_numbers_first, ignore_index=True)
     group_keys = ["device", "dtype", *setting_cols]
     best: dict[str, set[int]] = {}
     for m in metrics:

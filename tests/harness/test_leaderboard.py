@@ -83,8 +83,12 @@ def test_rows_sort_numerically_by_setting(tmp_path):
     for i, n in enumerate((1024, 256, 512)):
         _write(tmp_path, f"r{i}", "softmax", n, 1.0)
     collect(tmp_path)
-    table = task_table(pd.read_parquet(tmp_path / "results.parquet"), {})
+    frame = pd.read_parquet(tmp_path / "results.parquet")
+    runs = frame[~frame["run_id"].str.startswith("fit-")]  # the page shows fits apart
+    table = task_table(runs, {})
     assert [r[3].text for r in table.rows] == ["256", "512", "1024"]
+    html = build_site(tmp_path).read_text()
+    assert "Scaling fits" in html and "scaling_exponent" in html
 
 
 def test_every_variant_keeps_its_row_whatever_parameters_others_have(tmp_path):
@@ -127,3 +131,10 @@ def test_axes_are_logarithmic_only_for_positive_values_spanning_decades():
     assert axis_type(pd.Series([0.0, 1.0])) == "linear"  # layer 0 has no logarithm
     assert axis_type(pd.Series([0.4, 0.9])) == "linear"
     assert axis_type(pd.Series([-1.0, 100.0])) == "linear"
+
+
+def test_rows_with_gaps_still_sort_numbers_numerically():
+    from harness.leaderboard.tables import _numbers_first
+
+    col = pd.Series(["1024", "256", "–", "512"])
+    assert list(col.iloc[_numbers_first(col).argsort()]) == ["256", "512", "1024", "–"]
