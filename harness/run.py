@@ -130,7 +130,7 @@ def run(cfg: DictConfig) -> Record:
     """
     load_plugins()
     ident = job_identity(cfg)
-    variant_cls = VARIANTS.get(ident["variant"])
+    entry = VARIANTS.entry(ident["variant"])  # unknown names fail here, before any work
     TASKS.get(ident["task"])
     run_id = make_run_id(ident)
     results_dir = cfg.results_dir
@@ -188,7 +188,6 @@ def run(cfg: DictConfig) -> Record:
 
     env = environment(device)
     env.update(threads=threads, flush_denormal=flush_denormal)
-    entry = VARIANTS.entry(ident["variant"])
     record = Record(
         run_id=run_id,
         status=status,
@@ -199,8 +198,8 @@ def run(cfg: DictConfig) -> Record:
         duration_s=duration,
         details={
             **details,
-            "variant_family": variant_cls.family,
-            "variant_cost": variant_cls.cost,
+            "variant_family": entry.obj.family,
+            "variant_cost": entry.obj.cost,
             "variant_origin": entry.origin,
         },
         **ident,

@@ -99,18 +99,21 @@ class IclRegression(Task):
         p = self.params
         return p.ridge_lambda if p.ridge_lambda >= 0 else max(p.noise_std**2, 1e-6)
 
-    def baseline_errors(
-        self, xs: torch.Tensor, ys: torch.Tensor, targets: torch.Tensor
-    ) -> dict[str, torch.Tensor]:
-        """(P, n) error / d of each baseline on the given prompts."""
+    def baselines(self) -> dict:
+        """Each baseline as predict(xs (P, n, d), ys (P, n), queries (P, d)) → (P,), by name."""
         lam = self.ridge_lambda()
-        predictors = {
+        return {
             "least_squares": rb.least_squares,
             "ridge": lambda x, y, q: rb.ridge(x, y, q, lam),
             "averaging": rb.averaging,
             "knn3": rb.nearest_neighbours,
         }
-        return {name: rb.prefix_errors(f, xs, ys, targets) for name, f in predictors.items()}
+
+    def baseline_errors(
+        self, xs: torch.Tensor, ys: torch.Tensor, targets: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
+        """(P, n) error / d of each baseline on the given prompts."""
+        return {name: rb.prefix_errors(f, xs, ys, targets) for name, f in self.baselines().items()}
 
     def run(self, ctx: JobContext) -> TaskResult:
         self.check()
@@ -243,15 +246,12 @@ class IclRegression(Task):
     def in_sample_baselines(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
         """Each baseline's in-sample error / d on the history points (fit on all n, then predict
         each of them), the attention system's own setting."""
-        xs, ys = x.unsqueeze(0), y.unsqueeze(0)
-        lam = self.ridge_lambda()
-        preds = {
-            "least_squares": rb.least_squares(xs.expand(len(x), -1, -1), ys.expand(len(x), -1), x),
-            "ridge": rb.ridge(xs.expand(len(x), -1, -1), ys.expand(len(x), -1), x, lam),
-            "averaging": rb.averaging(xs.expand(len(x), -1, -1), ys.expand(len(x), -1), x),
-            "knn3": rb.nearest_neighbours(xs.expand(len(x), -1, -1), ys.expand(len(x), -1), x),
+        xs = x.unsqueeze(0).expand(len(x), -1, -1)  # every point sees all n history points
+        ys = y.unsqueeze(0).expand(len(x), -1)
+        return {
+            name: float((predict(xs, ys, x) - y).square().mean()) / x.shape[1]
+            for name, predict in self.baselines().items()
         }
-        return {k: float((v - y).square().mean()) / x.shape[1] for k, v in preds.items()}
 
 
 class AttentionSystem(torch.nn.Module):

@@ -135,19 +135,18 @@ def task_table(ok: pd.DataFrame, metric_info: dict[str, tuple[str, bool | None]]
     frame = key_columns(frame, keys)
     frame["metric"] = _column_names(ok, task_params)
     wide = frame.pivot_table(index=keys, columns="metric", values="value", aggfunc="mean")
-    metrics = [m for m in metric_info if m in wide.columns]
-    metrics += sorted(m for m in wide.columns if m not in metric_info)
+    order = list(metric_info)
+
+    def base(column: str) -> str:  # the metric behind a "metric (mean over x)" column
+        return column.split(" (mean over ")[0]
 
     def info(column: str) -> tuple[str, bool | None]:
-        return metric_info.get(column.split(" (mean over ")[0], ("", None))
+        return metric_info.get(base(column), ("", None))
 
+    # declared metrics in declaration order, each before its curve mean; the rest by name
     metrics = sorted(
-        metrics,
-        key=lambda c: (
-            list(metric_info).index(c.split(" (")[0])
-            if c.split(" (")[0] in metric_info
-            else len(metric_info)
-        ),
+        wide.columns,
+        key=lambda c: (order.index(base(c)) if base(c) in metric_info else len(order), c),
     )
     columns = [Column(k, k) for k in keys] + [Column(m, m, *info(m)) for m in metrics]
     wide = wide.reset_index().sort_values(keys, key=_numbers_first, ignore_index=True)
