@@ -29,8 +29,9 @@ class DeviceChoice(str, Enum):
 
 
 class DTypeChoice(str, Enum):
-    """Floating-point type of the job's tensors."""
+    """Floating-point type of the job's tensors: ``auto`` is bfloat16 on CUDA, float32 on CPU."""
 
+    auto = "auto"
     float32 = "float32"
     bfloat16 = "bfloat16"
     float16 = "float16"
@@ -44,7 +45,7 @@ class AttnbenchConfig:
     task: Any = MISSING  # task option: its parameters plus `name`
     seed: int = 0  # seeds every random draw of the job
     device: DeviceChoice = DeviceChoice.auto  # auto | cpu | cuda
-    dtype: DTypeChoice = DTypeChoice.float32  # float32 | bfloat16 | float16
+    dtype: DTypeChoice = DTypeChoice.auto  # auto (CUDA bfloat16, CPU float32) | float32 | …
     results_dir: str = "results"  # records go to <results_dir>/runs, the table beside them
     threads: int = 0  # CPU threads for the job and its timers; 0 = torch's default
     overwrite: bool = False  # re-run jobs that already have an `ok` record

@@ -10,6 +10,8 @@ Method:
    and runs for at least ``min_run_time`` seconds; more blocks are added until there are at least
    ``min_samples`` samples. On CUDA the Timer synchronises the device around each block.
 5. Reported: median, interquartile range (IQR) and the number of samples, in milliseconds per call.
+6. CPU jobs flush denormals and let glibc reuse freed buffers instead of unmapping them
+   (`harness.memory.reuse_freed_memory`); both are recorded in the record's ``env``.
 
 Never compare absolute times across runs or machines; compare ratios measured in the same run.
 """

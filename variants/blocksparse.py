@@ -10,10 +10,17 @@ tiles stay under a fixed byte budget whatever the sequence length.
 
 Returns the output and the row log-sum-exp, so partial attentions over disjoint key sets can be
 merged exactly (`merge_partials`). A row with no allowed key outputs 0 with log-sum-exp −∞.
+
+Kernels. Where the log-sum-exp is not needed and there is no learned bias, each group of tiles is
+one fused `F.scaled_dot_product_attention` call with a boolean mask (CPU), or, on CUDA, the whole
+pattern is one compiled `flex_attention` call whose `BlockMask` is built from the same key-block
+lists and predicate (`flex_block_sparse_attention`). Otherwise the tiles are scored and
+normalised explicitly.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
@@ -54,7 +61,8 @@ def block_sparse_attention(
     scale: float,
     allowed: Predicate | None = None,
     block_bias: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    with_lse: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Softmax attention restricted to listed key blocks (see the module docstring).
 
     Args:
@@ -66,9 +74,12 @@ def block_sparse_attention(
             (..., g, 1, K·block); True where the pair is kept.
         block_bias: Optional float tensor broadcastable to (B, H, nbq, K) added to the logits
             (its last dimension must be K, not broadcast).
+        with_lse: Also return the log-sum-exp. Without it (and without ``block_bias``) each
+            group of tiles goes through one fused `F.scaled_dot_product_attention` call with a
+            boolean mask, which never writes the logits out.
 
     Returns:
-        (out (B, H, N, Dv), lse (B, H, N)).
+        (out (B, H, N, Dv), lse (B, H, N) or None).
     """
     bsz, heads, n, d = q.shape
     m, dv = k.shape[-2], v.shape[-1]
@@ -84,12 +95,15 @@ def block_sparse_attention(
             block_bias = block_bias[..., used]
     if not shared:
         key_blocks = key_blocks.expand(bsz, heads, nbq, key_blocks.shape[-1])
+    if not with_lse and block_bias is None and q.is_cuda:
+        return flex_block_sparse_attention(q, k, v, key_blocks, block, scale, allowed), None
     n_keys = key_blocks.shape[-1] * block
     valid = (key_blocks >= 0) & (key_blocks < nbk)
     idx = key_blocks.clamp(0, nbk - 1)
     offsets = torch.arange(block, device=q.device)
     bytes_per_qblock = 3 * bsz * heads * block * n_keys * q.element_size()
     group = max(1, TILE_BYTES // max(1, bytes_per_qblock))
+    fused = not with_lse and block_bias is None
 
     outs, lses = [], []
     for s in range(0, nbq, group):
@@ -104,7 +118,6 @@ def block_sparse_attention(
             kg, vg = kb[bi, hi, ib], vb[bi, hi, ib]
         kg = kg.reshape(bsz, heads, g, n_keys, d)
         vg = vg.reshape(bsz, heads, g, n_keys, dv)
-        logits = (qb[:, :, s:e] @ kg.transpose(-2, -1)) * scale  # (B, H, g, block, K·block)
 
         kpos = (ib.unsqueeze(-1) * block + offsets).flatten(-2).unsqueeze(-2)  # (.., g, 1, K·block)
         vb_ok = valid[s:e] if shared else valid[:, :, s:e]
@@ -115,6 +128,10 @@ def block_sparse_attention(
                 -1
             )
             keep = keep & allowed(qpos, kpos)
+        if fused:
+            outs.append(_fused_tiles(qb[:, :, s:e], kg, vg, keep, scale))
+            continue
+        logits = (qb[:, :, s:e] @ kg.transpose(-2, -1)) * scale  # (B, H, g, block, K·block)
         if block_bias is not None:
             bias = block_bias.expand(*block_bias.shape[:-2], nbq, block_bias.shape[-1])[..., s:e, :]
             logits = logits + bias.unsqueeze(-1).expand(*bias.shape, block).flatten(-2).unsqueeze(
@@ -127,8 +144,86 @@ def block_sparse_attention(
         outs.append(probs @ vg)
         lses.append(lse.masked_fill(dead, float("-inf")).squeeze(-1).expand(bsz, heads, g, block))
     out = torch.cat(outs, dim=2).reshape(bsz, heads, nbq * block, dv)[:, :, :n]
+    if fused:
+        return out, None
     lse = torch.cat(lses, dim=2).reshape(bsz, heads, nbq * block)[:, :, :n]
     return out, lse
+
+
+@functools.cache
+def _compiled_flex() -> Callable[..., torch.Tensor]:
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention, dynamic=False)
+
+
+def flex_block_sparse_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    key_blocks: torch.Tensor,
+    block: int,
+    scale: float,
+    allowed: Predicate | None = None,
+    compiled: bool = True,
+) -> torch.Tensor:
+    """`block_sparse_attention`'s output through `flex_attention` (no log-sum-exp).
+
+    The listed key blocks become the `BlockMask` (flex visits only those tiles) and ``allowed``
+    becomes its ``mask_mod``. ``compiled=False`` runs flex's unfused eager implementation, which
+    materialises the scores: for checking the mask on CPU, not for speed.
+    """
+    from torch.nn.attention.flex_attention import BlockMask, flex_attention
+
+    n, m = q.shape[-2], k.shape[-2]
+    nbk = math.ceil(m / block)
+    lists = key_blocks
+    while lists.dim() < 4:  # (B or 1, H or 1, nbq, K)
+        lists = lists.unsqueeze(0)
+    lists = lists.masked_fill(lists >= nbk, -1)
+    valid = lists >= 0
+    order = torch.argsort((~valid).to(torch.int8), dim=-1, stable=True)  # listed blocks first
+    indices = lists.gather(-1, order).clamp(min=0).to(torch.int32)
+    if indices.shape[-1] < nbk:
+        indices = F.pad(indices, (0, nbk - indices.shape[-1]))
+    counts = valid.sum(dim=-1).to(torch.int32)
+
+    listed = torch.zeros(*lists.shape[:-1], nbk + 1, dtype=torch.bool, device=q.device)
+    listed.scatter_(-1, lists.masked_fill(~valid, nbk).long(), True)  # column nbk: "none"
+    per_batch, per_head = lists.shape[0] > 1, lists.shape[1] > 1
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        # the block lists are part of the pattern: eager flex ignores the BlockMask's sparsity
+        bi, hi = (b if per_batch else 0), (h if per_head else 0)
+        keep = listed[bi, hi, q_idx // block, kv_idx // block] & (kv_idx < m)
+        return keep if allowed is None else keep & allowed(q_idx, kv_idx)
+
+    block_mask = BlockMask.from_kv_blocks(
+        counts, indices, BLOCK_SIZE=block, mask_mod=mask_mod, seq_lengths=(n, m)
+    )
+    attend = _compiled_flex() if compiled else flex_attention
+    return attend(q, k, v, block_mask=block_mask, scale=scale)
+
+
+def _fused_tiles(
+    qg: torch.Tensor, kg: torch.Tensor, vg: torch.Tensor, keep: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """Softmax attention of a group of query tiles with SDPA: (B, H, g, block, Dv).
+
+    qg (B, H, g, block, D); kg, vg (B, H, g, K·block, ·); keep broadcastable to
+    (B, H, g, block, K·block). SDPA takes 4-d inputs, so (B, H) fold into one batch dimension and
+    the tile index g becomes the "heads" dimension the mask can broadcast over. A row with no
+    allowed key comes out as 0, as on the unfused path.
+    """
+    bsz, heads, g, block, _ = qg.shape
+    fold = lambda x: x.reshape(bsz * heads, g, *x.shape[-2:])  # noqa: E731
+    mask = keep.reshape(-1, *keep.shape[-3:]) if keep.dim() > 3 else keep.unsqueeze(0)
+    mask = mask.expand(-1, g, block, -1)
+    out = F.scaled_dot_product_attention(fold(qg), fold(kg), fold(vg), attn_mask=mask, scale=scale)
+    dead = ~mask.any(dim=-1, keepdim=True)
+    if bool(dead.any()):
+        out = out.masked_fill(dead, 0.0)
+    return out.reshape(bsz, heads, g, block, -1)
 
 
 def merge_partials(

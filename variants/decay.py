@@ -57,14 +57,14 @@ class DecayAttention(AttentionVariant):
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False
     ) -> torch.Tensor:
         self.check_inputs(q, k, v, causal)
-        q = q / math.sqrt(q.shape[-1])
+        scale = 1 / math.sqrt(q.shape[-1])
         c, ld = self.params.chunk_size, self.log_decay
-        out = causal_kernel_sums(q, k, v, c, ld)[0]
+        out = causal_kernel_sums(q, k, v, c, ld, scale=scale)
         if causal:
             return out
         qr, kr, vr = (t.flip(-2) for t in (q, k, v))  # reversed sequence: the anti-causal half
-        backward = causal_kernel_sums(qr, kr, vr, c, ld)[0].flip(-2)
-        diagonal = (q * k).sum(-1, keepdim=True) * v
+        backward = causal_kernel_sums(qr, kr, vr, c, ld, scale=scale).flip(-2)
+        diagonal = (q * k).sum(-1, keepdim=True) * scale * v
         return out + backward - diagonal
 
     def attention_weights(

@@ -68,12 +68,13 @@ class LinearAttention(AttentionVariant):
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False
     ) -> torch.Tensor:
         self.check_inputs(q, k, v, causal)
-        fq, fk = self.phi(q), self.phi(k)
         if causal:
-            num, den = causal_kernel_sums(fq, fk, v, self.params.chunk_size, with_den=True)
-        else:
-            num = fq @ (fk.transpose(-2, -1) @ v)
-            den = fq @ fk.sum(dim=-2).unsqueeze(-1)
+            return causal_kernel_sums(
+                q, k, v, self.params.chunk_size, feature_map=self.phi, eps=self.params.eps
+            )
+        fq, fk = self.phi(q), self.phi(k)
+        num = fq @ (fk.transpose(-2, -1) @ v)
+        den = fq @ fk.sum(dim=-2).unsqueeze(-1)
         return num / (den + self.params.eps)
 
     def attention_weights(
@@ -111,7 +112,7 @@ class IdentityAttention(AttentionVariant):
         self.check_inputs(q, k, v, causal)
         scale = 1.0 / (math.sqrt(q.shape[-1]) * k.shape[-2])
         if causal:
-            return causal_kernel_sums(q * scale, k, v, self.params.chunk_size)[0]
+            return causal_kernel_sums(q, k, v, self.params.chunk_size, scale=scale)
         return (q * scale) @ (k.transpose(-2, -1) @ v)
 
     def attention_weights(

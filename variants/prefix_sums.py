@@ -5,26 +5,44 @@ For per-position features a_i (queries), b_j (keys) and values v_j, and an optio
 
     num_i = Σ_{j ≤ i} λ^{i−j} (a_i · b_j) v_j        den_i = Σ_{j ≤ i} λ^{i−j} (a_i · b_j)
 
-without forming the N×N matrix. The sequence is cut into chunks of C positions: inside a chunk the
-masked C×C products are computed directly; the past enters through the state
-S_c = Σ_{j before chunk c} λ^{(start of c) − 1 − j} b_j v_jᵀ, which is a plain prefix sum when λ = 1
-and a geometrically weighted one (a small (chunks × chunks) matrix product) otherwise. This equals
-the explicit recurrence S_t = λ·S_{t−1} + b_t v_tᵀ, num_t = a_t·S_t (checked in the tests).
+without forming the N×N matrix. This equals the explicit recurrence S_t = λ·S_{t−1} + b_t v_tᵀ,
+num_t = a_t·S_t (checked in the tests).
+
+The sequence is cut into chunks of C positions. Inside a chunk the masked C×C products are
+computed directly; the past enters through S at the chunk's start. Chunks are processed a block of
+``BLOCK_CHUNKS`` at a time, in order, carrying S (B, H, D, Dv) from block to block: inside a block
+the chunk starts' states are one small matrix product W·[S_in; s_0; …; s_{K−1}] with
+W[t, u] = λ^{(t−u)·C} for u ≤ t (a prefix sum when λ = 1), where s_u is chunk u's own
+contribution. The work per block is fixed, so time and memory grow linearly in N, and a block's
+tensors stay small enough to live in cache.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 
+BLOCK_CHUNKS = 16  # chunks processed together between two hand-overs of the state
+
 
 def _chunks(x: torch.Tensor, c: int) -> torch.Tensor:
-    """(B, H, N, D) → (B, H, N/c, c, D), zero-padding N up to a multiple of c."""
+    """(B, H, N, D) → (B, H, N/c, c, D); N must be a multiple of c."""
     b, h, n, d = x.shape
-    pad = (-n) % c
-    if pad:
-        x = F.pad(x, (0, 0, 0, pad))
-    return x.reshape(b, h, (n + pad) // c, c, d)
+    return x.reshape(b, h, n // c, c, d)
+
+
+def _state_weights(
+    log_decay: torch.Tensor | None, heads: int, c: int, k: int, like: torch.Tensor
+) -> torch.Tensor:
+    """W of the module docstring, (H, K+1, K+1): row t mixes the incoming state and chunks < t."""
+    steps = torch.arange(k + 1, device=like.device)
+    lag = (steps[:, None] - steps[None, :]).to(like.dtype)
+    if log_decay is None:
+        return (lag >= 0).to(like.dtype).expand(heads, k + 1, k + 1)
+    ld = log_decay.to(like.dtype).view(heads, 1, 1)
+    return torch.exp(lag.clamp(min=0) * c * ld).masked_fill(lag < 0, 0.0)
 
 
 def causal_kernel_sums(
@@ -33,49 +51,71 @@ def causal_kernel_sums(
     v: torch.Tensor,
     chunk: int,
     log_decay: torch.Tensor | None = None,
-    with_den: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(num, den) of the module docstring; den is None unless ``with_den``.
+    feature_map: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    eps: float | None = None,
+    scale: float = 1.0,
+) -> torch.Tensor:
+    """num of the module docstring, or num / (den + eps) when ``eps`` is given.
 
     Args:
-        a: Query features (B, H, N, D).
-        b: Key features (B, H, N, D) — as many keys as queries.
+        a: Queries (B, H, N, D); features a_i = feature_map(a)_i.
+        b: Keys (B, H, N, D) — as many keys as queries.
         v: Values (B, H, N, Dv).
         chunk: Chunk length C.
         log_decay: log λ per head, shape (H,), all ≤ 0; None for no decay.
-        with_den: Also return the normaliser sums (for linear attention).
+        feature_map: Applied to queries and keys block by block (while the block is in cache);
+            None for the identity.
+        eps: Normalise: return num / (den + eps), linear attention's output.
+        scale: Multiplies every a_i · b_j (folded into per-chunk constants, not a pass over a).
     """
-    bsz, heads, n, _ = a.shape
+    bsz, heads, n, d = a.shape
     if b.shape[-2] != n:
         raise ValueError(f"causal kernel sums need as many keys as queries ({n} vs {b.shape[-2]}).")
     c = max(1, min(chunk, n))
-    ac, bc, vc = _chunks(a, c), _chunks(b, c), _chunks(v, c)
-    nc = ac.shape[2]
-    if with_den:  # a ones column in v carries the normaliser through the same products
-        vc = torch.cat([vc, torch.ones_like(vc[..., :1])], dim=-1)
+    pad = (-n) % c
+    if pad:  # zero keys and values at the end add nothing to any earlier position
+        a, b, v = (F.pad(x, (0, 0, 0, pad)) for x in (a, b, v))
+    dv = v.shape[-1]
+    normalise = eps is not None
 
     pos = torch.arange(c, device=a.device)
     lower = pos[:, None] >= pos[None, :]
     if log_decay is None:
-        within = (ac @ bc.transpose(-2, -1)).masked_fill(~lower, 0.0)
-        chunk_state = bc.transpose(-2, -1) @ vc  # (B, H, nc, D, Dv)
-        past = torch.cumsum(chunk_state, dim=2) - chunk_state
-        out = within @ vc + ac @ past
+        decay_in = lower.to(a.dtype) * scale  # (c, c)
+        to_end = None
+        from_start = (
+            None if scale == 1.0 else torch.full((c, 1), scale, dtype=a.dtype, device=a.device)
+        )
     else:
-        ld = log_decay.to(a.dtype).view(heads, 1, 1)
+        ld = log_decay.to(a.dtype).view(heads, 1, 1, 1)  # broadcasts over (H, K, c, ·)
         gaps = (pos[:, None] - pos[None, :]).to(a.dtype)
-        decay_in = torch.exp(gaps.clamp(min=0) * ld).masked_fill(~lower, 0.0)  # (H, c, c)
-        within = (ac @ bc.transpose(-2, -1)) * decay_in.unsqueeze(1)
-        to_end = torch.exp((c - 1 - pos).to(a.dtype) * ld)  # λ^{c−1−r}, (H, 1, c)
-        chunk_state = (bc * to_end.unsqueeze(-1)).transpose(-2, -1) @ vc
-        steps = torch.arange(nc, device=a.device)
-        lag = (steps[:, None] - 1 - steps[None, :]).to(a.dtype)  # chunks between c' and c
-        carry = torch.exp(lag.clamp(min=0) * c * ld).masked_fill(lag < 0, 0.0)  # (H, nc, nc)
-        flat = chunk_state.reshape(bsz, heads, nc, -1)
-        past = (carry @ flat).reshape(chunk_state.shape)
-        from_start = torch.exp((pos + 1).to(a.dtype) * ld).unsqueeze(-1)  # λ^{r+1}, (H, c, 1)
-        out = within @ vc + (ac * from_start) @ past
-    out = out.reshape(bsz, heads, nc * c, -1)[:, :, :n]
-    if with_den:
-        return out[..., :-1], out[..., -1:]
-    return out, None
+        decay_in = torch.exp(gaps.clamp(min=0) * ld).masked_fill(~lower, 0.0) * scale  # (H,1,c,c)
+        to_end = torch.exp((c - 1 - pos).to(a.dtype)[:, None] * ld)  # λ^{c−1−r}: (H, 1, c, 1)
+        from_start = torch.exp((pos + 1).to(a.dtype)[:, None] * ld) * scale  # λ^{r+1}: (H,1,c,1)
+
+    block = c * BLOCK_CHUNKS
+    weights = _state_weights(log_decay, heads, c, BLOCK_CHUNKS, a)
+    state = a.new_zeros(bsz, heads, 1, d, dv)  # S at the block's start
+    key_sum = a.new_zeros(bsz, heads, 1, d)  # Σ λ^{·} b_j, the normaliser's state
+    outs = []
+    for start in range(0, a.shape[-2], block):
+        ac, bc, vc = (_chunks(x[:, :, start : start + block], c) for x in (a, b, v))
+        if feature_map is not None:
+            ac, bc = feature_map(ac), feature_map(bc)
+        k = ac.shape[2]
+        w = weights[:, : k + 1, : k + 1]
+        within = (ac @ bc.transpose(-2, -1)) * decay_in  # (B, H, K, c, c)
+        keyed = bc if to_end is None else bc * to_end
+        own = keyed.transpose(-2, -1) @ vc  # s_u: (B, H, K, D, Dv)
+        stacked = torch.cat([state, own], dim=2).reshape(bsz, heads, k + 1, d * dv)
+        starts = (w @ stacked).reshape(bsz, heads, k + 1, d, dv)
+        queried = ac if from_start is None else ac * from_start
+        out = within @ vc + queried @ starts[:, :, :k]
+        state = starts[:, :, k:]
+        if normalise:
+            key_starts = w @ torch.cat([key_sum, keyed.sum(dim=-2)], dim=2)  # (B, H, K+1, D)
+            den = within.sum(dim=-1) + (queried * key_starts[:, :, :k, None]).sum(dim=-1)
+            out = out / (den.unsqueeze(-1) + eps)
+            key_sum = key_starts[:, :, k:]
+        outs.append(out.reshape(bsz, heads, k * c, dv))
+    return torch.cat(outs, dim=2)[:, :, :n]

@@ -8,8 +8,10 @@ is exactly softmax. Nothing is ever divided: every update is a log-sum-exp.
 
 Memory: L is never held whole. Each half-step is one pass over query chunks (O(chunk·M) live);
 column log-sum-exps are accumulated across chunks. The last half-step, when it is a row step, is
-fused with the output pass. Limits converge slowly when L has a large spread: measure the marginal
-error (`marginal_error`) rather than assume it. Not causal: column normalisation couples every
+softmax(L + g): one fused `F.scaled_dot_product_attention` call with g as an additive mask.
+Row and column passes fold (B, H) into one batch so that `torch.baddbmm` adds the potential inside
+the GEMM. Limits converge slowly when L has a large spread: measure the marginal error
+(`marginal_error`) rather than assume it. Not causal: column normalisation couples every
 query to every key.
 """
 
@@ -19,6 +21,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from harness.variant_api import AttentionVariant, VariantShape, register_variant
 from variants.blocksparse import rows_per_chunk
@@ -51,54 +54,52 @@ class SinkhornAttention(AttentionVariant):
     def _scale(self, q: torch.Tensor) -> float:
         return 1.0 / (math.sqrt(q.shape[-1]) * self.params.temperature)
 
-    def _chunks(self, q: torch.Tensor, m: int):
-        step = rows_per_chunk(q, m)
-        return range(0, q.shape[-2], step), step
-
     def potentials(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-potentials (f, g) after all half-steps except a final row step (see forward)."""
-        n, m = q.shape[-2], k.shape[-2]
-        scale, kt = self._scale(q), k.transpose(-2, -1)
-        starts, step = self._chunks(q, m)
-        f = q.new_zeros(q.shape[:-1])
-        g = q.new_zeros(k.shape[:-1])
+        bsz, heads, n, d = q.shape
+        m = k.shape[-2]
+        scale = self._scale(q)
+        q3 = q.reshape(bsz * heads, n, d)  # (B, H) folded: baddbmm adds the bias in the GEMM
+        kt3 = k.reshape(bsz * heads, m, d).transpose(1, 2)
+        step = rows_per_chunk(q, m)
+        starts = range(0, n, step)
+        f = q.new_zeros(bsz * heads, n)
+        g = q.new_zeros(bsz * heads, m)
         col_mass = math.log(n / m)
         last = self.params.n_iters if self.params.n_iters % 2 == 0 else self.params.n_iters - 1
         for half_step in range(1, last + 1):
-            if half_step % 2:  # rows
-                f = torch.cat(
+            if half_step % 2:  # rows: f_i = −logsumexp_j(L_ij + g_j)
+                bias = g.unsqueeze(-2)
+                f = -torch.cat(
                     [
-                        -torch.logsumexp(
-                            (q[:, :, s : s + step] @ kt) * scale + g.unsqueeze(-2), dim=-1
-                        )
+                        torch.baddbmm(bias, q3[:, s : s + step], kt3, alpha=scale).logsumexp(-1)
                         for s in starts
                     ],
                     dim=-1,
                 )
-            else:  # columns
+            else:  # columns: g_j = log(N/M) − logsumexp_i(L_ij + f_i), accumulated over chunks
+                bias = f.unsqueeze(-1)
                 parts = [
-                    torch.logsumexp(
-                        (q[:, :, s : s + step] @ kt) * scale + f[:, :, s : s + step].unsqueeze(-1),
-                        dim=-2,
-                    )
+                    torch.baddbmm(
+                        bias[:, s : s + step], q3[:, s : s + step], kt3, alpha=scale
+                    ).logsumexp(-2)
                     for s in starts
                 ]
                 g = col_mass - torch.stack(parts).logsumexp(dim=0)
-        return f, g
+        return f.reshape(bsz, heads, n), g.reshape(bsz, heads, m)
 
     def forward(self, q, k, v, causal=False):
         self.check_inputs(q, k, v, causal)
         f, g = self.potentials(q, k)
-        scale, kt = self._scale(q), k.transpose(-2, -1)
-        starts, step = self._chunks(q, k.shape[-2])
-        ends_with_rows = self.params.n_iters % 2 == 1
+        scale = self._scale(q)
+        if self.params.n_iters % 2 == 1:  # the final row half-step is softmax(L + g): fused SDPA
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=g.unsqueeze(-2), scale=scale)
+        kt = k.transpose(-2, -1)
+        step = rows_per_chunk(q, k.shape[-2])
         outs = []
-        for s in starts:
+        for s in range(0, q.shape[-2], step):
             logits = (q[:, :, s : s + step] @ kt) * scale + g.unsqueeze(-2)
-            if ends_with_rows:  # fused final row half-step
-                outs.append(torch.softmax(logits, dim=-1) @ v)
-            else:
-                outs.append(torch.exp(logits + f[:, :, s : s + step].unsqueeze(-1)) @ v)
+            outs.append(torch.exp(logits + f[:, :, s : s + step].unsqueeze(-1)) @ v)
         return torch.cat(outs, dim=2)
 
     def attention_weights(self, q, k, causal=False):

@@ -72,14 +72,23 @@ def dense_attention(q, k, v, causal: bool, scale: float) -> torch.Tensor:
     return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
 
 
-def local_attention(q, k, v, window: int, causal: bool, block: int, scale: float):
-    """(out, lse) of softmax attention within ``window`` (see the module docstring)."""
+def local_attention(
+    q, k, v, window: int, causal: bool, block: int, scale: float, with_lse: bool = True
+):
+    """(out, lse) of softmax attention within ``window``; lse is None unless ``with_lse``."""
     n, m = q.shape[-2], k.shape[-2]
     blocks = local_key_blocks(
         math.ceil(n / block), math.ceil(m / block), block, window, causal, q.device
     )
     return block_sparse_attention(
-        q, k, v, blocks, block, scale=scale, allowed=window_predicate(window, causal)
+        q,
+        k,
+        v,
+        blocks,
+        block,
+        scale=scale,
+        allowed=window_predicate(window, causal),
+        with_lse=with_lse,
     )
 
 
@@ -117,7 +126,7 @@ class WindowAttention(AttentionVariant):
         if w >= n:  # the window covers the whole sequence: dense attention, exactly
             return dense_attention(q, k, v, causal, scale)
         block = self.params.block or min(w, 128)
-        return local_attention(q, k, v, w, causal, block, scale)[0]
+        return local_attention(q, k, v, w, causal, block, scale, with_lse=False)[0]
 
     def attention_weights(self, q, k, causal=False):
         i, j = _grid(q.shape[-2], q.device)
@@ -284,7 +293,7 @@ class BigBirdAttention(AttentionVariant):
             return dense_attention(q, k, v, causal, scale)
         allowed = (lambda i, j: j <= i) if causal else None
         out, _ = block_sparse_attention(
-            q, k, v, blocks.to(q.device), b, scale=scale, allowed=allowed
+            q, k, v, blocks.to(q.device), b, scale=scale, allowed=allowed, with_lse=False
         )
         n_glob = min(self.params.n_global * b, n)
         if n_glob == 0:

@@ -28,7 +28,7 @@ def test_default_config():
     cfg = _compose([])
     assert cfg.variant.name == "softmax" and cfg.task.name == "throughput"
     assert cfg.seed == 0 and cfg.results_dir == "results"
-    assert str(cfg.device.value) == "auto" and cfg.dtype.value == "float32"
+    assert str(cfg.device.value) == "auto" and cfg.dtype.value == "auto"
 
 
 @pytest.mark.parametrize("variant", VARIANTS.names())

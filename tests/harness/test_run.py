@@ -11,7 +11,7 @@ from hydra import compose, initialize_config_dir
 from harness.app import CONF_DIR
 from harness.config import store_configs
 from harness.records import find_ok_record, read_record, record_path
-from harness.run import ConfigError, resolve_device, run
+from harness.run import ConfigError, resolve_device, resolve_dtype, run
 from harness.variant_api import VARIANTS, AttentionVariant, register_variant
 
 
@@ -113,6 +113,14 @@ def test_device_resolution():
     if not torch.cuda.is_available():
         with pytest.raises(ConfigError, match="no CUDA GPU is available; use device=cpu"):
             resolve_device("cuda")
+
+
+def test_dtype_auto_is_bfloat16_on_cuda_and_float32_on_cpu():
+    assert resolve_dtype("auto", torch.device("cuda")) == "bfloat16"
+    assert resolve_dtype("auto", torch.device("cpu")) == "float32"
+    assert resolve_dtype("float16", torch.device("cpu")) == "float16"
+    with pytest.raises(ConfigError, match="dtype='float8' is not valid; use auto, float32"):
+        resolve_dtype("float8", torch.device("cpu"))
 
 
 def test_job_over_its_time_budget_is_recorded_as_timeout(tmp_path):

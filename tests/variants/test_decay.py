@@ -18,7 +18,8 @@ def test_default_schedule_is_retnet_per_head():
     torch.testing.assert_close(lam.double(), expected, rtol=1e-6, atol=0)
 
 
-@pytest.mark.parametrize("n, chunk", [(1, 64), (37, 8), (64, 16), (150, 32)])
+# (37, 2) and (300, 8) span several blocks of BLOCK_CHUNKS chunks, the last one partial
+@pytest.mark.parametrize("n, chunk", [(1, 64), (37, 8), (64, 16), (150, 32), (37, 2), (300, 8)])
 @pytest.mark.parametrize("decay", [None, 0.9, 0.5])
 def test_chunked_equals_recurrence(decay, n, chunk):
     variant = _make(3, decay=decay, chunk_size=chunk)

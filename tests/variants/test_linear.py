@@ -24,7 +24,10 @@ def test_non_causal_equals_dense_reference(feature_map):
     torch.testing.assert_close(variant(q, k, v), ref, rtol=TOL[dtype], atol=TOL[dtype])
 
 
-@pytest.mark.parametrize("n, chunk", [(1, 64), (37, 8), (64, 16), (50, 64), (130, 32)])
+# (37, 2) and (300, 8) span several blocks of BLOCK_CHUNKS chunks, the last one partial
+@pytest.mark.parametrize(
+    "n, chunk", [(1, 64), (37, 8), (64, 16), (50, 64), (130, 32), (37, 2), (300, 8)]
+)
 @pytest.mark.parametrize("feature_map", sorted(FEATURE_MAPS))
 def test_causal_chunked_equals_explicit_recurrence(feature_map, n, chunk):
     variant = build_variant("linear", {"feature_map": feature_map, "chunk_size": chunk})

@@ -1,0 +1,45 @@
+"""The speed targets of issue #5 as pytest-benchmark benchmarks (CPU, float32).
+
+Each fast variant's forward is a pytest-benchmark case, so its statistics land in
+pytest-benchmark's table and JSON; `test_speed_targets_hold` measures every target as a ratio
+within interleaved rounds (`harness.speed_targets`) and asserts the bounds. Run on demand:
+
+    pytest -o addopts="" tests/benchmarks
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness.memory import reuse_freed_memory
+from harness.speed_targets import TARGETS, Case, _forward, format_table, measure
+
+CASES = sorted({c for t in TARGETS if t.quantity == "time" for c in t.cases()}, key=lambda c: c.key)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cpu_timing_settings():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    torch.set_flush_denormal(True)
+    reuse_freed_memory()
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.key)
+def test_forward_speed(benchmark, case: Case):
+    fn = _forward(case, threads=2)
+    with torch.no_grad():
+        benchmark.pedantic(fn, rounds=5, warmup_rounds=1, iterations=1)
+
+
+def test_speed_targets_hold(benchmark):
+    outcomes, medians = benchmark.pedantic(
+        measure, kwargs={"rounds": 5, "threads": 2}, rounds=1, iterations=1
+    )
+    report = format_table(outcomes, medians, 5)
+    print(report)
+    missed = [o.target.label for o in outcomes if not o.met]
+    assert not missed, f"targets missed: {missed}\n{report}"
