@@ -1,72 +1,75 @@
 """The ``attnbench`` command: a thin Hydra app around `harness.run.run`.
 
 Before Hydra composes anything, plugins are loaded and every registered variant and task is put
-into the ConfigStore, and ``variant=`` / ``task=`` choices on the command line are checked against
-the registry so that a typo gets "did you mean" rather than Hydra's bare "could not find".
+into the ConfigStore, the command line is checked against the registries and typed schemas, and
+the results directory is checked for writing (`harness.validation`): bad input gets one sentence
+and exit status 2, not a traceback, and nothing is written.
 """
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import hydra
-from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import Glob
-from hydra.errors import HydraException
+from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 from harness.config import store_configs
 from harness.discovery import load_plugins
-from harness.registry import Registry, UnknownNameError
-from harness.run import run
-from harness.task_api import TASKS
-from harness.variant_api import VARIANTS
+from harness.registry import UnknownNameError
+from harness.run import prepare_job, run
+from harness.validation import (
+    ConfigError,
+    check_overrides,
+    check_results_dir,
+    results_dir_from,
+)
 
 # An absolute path: Hydra would otherwise look for a Python module "conf" next to the package.
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
-CHECKED_GROUPS: dict[str, Registry] = {"variant": VARIANTS, "task": TASKS}
 
 
-def check_choices(args: list[str]) -> None:
-    """Raise `UnknownNameError` for a ``variant=``/``task=`` choice that is not registered.
-
-    Sweeps (``variant=a,b``) are checked value by value; ``glob(...)`` is left to Hydra.
-    """
-    candidates = [a for a in args if a.split("=", 1)[0].lstrip("+~") in CHECKED_GROUPS]
-    if not candidates:
-        return
-    try:
-        overrides = OverridesParser.create().parse_overrides(candidates)
-    except HydraException:
-        return  # Hydra reports malformed overrides itself
-    for override in overrides:
-        registry = CHECKED_GROUPS[override.key_or_group]
-        if override.is_sweep_override():
-            if isinstance(override.value(), Glob) or not override.is_choice_sweep():
-                continue  # glob(...) and ranges are expanded by Hydra against the ConfigStore
-            values = list(override.sweep_string_iterator())
-        else:
-            values = [override.get_value_element_as_str()]
-        for value in values:
-            if value not in registry:
-                raise UnknownNameError(registry.unknown_message(value))
+def refuse(exc: Exception) -> NoReturn:
+    """Print one sentence for bad input and exit with status 2 (nothing has been written)."""
+    print(f"attnbench: {exc}", file=sys.stderr)
+    sys.exit(2)
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
 def _hydra_main(cfg: DictConfig) -> str:
-    return run(cfg).status
+    try:
+        return run(cfg).status
+    except ConfigError as exc:
+        refuse(exc)
+
+
+def check_single_job(args: list[str]) -> None:
+    """Compose the one job a non-sweep command line describes and check its values.
+
+    Runs before Hydra creates its run directory, so a refused job leaves nothing behind. (Sweeps
+    are checked job by job by the `grids` sweeper before the first job runs.)
+    """
+    overrides = [a for a in args if "=" in a and not a.startswith(("-", "hydra"))]
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        prepare_job(compose("config", overrides=overrides))
 
 
 def main() -> None:
     """Entry point of the ``attnbench`` console script."""
     load_plugins()
     store_configs()
+    args = sys.argv[1:]
+    informational = {"--help", "-h", "--hydra-help", "--info", "--cfg", "-c"}
     try:
-        check_choices(sys.argv[1:])
-    except UnknownNameError as exc:
-        print(f"attnbench: {exc}", file=sys.stderr)
-        sys.exit(2)
+        check_overrides(args)
+        if not informational & set(args):
+            check_results_dir(results_dir_from(args))
+            if not {"-m", "--multirun"} & set(args):
+                check_single_job(args)
+    except (ConfigError, UnknownNameError) as exc:
+        refuse(exc)
     _hydra_main()
 
 

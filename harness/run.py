@@ -17,6 +17,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from omegaconf import DictConfig, OmegaConf
 
 from harness.discovery import load_plugins
@@ -24,15 +25,12 @@ from harness.env import environment
 from harness.memory import reuse_freed_memory
 from harness.records import Record, find_ok_record, make_run_id, write_record
 from harness.task_api import TASKS, JobContext, NonFiniteError, build_task
-from harness.variant_api import VARIANTS, UnsupportedError
+from harness.validation import ConfigError
+from harness.variant_api import VARIANTS, UnsupportedError, VariantShape, build_variant
 
 log = logging.getLogger(__name__)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-class ConfigError(ValueError):
-    """A config that no job can run with; the message says what would be valid."""
 
 
 class JobTimeout(Exception):
@@ -113,6 +111,44 @@ def job_identity(cfg: DictConfig) -> dict[str, Any]:
     }
 
 
+NOMINAL_SHAPE = VariantShape(n_heads=2, head_dim=16, max_len=64)  # for checking hyperparameters
+
+
+def check_dtype_runs(dtype: torch.dtype, device: torch.device) -> None:
+    """Raise `ConfigError` if ``device`` cannot run attention in ``dtype``."""
+    name = str(dtype).removeprefix("torch.")
+    if device.type == "cuda" and dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported():
+        raise ConfigError(f"dtype={name} is not supported by this GPU; use float16 or float32.")
+    try:
+        x = torch.ones(1, 1, 4, 8, dtype=dtype, device=device)
+        F.scaled_dot_product_attention(x, x, x)
+    except RuntimeError as exc:
+        reason = str(exc).splitlines()[0]
+        raise ConfigError(f"dtype={name} cannot run on {device} ({reason}); use float32.") from None
+
+
+def prepare_job(cfg: DictConfig) -> dict[str, Any]:
+    """Validate one composed job and return its identity; `ConfigError` for bad values.
+
+    Checks what the schema cannot: the device and dtype exist here, the task's sizes and
+    relations (its `Task.check`), and the variant's hyperparameters (its constructor).
+    """
+    ident = job_identity(cfg)
+    for kind, build in (
+        ("task", lambda: build_task(ident["task"], ident["task_params"])),
+        (
+            "variant",
+            lambda: build_variant(ident["variant"], ident["variant_params"], NOMINAL_SHAPE),
+        ),
+    ):
+        try:
+            build()
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"{kind} {ident[kind]}: {exc}") from None
+    check_dtype_runs(DTYPES[ident["dtype"]], torch.device(ident["device"]))
+    return ident
+
+
 def _classify(exc: BaseException) -> tuple[str, str]:
     """(status, error text) of a job that raised ``exc``."""
     text = f"{type(exc).__name__}: {exc}"
@@ -140,8 +176,8 @@ def run(cfg: DictConfig) -> Record:
         ``cfg.overwrite`` is false).
     """
     load_plugins()
-    ident = job_identity(cfg)
-    entry = VARIANTS.entry(ident["variant"])  # unknown names fail here, before any work
+    ident = prepare_job(cfg)  # bad values fail here, before any work or record
+    entry = VARIANTS.entry(ident["variant"])
     TASKS.get(ident["task"])
     run_id = make_run_id(ident)
     results_dir = cfg.results_dir

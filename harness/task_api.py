@@ -101,6 +101,22 @@ class Task:
         """Run one job and return its metric points."""
         raise NotImplementedError
 
+    def check(self) -> None:
+        """Refuse impossible parameters with a `ValueError` of one sentence (none by default).
+
+        Called when the task is built, so a bad value is refused before any job of a sweep runs.
+        """
+
+    def require_divides(self, divisor: str, width: str) -> None:
+        """Raise one clear ValueError unless ``params.divisor`` divides ``params.width``."""
+        a, b = getattr(self.params, divisor), getattr(self.params, width)
+        if a >= 1 and b % a:
+            divisors = [d for d in range(1, b + 1) if b % d == 0]
+            raise ValueError(
+                f"task.{divisor}={a} must divide task.{width}={b}; "
+                f"valid: {', '.join(map(str, divisors))}."
+            )
+
     def require_positive(self, *keys: str) -> None:
         """Raise one clear ValueError for the first of ``keys`` whose value is below 1."""
         for key in keys:
@@ -134,11 +150,18 @@ def register_task(name: str):
 
 
 def build_task(name: str, params: dict[str, Any] | None = None) -> Task:
-    """Instantiate task ``name`` with ``params`` (defaults for the rest)."""
+    """Instantiate task ``name`` with ``params`` (defaults for the rest) and check them.
+
+    Raises:
+        UnknownNameError: no such task.
+        ValueError: a parameter value the task refuses (its `Task.check`).
+    """
     cls = TASKS.get(name)
     params = dict(params or {})
     params.pop("name", None)
-    return cls(cls.Params(**params))
+    task = cls(cls.Params(**params))
+    task.check()
+    return task
 
 
 class NonFiniteError(RuntimeError):

@@ -86,6 +86,8 @@ class SelectiveCopy(Task):
         self.require_positive(
             "seq_len", "n_to_copy", "train_size", "test_size", "steps", "batch_size"
         )
+        self.require_positive("d_model", "n_heads")
+        self.require_divides("n_heads", "d_model")
         if p.n_to_copy > p.seq_len:
             raise ValueError(
                 f"task.n_to_copy={p.n_to_copy} does not fit in task.seq_len="

@@ -88,6 +88,9 @@ class IclRegression(Task):
         p = self.params
         if p.mode not in MODES:
             raise ValueError(f"task.mode={p.mode!r} is not valid; use one of {', '.join(MODES)}.")
+        if p.mode == "prompt":
+            self.require_positive("d_model", "n_heads")
+            self.require_divides("n_heads", "d_model")
         self.require_positive(
             "n_dims", "n_points", "eval_prompts", "steps", "batch_size", "system_runs"
         )

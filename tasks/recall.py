@@ -89,6 +89,8 @@ class Recall(Task):
         self.require_positive(
             "seq_len", "n_kv_pairs", "train_size", "test_size", "steps", "batch_size"
         )
+        self.require_positive("d_model", "n_heads")
+        self.require_divides("n_heads", "d_model")
         if 3 * p.n_kv_pairs > p.seq_len:
             raise ValueError(
                 f"task.seq_len={p.seq_len} is too short for n_kv_pairs="

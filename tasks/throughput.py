@@ -66,9 +66,14 @@ class Throughput(Task):
         Metric("fwd_samples", None, "Number of forward timing samples behind the median"),
     )
 
+    def check(self) -> None:
+        """Refuse sizes below 1 with one sentence."""
+        self.require_positive("seq_len", "batch_size", "n_heads", "head_dim", "min_samples")
+        if not self.params.min_run_time > 0:
+            raise ValueError(f"task.min_run_time must be > 0, got {self.params.min_run_time}.")
+
     def run(self, ctx: JobContext) -> TaskResult:
         p = self.params
-        self.require_positive("seq_len", "batch_size", "n_heads", "head_dim", "min_samples")
         variant = ctx.build_variant(VariantShape(p.n_heads, p.head_dim, p.seq_len))
         gen = ctx.generator()
         shape = (p.batch_size, p.n_heads, p.seq_len, p.head_dim)

@@ -17,6 +17,7 @@ A preset selects it with ``defaults: [override /hydra/sweeper: grids]`` (conf/sw
 # No `from __future__ import annotations` here: Hydra imports plugin modules without entering them
 # in sys.modules, and dataclasses then cannot resolve string annotations.
 import logging
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,9 +66,28 @@ class GridsSweeper(BasicSweeper):
                     jobs.append(job)
         return jobs
 
+    def validate_jobs(self, jobs: list[list[str]]) -> None:
+        """Compose every job and check its values before the first one runs.
+
+        A bad value anywhere in the sweep prints one sentence and exits with status 2, so a
+        sweep never stops half-way on bad input.
+        """
+        from harness.run import prepare_job
+        from harness.validation import ConfigError
+
+        assert self.hydra_context is not None and self.config is not None
+        loader = self.hydra_context.config_loader
+        for job in jobs:
+            try:
+                prepare_job(loader.load_sweep_config(self.config, list(job)))
+            except ConfigError as exc:
+                print(f"attnbench: {exc} (job: {' '.join(job)})", file=sys.stderr)
+                raise SystemExit(2) from None
+
     def sweep(self, arguments: list[str]) -> Any:
         assert self.config is not None and self.launcher is not None
         jobs = self.job_overrides(arguments)
+        self.validate_jobs(jobs)
         self.overrides = list(self.split_overrides_to_chunks(jobs, self.max_batch_size))
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
