@@ -38,6 +38,7 @@ _M_MMAP_THRESHOLD = -3
 _MIB = 1024 * 1024
 PINNED_THRESHOLD = 64 * 1024
 _probe: ProcessPoolExecutor | None = None
+_STDLIB_METHODS = ("fork", "spawn", "forkserver")
 
 
 def _pin_mmap_threshold() -> None:
@@ -85,10 +86,26 @@ def isolated_cpu_peak(fn: Callable[..., float | None], *args: Any) -> float | No
     """
     global _probe
     if _probe is None:
+        if multiprocessing.get_start_method(allow_none=True) not in (None, *_STDLIB_METHODS):
+            # Inside a joblib (loky) worker the default start method is "loky", which a spawned
+            # child cannot set up; the probe needs only the standard library's spawn.
+            multiprocessing.set_start_method("spawn", force=True)
         _probe = ProcessPoolExecutor(
             1, mp_context=multiprocessing.get_context("spawn"), initializer=_pin_mmap_threshold
         )
     return _probe.submit(fn, *args).result()
+
+
+def release_probe() -> None:
+    """Shut the memory-probe process down (it is spawned again on next use).
+
+    Called after each job that runs in a launcher's worker process (joblib/loky): a worker that
+    still owns a live child pool never finishes its hand-back, and the sweep would hang.
+    """
+    global _probe
+    if _probe is not None:
+        _probe.shutdown(wait=True)
+        _probe = None
 
 
 def _status_kib(field: str) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import multiprocessing
 import signal
 import threading
 import time
@@ -22,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness.discovery import load_plugins
 from harness.env import environment
-from harness.memory import reuse_freed_memory
+from harness.memory import release_probe, reuse_freed_memory
 from harness.records import Record, find_ok_record, make_run_id, write_record
 from harness.task_api import TASKS, JobContext, NonFiniteError, build_task
 from harness.validation import ConfigError
@@ -233,6 +234,8 @@ def run(cfg: DictConfig) -> Record:
         if device.type == "cuda":
             torch.cuda.empty_cache()
     duration = time.perf_counter() - start
+    if multiprocessing.current_process().name != "MainProcess":
+        release_probe()  # a launcher's worker must not keep a child pool (harness.memory)
 
     env = environment(device)
     env.update(threads=threads, flush_denormal=flush_denormal, cpu_allocator=allocator)

@@ -107,11 +107,13 @@ def check_overrides(args: list[str]) -> None:
     for o in overrides:
         key = o.key_or_group.lstrip("+~")
         head, _, rest = key.partition(".")
+        if head.split("/")[0] in OTHER_GROUPS:
+            continue  # Hydra's own settings (hydra/launcher=…, hydra.launcher.n_jobs=…) and presets
         if head in GROUPS and rest:
             for name in selected[head]:
                 schema = option_schema(name, GROUPS[head].get(name).Params)
                 _check_field(schema, rest, _values(o), key, f"{head} {name}")
-        elif head in GROUPS or head in OTHER_GROUPS:
+        elif head in GROUPS:
             continue
         elif key in root_fields:
             for value in _values(o):

@@ -101,3 +101,40 @@ def test_corrupt_and_foreign_files_skipped_with_warning(tmp_path):
 def test_cli_without_runs_says_what_to_do(tmp_path, capsys):
     assert main([str(tmp_path)]) == 1
     assert "run a sweep first" in capsys.readouterr().err
+
+
+def _point(value):
+    return [{"metric": "fwd_ms", "value": value, "x_name": "seq_len", "x_value": 8.0}]
+
+
+def _sorted(frame):
+    return frame.sort_values(["run_id", "metric"]).reset_index(drop=True)
+
+
+def test_incremental_collection_equals_a_full_one(tmp_path):
+    for i in range(5):
+        _write(tmp_path, f"r{i}", metrics=_point(float(i)))
+    first = collect(tmp_path)
+    assert first.n_records == 5 and first.n_reused == 0
+    again = collect(tmp_path)
+    assert again.n_reused == 5 and "5 unchanged" in again.describe()
+
+    _write(tmp_path, "r1", status="failed", error="boom")  # changed
+    _write(tmp_path, "r9", metrics=_point(9.0))  # new
+    (tmp_path / "runs" / "r2.json").unlink()  # removed
+    incremental = collect(tmp_path)
+    assert incremental.n_records == 5 and incremental.n_reused == 3
+    table = _sorted(pd.read_parquet(tmp_path / "results.parquet"))
+    assert sorted(table.run_id.unique()) == ["r0", "r1", "r3", "r4", "r9"]
+    assert table[table.run_id == "r1"].status.tolist() == ["failed"]
+    collect(tmp_path, incremental=False)
+    full = _sorted(pd.read_parquet(tmp_path / "results.parquet"))
+    pd.testing.assert_frame_equal(table, full)
+
+
+def test_unusable_index_means_a_full_collection(tmp_path):
+    _write(tmp_path, "a", metrics=_point(1.0))
+    collect(tmp_path)
+    (tmp_path / ".collected.json").write_text("[not an index")
+    summary = collect(tmp_path)
+    assert summary.n_records == 1 and summary.n_reused == 0

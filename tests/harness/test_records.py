@@ -96,3 +96,37 @@ def test_foreign_json_is_refused(tmp_path):
     path.write_text(json.dumps({"hello": "world"}))
     with pytest.raises(RecordSchemaError, match="not an attnbench run record"):
         read_record(path)
+
+
+def test_process_killed_mid_write_leaves_no_partial_record(tmp_path):
+    """A writer SIGKILLed after writing half of a record's bytes: no record appears, and the
+    torn temporary file is invisible to the collector."""
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(f"""
+        import os, signal
+        from harness import records
+        real_write = records.os.fdopen
+        def dying_fdopen(fd, *args, **kwargs):
+            f = real_write(fd, *args, **kwargs)
+            real = f.write
+            def write(text):
+                real(text[: len(text) // 2]); f.flush()
+                os.kill(os.getpid(), signal.SIGKILL)
+            f.write = write
+            return f
+        records.os.fdopen = dying_fdopen
+        target = records.Path({str(tmp_path / "runs" / "x.json")!r})
+        records.atomic_write_text(target, "{{}}" * 1000)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    leftovers = [p.name for p in (tmp_path / "runs").iterdir()]
+    assert "x.json" not in leftovers and all(n.startswith(".x.json.") for n in leftovers)
+    assert leftovers  # the torn temporary file is there (the kill skipped the clean-up) …
+    from harness.collect import collect
+
+    assert collect(tmp_path).n_records == 0  # … and the collector does not see it

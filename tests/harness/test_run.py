@@ -17,7 +17,8 @@ from harness.variant_api import VARIANTS, AttentionVariant, register_variant
 
 @dataclass
 class FaultParams:
-    mode: str = "raise"  # raise | nan | oom
+    mode: str = "raise"  # raise | nan | oom | ok
+    oom_from: int = 0  # with mode=ok: out of memory from this sequence length on (0 = never)
 
 
 class FaultyVariant(AttentionVariant):
@@ -30,9 +31,13 @@ class FaultyVariant(AttentionVariant):
         self.check_inputs(q, k, v, causal)
         if self.params.mode == "raise":
             raise RuntimeError("deliberate failure in forward")
-        if self.params.mode == "oom":
+        if self.params.mode == "oom" or 0 < self.params.oom_from <= q.shape[-2]:
             raise torch.OutOfMemoryError("simulated: out of memory")
-        return v * float("nan")
+        return v if self.params.mode == "ok" else v * float("nan")
+
+    def attention_weights(self, q, k, causal=False):
+        eye = torch.eye(k.shape[-2], dtype=q.dtype)[: q.shape[-2]]
+        return eye.expand(*q.shape[:-2], q.shape[-2], k.shape[-2])
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -73,6 +78,20 @@ def test_job_failures_become_records(tmp_path, mode, status, error):
     on_disk = read_record(record_path(tmp_path, record.run_id))
     assert on_disk.status == status and on_disk.metrics == []
     assert "traceback" in on_disk.details
+
+
+def test_length_sweep_goes_on_past_an_oom(tmp_path, monkeypatch):
+    """One job per length, as a multirun runs them: the oom sizes are recorded, the rest run."""
+    import tasks.throughput
+
+    # the memory probe process cannot see a variant registered only in this process
+    monkeypatch.setattr(tasks.throughput, "isolated_cpu_peak", lambda fn, *args: fn(*args))
+    statuses = {}
+    for n in (16, 64, 32, 128):
+        cfg = _cfg(tmp_path, "variant=test_faulty", "variant.mode=ok", "variant.oom_from=64")
+        cfg.task.seq_len = n
+        statuses[n] = run(cfg).status
+    assert statuses == {16: "ok", 64: "oom", 32: "ok", 128: "oom"}
 
 
 def test_causal_on_non_causal_variant_is_unsupported(tmp_path):
