@@ -93,6 +93,8 @@ class Task:
     charts: ClassVar[
         tuple[str, ...]
     ] = ()  # metrics drawn against their curve axis (default: headline)
+    chart_bands: ClassVar[dict[str, tuple[str, str]]] = {}  # chart metric → (low, high) metrics
+    chart_references: ClassVar[dict[str, dict[str, str]]] = {}  # chart metric → {metric: label}
 
     def __init__(self, params: Any) -> None:
         self.params = params

@@ -96,6 +96,8 @@ class Concentration(Task):
     Params = ConcentrationParams
     description = "How concentrated each variant's attention is (theory.md §2): no training."
     headline = "sparsity_s"
+    charts = ("sparsity_s", "entropy")
+    chart_references = {"sparsity_s": {"sparsity_s_softmax_theory": "theory: softmax e^(−γ²/2)"}}
     metrics = (
         Metric("sparsity_s", None, "S(x) = E|a|/√E[a²] per row: 1 uniform, 1/√n one-hot"),
         Metric("entropy", None, "Row entropy of |a|/Σ|a| (nats)"),

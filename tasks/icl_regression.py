@@ -61,6 +61,15 @@ class IclRegression(Task):
     description = "In-context linear regression vs least squares and classical baselines."
     headline = "mse_mean"
     charts = ("mse",)
+    chart_bands = {"mse": ("mse_q05", "mse_q95")}
+    chart_references = {
+        "mse": {
+            "mse_least_squares": "least squares",
+            "mse_ridge": "ridge",
+            "mse_averaging": "averaging",
+            "mse_knn3": "3-NN",
+        }
+    }
     metrics = (
         Metric("mse", False, "Squared error / d of the model, by number of in-context examples"),
         Metric("mse_q05", None, "5% bootstrap quantile of the mean error (prompt mode)"),

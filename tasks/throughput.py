@@ -54,6 +54,7 @@ class Throughput(Task):
     Params = ThroughputParams
     description = "Speed and memory of the attention core at one size."
     headline = "fwd_ms"
+    charts = ("fwd_ms", "peak_mem_mib", "fwd_bwd_ms")
     metrics = (
         Metric("fwd_ms", False, "Forward latency per call, median of the samples", "ms"),
         Metric("fwd_ms_iqr", None, "Interquartile range of the forward latency samples", "ms"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
@@ -23,14 +25,36 @@ def axis_type(values: pd.Series) -> str:
     return "log" if values.max() / values.min() >= 10 else "linear"
 
 
-def curve_figure(ok: pd.DataFrame, metric: str, title: str, unit: str = "") -> go.Figure | None:
+@dataclass
+class CurveExtras:
+    """What a curve chart can show beside its lines.
+
+    Attributes:
+        notes: variant → text appended to its legend entries (e.g. the fitted exponent).
+        failures: Unfinished runs to mark, with columns variant, status, x (their curve position).
+        band: (low metric, high metric) drawn as a shaded band around each line (e.g. bootstrap).
+        references: Metrics drawn once each as dashed lines, averaged over all runs (baselines,
+            closed-form theory curves).
+    """
+
+    notes: dict[str, str] = field(default_factory=dict)
+    failures: pd.DataFrame | None = None
+    band: tuple[str, str] | None = None
+    references: dict[str, str] = field(default_factory=dict)  # metric → legend label
+
+
+def curve_figure(
+    ok: pd.DataFrame, metric: str, title: str, unit: str = "", extras: CurveExtras | None = None
+) -> go.Figure | None:
     """``metric`` against its curve axis, one line per variant and setting (log axes where the
-    values span decades, see `axis_type`).
+    values span decades, see `axis_type`), with the `CurveExtras` given.
 
     Only points along the first curve axis found are drawn (a metric may be reported along
     several, e.g. concentration by scale and by layer: call once per axis). Returns None when the
     task has no curve points for ``metric``.
     """
+    extras = extras or CurveExtras()
+    everything = ok
     rows = ok[(ok["metric"] == metric) & ok["x_value"].notna()]
     if rows.empty:
         return None
@@ -45,9 +69,40 @@ def curve_figure(ok: pd.DataFrame, metric: str, title: str, unit: str = "") -> g
     fig = go.Figure()
     for key, group in rows.groupby(line_keys, sort=True):
         mean = group.groupby("x_value")["value"].mean().sort_index()
-        label = " · ".join(str(k) for k in (key if isinstance(key, tuple) else (key,)))
+        key = key if isinstance(key, tuple) else (key,)
+        label = " · ".join(str(k) for k in key) + extras.notes.get(str(key[0]), "")
+        line = go.Scatter(x=mean.index.tolist(), y=mean.tolist(), mode="lines+markers", name=label)
+        fig.add_trace(line)
+        if extras.band is not None:
+            _add_band(fig, everything, group, extras.band, label)
+    for ref_metric, ref_label in extras.references.items():
+        ref = everything[(everything["metric"] == ref_metric) & (everything["x_name"] == x_name)]
+        if not ref.empty:
+            mean = ref.groupby("x_value")["value"].mean().sort_index()
+            fig.add_trace(
+                go.Scatter(
+                    x=mean.index.tolist(),
+                    y=mean.tolist(),
+                    mode="lines",
+                    name=ref_label,
+                    line={"dash": "dash", "color": "#444"},
+                )
+            )
+    if extras.failures is not None and not extras.failures.empty and len(rows):
+        top = float(rows["value"].max())
+        failed = extras.failures
         fig.add_trace(
-            go.Scatter(x=mean.index.tolist(), y=mean.tolist(), mode="lines+markers", name=label)
+            go.Scatter(
+                x=failed["x"].tolist(),
+                y=[top] * len(failed),
+                mode="markers",
+                marker={"symbol": "x", "size": 11, "color": "#c62828"},
+                name="oom / timeout / failed (at the top)",
+                text=[
+                    f"{v}: {st}" for v, st in zip(failed["variant"], failed["status"], strict=True)
+                ],
+                hoverinfo="text+x",
+            )
         )
     fig.update_layout(
         title=title,
@@ -56,5 +111,53 @@ def curve_figure(ok: pd.DataFrame, metric: str, title: str, unit: str = "") -> g
         template="plotly_white",
         margin={"l": 60, "r": 20, "t": 50, "b": 50},
         legend={"title": {"text": " · ".join(line_keys)}},
+    )
+    return fig
+
+
+def _add_band(
+    fig: go.Figure, everything: pd.DataFrame, line: pd.DataFrame, band: tuple[str, str], label: str
+) -> None:
+    """Shade between the band metrics of the runs behind one line."""
+    runs = everything[everything["run_id"].isin(set(line["run_id"]))]
+    low = runs[runs["metric"] == band[0]].groupby("x_value")["value"].mean().sort_index()
+    high = runs[runs["metric"] == band[1]].groupby("x_value")["value"].mean().sort_index()
+    if low.empty or high.empty:
+        return
+    xs = low.index.tolist() + high.index.tolist()[::-1]
+    ys = low.tolist() + high.tolist()[::-1]
+    fig.add_trace(
+        go.Scatter(
+            x=xs,
+            y=ys,
+            fill="toself",
+            mode="lines",
+            line={"width": 0},
+            opacity=0.2,
+            name=f"{label} ({band[0]}–{band[1]})",
+            hoverinfo="skip",
+        )
+    )
+
+
+def scatter_figure(points: pd.DataFrame, x_title: str, y_title: str, title: str) -> go.Figure:
+    """One marker per row of ``points`` (columns label, x, y), labelled (quality against cost)."""
+    fig = go.Figure(
+        go.Scatter(
+            x=points["x"].tolist(),
+            y=points["y"].tolist(),
+            mode="markers+text",
+            text=points["label"].tolist(),
+            textposition="top center",
+            name="variants",
+        )
+    )
+    fig.update_layout(
+        title=title,
+        xaxis={"title": x_title, "type": axis_type(points["x"])},
+        yaxis={"title": y_title},
+        template="plotly_white",
+        margin={"l": 60, "r": 20, "t": 50, "b": 50},
+        showlegend=False,
     )
     return fig

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -16,12 +17,16 @@ from plotly.offline import get_plotlyjs
 
 from harness.collect import TABLE_NAME, collect
 from harness.discovery import load_plugins
-from harness.leaderboard.charts import curve_figure, embeddable_json
+from harness.leaderboard.charts import CurveExtras, curve_figure, embeddable_json, scatter_figure
+from harness.leaderboard.ranking import Headline, overview
 from harness.leaderboard.tables import Table, task_table, unfinished_table
 from harness.records import atomic_write_text, runs_dir
 from harness.task_api import TASKS
+from harness.variant_api import VARIANTS
 
 PLOTLY_JS = "plotly.min.js"
+RUN_LINK = "runs/{run_id}.json"  # each run's record, copied beside the page
+COST_TASK, COST_METRIC = "throughput", "fwd_ms"  # the cost axis of quality-vs-cost charts
 FIT_INFO = {
     "scaling_exponent": ("Slope of log(fwd_ms) vs log(seq_len): 2 dense, 1 linear", False),
     "scaling_exponent_ci_low": ("95% confidence interval of the exponent, low end", None),
@@ -56,36 +61,121 @@ def _metric_info(task: str) -> dict[str, tuple[str, bool | None]]:
     return {m.name: (m.description, m.higher_is_better) for m in TASKS.get(task).metrics}
 
 
+def _fit_notes(rows: pd.DataFrame) -> dict[str, str]:
+    """variant → " · n^1.02" from the scaling fits (only where a variant has one fit)."""
+    fits = rows[rows["metric"] == "scaling_exponent"]
+    counts = fits["variant"].value_counts()
+    return {
+        str(r["variant"]): f" · time ∝ n^{r['value']:.2f}"
+        for _, r in fits.iterrows()
+        if counts[r["variant"]] == 1
+    }
+
+
+def _failures(frame: pd.DataFrame, task: str, x_name: str) -> pd.DataFrame:
+    """Unfinished runs of ``task`` with their ``x_name`` task parameter as curve position."""
+    marked = frame["status"].isin(["oom", "timeout", "failed"])  # not `unsupported`: by design
+    bad = frame[(frame["task"] == task) & marked].drop_duplicates("run_id")
+    xs = bad["task_params"].map(lambda text: json.loads(text).get(x_name))
+    keep = xs.map(lambda x: isinstance(x, int | float))
+    return pd.DataFrame(
+        {"variant": bad["variant"][keep], "status": bad["status"][keep], "x": xs[keep]}
+    )
+
+
+def _task_charts(frame: pd.DataFrame, task: str, rows: pd.DataFrame) -> list[Chart]:
+    cls = TASKS.get(task) if task in TASKS else None
+    headline = getattr(cls, "headline", "") or rows["metric"].iloc[0]
+    notes = _fit_notes(rows)
+    charts = []
+    for metric in getattr(cls, "charts", ()) or (headline,):
+        unit = next((m.unit for m in cls.metrics if m.name == metric), "") if cls else ""
+        curve = rows[(rows["metric"] == metric) & rows["x_name"].notna()]
+        for x_name in sorted(curve["x_name"].unique()):  # one chart per curve axis
+            extras = CurveExtras(
+                notes=notes if metric == "fwd_ms" else {},
+                failures=_failures(frame, task, x_name),
+                band=getattr(cls, "chart_bands", {}).get(metric),
+                references=getattr(cls, "chart_references", {}).get(metric, {}),
+            )
+            fig = curve_figure(
+                rows[rows["x_name"] == x_name],
+                metric,
+                f"{task}: {metric} vs {x_name}",
+                unit,
+                extras,
+            )
+            if fig is not None:
+                charts.append(
+                    Chart(id=f"chart-{task}-{metric}-{x_name}", json=embeddable_json(fig))
+                )
+    return charts
+
+
 def _sections(frame: pd.DataFrame) -> list[TaskSection]:
     sections = []
     ok = frame[(frame["status"] == "ok") & frame["metric"].notna()]
     for task in sorted(ok["task"].unique()):
         rows = ok[ok["task"] == task]
         cls = TASKS.get(task) if task in TASKS else None
-        charts = []
-        headline = getattr(cls, "headline", "") or rows["metric"].iloc[0]
-        for metric in getattr(cls, "charts", ()) or (headline,):
-            unit = next((m.unit for m in cls.metrics if m.name == metric), "") if cls else ""
-            curve = rows[(rows["metric"] == metric) & rows["x_name"].notna()]
-            for x_name in sorted(curve["x_name"].unique()):  # one chart per curve axis
-                fig = curve_figure(
-                    curve[curve["x_name"] == x_name], metric, f"{task}: {metric} vs {x_name}", unit
-                )
-                if fig is not None:
-                    chart_id = f"chart-{task}-{metric}-{x_name}"
-                    charts.append(Chart(id=chart_id, json=embeddable_json(fig)))
         fitted = rows["run_id"].str.startswith("fit-")
         sections.append(
             TaskSection(
                 name=task,
                 description=getattr(cls, "description", ""),
-                table=task_table(rows[~fitted], _metric_info(task)),
-                charts=charts,
+                table=task_table(rows[~fitted], _metric_info(task), RUN_LINK),
+                charts=_task_charts(frame, task, rows),
                 n_runs=rows.loc[~fitted, "run_id"].nunique(),
                 fits=task_table(rows[fitted], FIT_INFO) if fitted.any() else None,
             )
         )
     return sections
+
+
+def _headlines(frame: pd.DataFrame) -> list[Headline]:
+    heads = []
+    for task in sorted(frame["task"].dropna().unique()):
+        if task in TASKS:
+            cls = TASKS.get(task)
+            info = _metric_info(task).get(cls.headline, ("", None))
+            heads.append(Headline(task, cls.headline, info[1], info[0]))
+    return heads
+
+
+def _quality_vs_cost(frame: pd.DataFrame, headlines: list[Headline]) -> list[Chart]:
+    """Each ranked quality headline against forward latency at the most widely run length."""
+    ok = frame[(frame["status"] == "ok") & ~frame["run_id"].str.startswith("fit-")]
+    cost = ok[(ok["task"] == COST_TASK) & (ok["metric"] == COST_METRIC)]
+    if cost.empty:
+        return []
+    device, dtype = cost.groupby(["device", "dtype"]).size().idxmax()
+    cost = cost[(cost["device"] == device) & (cost["dtype"] == dtype)]
+    lengths = cost.groupby("x_value")["variant"].nunique()
+    length = lengths[lengths == lengths.max()].index.max()
+    latency = cost[cost["x_value"] == length].groupby("variant")["value"].median()
+    charts = []
+    for h in headlines:
+        if h.task == COST_TASK or h.higher_is_better is None:
+            continue
+        quality = ok[
+            (ok["task"] == h.task)
+            & (ok["metric"] == h.metric)
+            & (ok["device"] == device)
+            & (ok["dtype"] == dtype)
+        ]
+        quality = quality.groupby("variant")["value"].mean()
+        both = pd.DataFrame({"x": latency, "y": quality}).dropna()
+        if both.empty:
+            continue
+        arrow = "↑" if h.higher_is_better else "↓"
+        fig = scatter_figure(
+            both.rename_axis("label").reset_index(),
+            f"forward latency at seq_len={length:g} (ms, {device}, {dtype})",
+            f"{h.metric} {arrow}",
+            f"{h.task}: {h.metric} against cost",
+        )
+        charts.append(Chart(id=f"chart-cost-{h.task}", json=embeddable_json(fig)))
+    return charts
 
 
 def _provenance(frame: pd.DataFrame) -> dict[str, str]:
@@ -105,6 +195,13 @@ def _provenance(frame: pd.DataFrame) -> dict[str, str]:
         "runs_from": str(frame["created_at"].min()) if len(frame) else "",
         "runs_to": str(frame["created_at"].max()) if len(frame) else "",
     }
+
+
+def _copy_records(results_dir: Path, out: Path) -> None:
+    """Copy the run records beside the page, so every table row links to its records."""
+    out.mkdir(parents=True, exist_ok=True)
+    for record in runs_dir(results_dir).glob("*.json"):
+        shutil.copyfile(record, out / record.name)
 
 
 def _environment() -> jinja2.Environment:
@@ -137,6 +234,9 @@ def build_site(
     if not frame.empty:
         shutil.copyfile(table_path, out / "results.parquet")
         frame.to_csv(out / "results.csv", index=False)
+        _copy_records(results_dir, out / "runs")
+    headlines = _headlines(frame) if not frame.empty else []
+    families = {e.name: e.obj.family for e in VARIANTS.entries()}
     html = (
         _environment()
         .get_template("index.html.j2")
@@ -144,6 +244,8 @@ def build_site(
             empty=frame.empty,
             results_dir=str(results_dir),
             sections=_sections(frame) if not frame.empty else [],
+            overview=overview(frame, headlines, families) if not frame.empty else None,
+            cost_charts=_quality_vs_cost(frame, headlines) if not frame.empty else [],
             unfinished=unfinished_table(frame) if not frame.empty else None,
             provenance=_provenance(frame) if not frame.empty else None,
             n_runs=frame["run_id"].nunique() if not frame.empty else 0,

@@ -37,6 +37,7 @@ class Cell:
     text: str
     sort: float | str
     best: bool = False
+    links: list[tuple[str, str]] = field(default_factory=list)  # (href, text) after the text
 
 
 @dataclass
@@ -113,7 +114,11 @@ def _key_text(value: object) -> str:
     return str(value)
 
 
-def task_table(ok: pd.DataFrame, metric_info: dict[str, tuple[str, bool | None]]) -> Table:
+def task_table(
+    ok: pd.DataFrame,
+    metric_info: dict[str, tuple[str, bool | None]],
+    run_link: str | None = None,
+) -> Table:
     """One row per (variant, its parameters, device, dtype, task setting); one column per metric.
 
     Values are means over seeds. A point whose curve coordinate is the job's own setting (e.g.
@@ -124,6 +129,8 @@ def task_table(ok: pd.DataFrame, metric_info: dict[str, tuple[str, bool | None]]
     Args:
         ok: Rows of one task with status ok.
         metric_info: metric → (description, higher_is_better), in display order.
+        run_link: Format of a link to a run's record (``{run_id}``); adds a "runs" column whose
+            cell links every run behind the row (config, seed, commit, versions, machine).
     """
     ok = ok[ok["metric"].notna()]
     task_params = expand_params(ok, "task_params", "task")
@@ -135,6 +142,7 @@ def task_table(ok: pd.DataFrame, metric_info: dict[str, tuple[str, bool | None]]
     frame = key_columns(frame, keys)
     frame["metric"] = _column_names(ok, task_params)
     wide = frame.pivot_table(index=keys, columns="metric", values="value", aggfunc="mean")
+    runs = frame.groupby(keys)["run_id"].unique()
     order = list(metric_info)
 
     def base(column: str) -> str:  # the metric behind a "metric (mean over x)" column
@@ -149,6 +157,8 @@ def task_table(ok: pd.DataFrame, metric_info: dict[str, tuple[str, bool | None]]
         key=lambda c: (order.index(base(c)) if base(c) in metric_info else len(order), c),
     )
     columns = [Column(k, k) for k in keys] + [Column(m, m, *info(m)) for m in metrics]
+    if run_link is not None:
+        columns.append(Column("runs", "runs", "The run records behind this row (click to open)"))
     wide = wide.reset_index().sort_values(keys, key=_numbers_first, ignore_index=True)
     group_keys = ["device", "dtype", *setting_cols]
     best: dict[str, set[int]] = {}
@@ -164,6 +174,10 @@ def task_table(ok: pd.DataFrame, metric_info: dict[str, tuple[str, bool | None]]
         cells += [
             Cell(format_value(row[m]), _sortable(row[m]), i in best.get(m, ())) for m in metrics
         ]
+        if run_link is not None:
+            ids = sorted(runs.loc[tuple(row[k] for k in keys) if len(keys) > 1 else row[keys[0]]])
+            links = [(run_link.format(run_id=r), r[:8]) for r in ids]
+            cells.append(Cell(f"{len(ids)}:", len(ids), links=links))
         table.rows.append(cells)
     return table
 

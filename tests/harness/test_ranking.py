@@ -1,0 +1,96 @@
+"""The overview's ranking on a hand-made table with known answers."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from harness.collect import COLUMNS
+from harness.leaderboard.ranking import Headline, contest_scores, overview, task_win_rates
+
+HEADLINES = [
+    Headline("t_up", "acc", True, "accuracy"),
+    Headline("t_down", "ms", False, "latency"),
+    Headline("t_none", "s", None, "a diagnostic"),
+]
+FAMILIES = {"A": "softmax", "B": "linear", "C": "sparse"}
+
+
+def _row(task, metric, variant, value, setting="s1", seed=0, device="cpu"):
+    row = dict.fromkeys(COLUMNS)
+    row.update(
+        run_id=f"{task}-{variant}-{setting}-{seed}-{device}",
+        status="ok",
+        task=task,
+        variant=variant,
+        variant_params="{}",
+        task_params=f'{{"setting": "{setting}"}}',
+        seed=seed,
+        device=device,
+        dtype="float32",
+        metric=metric,
+        value=value,
+    )
+    return row
+
+
+FRAME = pd.DataFrame(
+    [
+        _row("t_up", "acc", "A", 0.85, seed=0),
+        _row("t_up", "acc", "A", 0.95, seed=1),  # mean 0.9: ties B
+        _row("t_up", "acc", "B", 0.9),
+        _row("t_up", "acc", "C", 0.5),
+        _row("t_up", "acc", "A", 1.0, setting="s2"),
+        _row("t_up", "acc", "B", 0.8, setting="s2"),  # C did not run s2
+        _row("t_down", "ms", "A", 10.0),
+        _row("t_down", "ms", "B", 5.0),
+        _row("t_down", "ms", "C", 20.0),
+        _row("t_none", "s", "A", 0.3),
+        _row("t_none", "s", "C", 0.7),
+        _row("t_up", "acc", "A", 0.1, device="cuda"),  # another device: never compared with cpu
+        {**_row("t_up", "acc", "B", 0.0), "status": "failed", "run_id": "x"},  # not counted
+    ],
+    columns=COLUMNS,
+)
+
+
+def test_contest_scores_count_ties_as_half():
+    scores = contest_scores(pd.Series([0.9, 0.9, 0.5], index=list("ABC")), True)
+    assert scores.to_dict() == {"A": 0.75, "B": 0.75, "C": 0.0}
+    assert contest_scores(pd.Series([1.0], index=["A"]), True).empty  # no opponent, no contest
+    lower = contest_scores(pd.Series([10.0, 5.0, 20.0], index=list("ABC")), False)
+    assert lower.to_dict() == {"A": 0.5, "B": 1.0, "C": 0.0}
+
+
+def test_task_win_rates_average_over_contests():
+    points = FRAME[(FRAME.task == "t_up") & (FRAME.device == "cpu") & (FRAME.status == "ok")]
+    rates = task_win_rates(points.assign(x_name="", x_value=-1.0), True)
+    by_variant = {k[0]: v for k, v in rates.items()}
+    assert by_variant == pytest.approx({"A": 0.875, "B": 0.375, "C": 0.0})
+
+
+def _rows(result):
+    names = [c.key for c in result.table.columns]
+    return {(r[1].text, r[3].text): dict(zip(names, r, strict=True)) for r in result.table.rows}
+
+
+def test_overview_ranks_aggregate_and_ties():
+    result = overview(FRAME, HEADLINES, FAMILIES)
+    rows = _rows(result)
+    a, b, c = rows[("A", "cpu")], rows[("B", "cpu")], rows[("C", "cpu")]
+    # aggregate: A (0.875 + 0.5) / 2 = 0.6875 = B (0.375 + 1) / 2: a tie, both rank 1
+    assert a["win_rate"].text.startswith("0.688") and b["win_rate"].text.startswith("0.688")
+    assert (a["rank"].text, b["rank"].text, c["rank"].text) == ("#1", "#1", "#3")
+    assert a["rank"].best and b["rank"].best and not c["rank"].best
+    assert a["t_up"].text.endswith("· #1") and b["t_up"].text.endswith("· #2")
+    assert b["t_down"].text == "5 · #1" and b["t_down"].best
+    assert "±" in a["t_up"].text  # two seeds: a spread
+    assert a["t_none"].text == "0.3" and "#" not in a["t_none"].text  # shown, not ranked
+    alone = rows[("A", "cuda")]  # the only entry on its device: no opponent, no rank
+    assert alone["rank"].text == "–" and alone["t_up"].text == "0.1"
+    assert c["family"].text == "sparse"
+    assert result.options["device"] == ["cpu", "cuda"]
+
+
+def test_overview_without_headline_points_is_none():
+    assert overview(FRAME[FRAME.task == "nothing"], HEADLINES, FAMILIES) is None
