@@ -138,3 +138,83 @@ def test_rows_with_gaps_still_sort_numbers_numerically():
 
     col = pd.Series(["1024", "256", "–", "512"])
     assert list(col.iloc[_numbers_first(col).argsort()]) == ["256", "512", "1024", "–"]
+
+
+def test_rows_link_their_records_which_sit_beside_the_page(tmp_path):
+    _write(tmp_path, "a", "softmax", 64, 2.0)
+    _write(tmp_path, "b", "linear", 64, 1.0)
+    collect(tmp_path)
+    html = build_site(tmp_path).read_text()
+    assert 'href="runs/a.json"' in html and 'href="runs/b.json"' in html
+    assert (tmp_path / "leaderboard" / "runs" / "a.json").read_text() == (
+        tmp_path / "runs" / "a.json"
+    ).read_text()
+
+
+def _figures(html):
+    import json
+    import re
+
+    return {
+        m.group(1): json.loads(m.group(2))
+        for m in re.finditer(r'data-chart="([^"]+)">(.*?)</script>', html, re.S)
+    }
+
+
+def test_throughput_chart_marks_oom_and_shows_the_fitted_exponent(tmp_path):
+    for i, n in enumerate((64, 128, 256)):
+        _write(tmp_path, f"s{i}", "softmax", n, n * n / 1e4)  # time ∝ n²
+        _write(tmp_path, f"l{i}", "linear", n, n / 1e2)  # time ∝ n
+    _write(tmp_path, "oom", "linear", 512, 0.0, status="oom", error="out of memory")
+    _write(tmp_path, "uns", "sinkhorn", 512, 0.0, status="unsupported", error="no causal")
+    collect(tmp_path)
+    figures = _figures(build_site(tmp_path).read_text())
+    names = [t["name"] for t in figures["chart-throughput-fwd_ms-seq_len"]["data"]]
+    assert any(n.startswith("softmax") and "n^2.00" in n for n in names)
+    assert any(n.startswith("linear") and "n^1.00" in n for n in names)
+    (marks,) = [t for t in figures["chart-throughput-fwd_ms-seq_len"]["data"] if "oom" in t["name"]]
+    assert marks["x"] == [512] and marks["text"] == ["linear: oom"]  # unsupported: not marked
+
+
+def test_overview_and_quality_vs_cost_are_on_the_page(tmp_path):
+    _write(tmp_path, "a", "softmax", 64, 2.0)
+    _write(tmp_path, "b", "linear", 64, 1.0)
+    collect(tmp_path)
+    html = build_site(tmp_path).read_text()
+    assert 'id="overview-table"' in html and 'data-filter="family"' in html
+    assert 'data-family="linear"' in html and 'data-device="cpu"' in html
+
+
+def test_curve_chart_draws_bands_and_reference_lines():
+    from harness.collect import COLUMNS
+    from harness.leaderboard.charts import CurveExtras, curve_figure
+
+    rows = []
+    for variant in ("softmax", "linear"):
+        for n in (1, 2, 3):
+            for metric, value in (("mse", 1 / n), ("mse_q05", 0.8 / n), ("mse_q95", 1.2 / n)):
+                rows.append(
+                    {
+                        **dict.fromkeys(COLUMNS),
+                        "run_id": variant,
+                        "variant": variant,
+                        "variant_params": "{}",
+                        "task_params": "{}",
+                        "device": "cpu",
+                        "dtype": "float32",
+                        "metric": metric,
+                        "value": value,
+                        "x_name": "n_examples",
+                        "x_value": float(n),
+                    }
+                )
+            rows.append({**rows[-1], "metric": "mse_least_squares", "value": 0.5 / n})
+    frame = pd.DataFrame(rows, columns=COLUMNS)
+    extras = CurveExtras(band=("mse_q05", "mse_q95"), references={"mse_least_squares": "LS"})
+    fig = curve_figure(frame, "mse", "icl", extras=extras)
+    names = [t.name for t in fig.data]
+    assert names.count("LS") == 1  # one baseline line, averaged over the runs
+    bands = [t for t in fig.data if t.fill == "toself"]
+    assert len(bands) == 2 and list(bands[0].y) == [0.8, 0.4, 0.8 / 3, 1.2 / 3, 0.6, 1.2]
+    (ls,) = [t for t in fig.data if t.name == "LS"]
+    assert list(ls.y) == [0.5, 0.25, 0.5 / 3] and ls.line.dash == "dash"
