@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -9,6 +10,9 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 from harness.leaderboard.tables import expand_params, key_columns, varying
+
+REFERENCE_DASHES = ("dash", "dot", "dashdot", "longdash")  # one style per reference line
+LONG_LEGEND = 12  # more entries than this: the legend goes below the plot
 
 
 def embeddable_json(fig: go.Figure) -> str:
@@ -71,11 +75,19 @@ def curve_figure(
         mean = group.groupby("x_value")["value"].mean().sort_index()
         key = key if isinstance(key, tuple) else (key,)
         label = " · ".join(str(k) for k in key) + extras.notes.get(str(key[0]), "")
-        line = go.Scatter(x=mean.index.tolist(), y=mean.tolist(), mode="lines+markers", name=label)
+        line = go.Scatter(
+            x=mean.index.tolist(),
+            y=mean.tolist(),
+            mode="lines+markers",
+            name=label,
+            legendgroup=label,  # its band shows and hides with it
+        )
         fig.add_trace(line)
         if extras.band is not None:
             _add_band(fig, everything, group, extras.band, label)
-    for ref_metric, ref_label in extras.references.items():
+    for dash, (ref_metric, ref_label) in zip(
+        itertools.cycle(REFERENCE_DASHES), extras.references.items(), strict=False
+    ):
         ref = everything[(everything["metric"] == ref_metric) & (everything["x_name"] == x_name)]
         if not ref.empty:
             mean = ref.groupby("x_value")["value"].mean().sort_index()
@@ -83,9 +95,10 @@ def curve_figure(
                 go.Scatter(
                     x=mean.index.tolist(),
                     y=mean.tolist(),
-                    mode="lines",
+                    mode="lines+markers",
                     name=ref_label,
-                    line={"dash": "dash", "color": "#444"},
+                    line={"dash": dash, "color": "#444"},
+                    marker={"size": 4, "color": "#444"},
                 )
             )
     if extras.failures is not None and not extras.failures.empty and len(rows):
@@ -112,6 +125,8 @@ def curve_figure(
         margin={"l": 60, "r": 20, "t": 50, "b": 50},
         legend={"title": {"text": " · ".join(line_keys)}},
     )
+    if sum(1 for t in fig.data if t.showlegend is not False) > LONG_LEGEND:
+        fig.update_layout(legend={"orientation": "h", "y": -0.2, "font": {"size": 10}})
     return fig
 
 
@@ -135,6 +150,8 @@ def _add_band(
             line={"width": 0},
             opacity=0.2,
             name=f"{label} ({band[0]}–{band[1]})",
+            legendgroup=label,
+            showlegend=False,
             hoverinfo="skip",
         )
     )

@@ -25,6 +25,7 @@ from harness.task_api import TASKS
 from harness.variant_api import VARIANTS
 
 PLOTLY_JS = "plotly.min.js"
+MAX_LABEL_PARAMS = 3  # a chart title names at most this many of the parameters that differ
 RUN_LINK = "runs/{run_id}.json"  # each run's record, copied beside the page
 COST_TASK, COST_METRIC = "throughput", "fwd_ms"  # the cost axis of quality-vs-cost charts
 FIT_INFO = {
@@ -72,18 +73,53 @@ def _fit_notes(rows: pd.DataFrame) -> dict[str, str]:
     }
 
 
+def _setting_key(task_params: pd.Series, x_name: str) -> pd.Series:
+    """Each run's task parameters other than the curve axis ``x_name``, as canonical JSON."""
+    return task_params.map(
+        lambda text: json.dumps(
+            {k: v for k, v in json.loads(text).items() if k != x_name}, sort_keys=True
+        )
+    )
+
+
+def _settings(rows: pd.DataFrame, x_name: str) -> list[tuple[str, pd.DataFrame]]:
+    """``rows`` split by task setting (parameters other than ``x_name``), each with a label of
+    the parameters that differ between settings; one unlabelled group when there is one."""
+    keys = _setting_key(rows["task_params"], x_name)
+    groups = [(json.loads(key), group) for key, group in rows.groupby(keys, sort=True)]
+    if len(groups) == 1:
+        return [("", rows)]
+    names = sorted({k for params, _ in groups for k in params})
+    differing = [k for k in names if len({repr(p.get(k)) for p, _ in groups}) > 1]
+
+    def label(params: dict) -> str:
+        text = ", ".join(f"{k}={params.get(k)}" for k in differing[:MAX_LABEL_PARAMS])
+        return text + (", …" if len(differing) > MAX_LABEL_PARAMS else "")
+
+    return [(label(params), group) for params, group in groups]
+
+
 def _failures(frame: pd.DataFrame, task: str, x_name: str) -> pd.DataFrame:
-    """Unfinished runs of ``task`` with their ``x_name`` task parameter as curve position."""
+    """Unfinished runs of ``task`` with their ``x_name`` task parameter as curve position, and
+    their setting key (see `_setting_key`)."""
     marked = frame["status"].isin(["oom", "timeout", "failed"])  # not `unsupported`: by design
     bad = frame[(frame["task"] == task) & marked].drop_duplicates("run_id")
     xs = bad["task_params"].map(lambda text: json.loads(text).get(x_name))
-    keep = xs.map(lambda x: isinstance(x, int | float))
+    keep = xs.map(lambda x: isinstance(x, int | float)).astype(bool)
+    bad = bad.loc[keep]
     return pd.DataFrame(
-        {"variant": bad["variant"][keep], "status": bad["status"][keep], "x": xs[keep]}
+        {
+            "variant": bad["variant"],
+            "status": bad["status"],
+            "x": xs[keep],
+            "setting": _setting_key(bad["task_params"], x_name),
+        }
     )
 
 
 def _task_charts(frame: pd.DataFrame, task: str, rows: pd.DataFrame) -> list[Chart]:
+    """One chart per chart metric, curve axis and task setting (so that baselines and theory
+    curves are never averaged across settings)."""
     cls = TASKS.get(task) if task in TASKS else None
     headline = getattr(cls, "headline", "") or rows["metric"].iloc[0]
     notes = _fit_notes(rows)
@@ -92,23 +128,21 @@ def _task_charts(frame: pd.DataFrame, task: str, rows: pd.DataFrame) -> list[Cha
         unit = next((m.unit for m in cls.metrics if m.name == metric), "") if cls else ""
         curve = rows[(rows["metric"] == metric) & rows["x_name"].notna()]
         for x_name in sorted(curve["x_name"].unique()):  # one chart per curve axis
-            extras = CurveExtras(
-                notes=notes if metric == "fwd_ms" else {},
-                failures=_failures(frame, task, x_name),
-                band=getattr(cls, "chart_bands", {}).get(metric),
-                references=getattr(cls, "chart_references", {}).get(metric, {}),
-            )
-            fig = curve_figure(
-                rows[rows["x_name"] == x_name],
-                metric,
-                f"{task}: {metric} vs {x_name}",
-                unit,
-                extras,
-            )
-            if fig is not None:
-                charts.append(
-                    Chart(id=f"chart-{task}-{metric}-{x_name}", json=embeddable_json(fig))
+            on_axis = rows[rows["x_name"] == x_name]
+            failures = _failures(frame, task, x_name)
+            for i, (label, group) in enumerate(_settings(on_axis, x_name)):
+                setting = _setting_key(group["task_params"].iloc[:1], x_name).iloc[0]
+                extras = CurveExtras(
+                    notes=notes if metric == "fwd_ms" else {},
+                    failures=failures[failures["setting"] == setting],
+                    band=getattr(cls, "chart_bands", {}).get(metric),
+                    references=getattr(cls, "chart_references", {}).get(metric, {}),
                 )
+                title = f"{task}: {metric} vs {x_name}" + (f" ({label})" if label else "")
+                fig = curve_figure(group, metric, title, unit, extras)
+                if fig is not None:
+                    chart_id = f"chart-{task}-{metric}-{x_name}" + (f"-{i}" if label else "")
+                    charts.append(Chart(id=chart_id, json=embeddable_json(fig)))
     return charts
 
 
