@@ -25,7 +25,7 @@ from harness.discovery import load_plugins
 from harness.env import environment
 from harness.memory import release_probe, reuse_freed_memory
 from harness.records import Record, find_ok_record, make_run_id, write_record
-from harness.task_api import TASKS, JobContext, NonFiniteError, build_task
+from harness.task_api import JobContext, NonFiniteError, Task, build_task
 from harness.validation import ConfigError
 from harness.variant_api import VARIANTS, UnsupportedError, VariantShape, build_variant
 
@@ -128,13 +128,14 @@ def check_dtype_runs(dtype: torch.dtype, device: torch.device) -> None:
         raise ConfigError(f"dtype={name} cannot run on {device} ({reason}); use float32.") from None
 
 
-def prepare_job(cfg: DictConfig) -> dict[str, Any]:
-    """Validate one composed job and return its identity; `ConfigError` for bad values.
+def prepare_job(cfg: DictConfig) -> tuple[dict[str, Any], Task]:
+    """Validate one composed job; return its identity and its task. `ConfigError` for bad values.
 
     Checks what the schema cannot: the device and dtype exist here, the task's sizes and
     relations (its `Task.check`), and the variant's hyperparameters (its constructor).
     """
     ident = job_identity(cfg)
+    built = {}
     for kind, build in (
         ("task", lambda: build_task(ident["task"], ident["task_params"])),
         (
@@ -143,11 +144,11 @@ def prepare_job(cfg: DictConfig) -> dict[str, Any]:
         ),
     ):
         try:
-            build()
+            built[kind] = build()
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"{kind} {ident[kind]}: {exc}") from None
     check_dtype_runs(DTYPES[ident["dtype"]], torch.device(ident["device"]))
-    return ident
+    return ident, built["task"]
 
 
 def _classify(exc: BaseException) -> tuple[str, str]:
@@ -177,9 +178,8 @@ def run(cfg: DictConfig) -> Record:
         ``cfg.overwrite`` is false).
     """
     load_plugins()
-    ident = prepare_job(cfg)  # bad values fail here, before any work or record
+    ident, task = prepare_job(cfg)  # bad values fail here, before any work or record
     entry = VARIANTS.entry(ident["variant"])
-    TASKS.get(ident["task"])
     run_id = make_run_id(ident)
     results_dir = cfg.results_dir
     if not cfg.overwrite:
@@ -208,7 +208,6 @@ def run(cfg: DictConfig) -> Record:
     start = time.perf_counter()
     status, error, points, details = "ok", None, [], {}
     try:
-        task = build_task(ident["task"], ident["task_params"])
         with time_budget(float(cfg.timeout_s)):
             result = task.run(ctx)
         for point in result.points:

@@ -136,7 +136,7 @@ TARGETS: list[Target] = [
 ]
 
 
-def _forward(case: Case, threads: int) -> Callable[[], torch.Tensor]:
+def _forward(case: Case) -> Callable[[], torch.Tensor]:
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, HEADS, case.seq_len, HEAD_DIM, generator=gen) for _ in range(3))
     if case.variant == "sdpa":
@@ -190,7 +190,7 @@ def measure(
     calls = {}
     with torch.no_grad():
         for case in sorted(timed, key=lambda c: c.key):
-            calls[case] = _forward(case, threads)
+            calls[case] = _forward(case)
             calls[case]()  # first call and lazy initialisation, outside every round
         per_round: list[dict[Case, float]] = []
         for _ in range(rounds):

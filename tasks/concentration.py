@@ -127,7 +127,6 @@ class Concentration(Task):
         return list(self.params.scales) or [self.params.scale]
 
     def run(self, ctx: JobContext) -> TaskResult:
-        self.check()
         return self.run_gaussian(ctx) if self.params.source == "gaussian" else self.run_recall(ctx)
 
     def run_gaussian(self, ctx: JobContext) -> TaskResult:

@@ -100,7 +100,6 @@ class SelectiveCopy(Task):
             )
 
     def run(self, ctx: JobContext) -> TaskResult:
-        self.check()
         p = self.params
         torch.manual_seed(ctx.seed)
         cfg = ModelConfig(

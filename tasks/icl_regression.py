@@ -128,7 +128,6 @@ class IclRegression(Task):
         return {name: rb.prefix_errors(f, xs, ys, targets) for name, f in self.baselines().items()}
 
     def run(self, ctx: JobContext) -> TaskResult:
-        self.check()
         if self.params.mode == "prompt":
             return self.run_prompt(ctx)
         return self.run_attention_system(ctx)

@@ -30,7 +30,7 @@ def _cpu_timing_settings():
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.key)
 def test_forward_speed(benchmark, case: Case):
-    fn = _forward(case, threads=2)
+    fn = _forward(case)
     with torch.no_grad():
         benchmark.pedantic(fn, rounds=5, warmup_rounds=1, iterations=1)
 
