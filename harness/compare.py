@@ -3,9 +3,9 @@
 A metric point is matched across the tables by task, variant, their parameters, device, dtype,
 metric and curve position (seeds are averaged). It is a regression when it moved in its bad
 direction (declared by the task) by more than ``--threshold`` (relative) *and* by more than the
-spread of the two measurements: the standard deviation over seeds where there are several, else
-the metric's own interquartile range where the task records one (``fwd_ms_iqr`` for ``fwd_ms``),
-else nothing. Metrics without a direction are not judged.
+spread of the two measurements (`harness.metric_points`: the standard deviation over seeds, else
+the interquartile range the task recorded, else nothing). Metrics without a direction are not
+judged.
 
     attnbench-compare results_old/ results/ --threshold 0.05 --fail
 
@@ -22,19 +22,7 @@ import numpy as np
 import pandas as pd
 
 from harness.collect import TABLE_NAME
-
-KEY = [
-    "task",
-    "variant",
-    "variant_params",
-    "task_params",
-    "device",
-    "dtype",
-    "metric",
-    "x_name",
-    "x_value",
-]
-SPREAD_SUFFIX = "_iqr"
+from harness.metric_points import POINT, point_stats
 
 
 def read_table(source: str | Path) -> pd.DataFrame:
@@ -51,21 +39,11 @@ def read_table(source: str | Path) -> pd.DataFrame:
 
 
 def summarise(table: pd.DataFrame) -> pd.DataFrame:
-    """Mean and spread per metric point (see the module docstring), directed metrics only."""
-    ok = table[(table["status"] == "ok") & table["metric"].notna()].copy()
-    ok["x_value"] = ok["x_value"].fillna(-1.0)  # NaN never equals NaN in a merge
-    ok["x_name"] = ok["x_name"].fillna("")
-    grouped = ok.groupby(KEY, dropna=False)["value"]
-    stats = grouped.agg(mean="mean", std="std", n="count").reset_index()
-    iqr = stats[stats["metric"].str.endswith(SPREAD_SUFFIX)].copy()
-    iqr["metric"] = iqr["metric"].str.removesuffix(SPREAD_SUFFIX)
-    iqr = iqr[KEY + ["mean"]].rename(columns={"mean": "iqr"})
-    stats = stats.merge(iqr, on=KEY, how="left")
-    stats["spread"] = np.where(stats["n"] > 1, stats["std"], stats["iqr"]).astype(float)
+    """Mean and spread per metric point (`harness.metric_points`), directed metrics only; an
+    unknown spread counts as 0."""
+    stats = point_stats(table)
     stats["spread"] = stats["spread"].fillna(0.0)
-    directions = ok.groupby("metric")["higher_is_better"].first()
-    stats["higher_is_better"] = stats["metric"].map(directions)
-    return stats[stats["higher_is_better"].notna()].drop(columns=["std", "iqr"])
+    return stats[stats["higher_is_better"].notna()]
 
 
 def compare(old: pd.DataFrame, new: pd.DataFrame, threshold: float = 0.05) -> pd.DataFrame:
@@ -73,7 +51,7 @@ def compare(old: pd.DataFrame, new: pd.DataFrame, threshold: float = 0.05) -> pd
 
     ``worse_by`` is the relative change in the metric's bad direction (negative: it improved).
     """
-    merged = summarise(old).merge(summarise(new), on=KEY, suffixes=("_old", "_new"))
+    merged = summarise(old).merge(summarise(new), on=POINT, suffixes=("_old", "_new"))
     sign = np.where(merged["higher_is_better_old"].astype(bool), -1.0, 1.0)
     delta = merged["mean_new"] - merged["mean_old"]
     scale = merged["mean_old"].abs().replace(0.0, np.nan)

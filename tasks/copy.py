@@ -84,9 +84,15 @@ class SelectiveCopy(Task):
         """Refuse impossible sizes with one sentence."""
         p = self.params
         self.require_positive(
-            "seq_len", "n_to_copy", "train_size", "test_size", "steps", "batch_size"
+            "seq_len",
+            "n_to_copy",
+            "train_size",
+            "test_size",
+            "steps",
+            "batch_size",
+            "d_model",
+            "n_heads",
         )
-        self.require_positive("d_model", "n_heads")
         self.require_divides("n_heads", "d_model")
         if p.n_to_copy > p.seq_len:
             raise ValueError(

@@ -87,9 +87,15 @@ class Recall(Task):
         """Refuse impossible sizes with one sentence."""
         p = self.params
         self.require_positive(
-            "seq_len", "n_kv_pairs", "train_size", "test_size", "steps", "batch_size"
+            "seq_len",
+            "n_kv_pairs",
+            "train_size",
+            "test_size",
+            "steps",
+            "batch_size",
+            "d_model",
+            "n_heads",
         )
-        self.require_positive("d_model", "n_heads")
         self.require_divides("n_heads", "d_model")
         if 3 * p.n_kv_pairs > p.seq_len:
             raise ValueError(

@@ -8,6 +8,7 @@ its mean score over the task's contests, each contest's score divided by the num
 its aggregate is the mean of its task win rates. Ranks are within a device and dtype ("min" method:
 ties share a rank).
 Headline metrics without a direction (e.g. concentration's S(x)) are shown but not ranked.
+Values and their spread (seed std, else the recorded IQR) come from `harness.metric_points`.
 
 Entries that never met (no shared contest) are not compared; an entry's aggregate only averages
 the tasks it took part in, and the overview says how many that was.
@@ -22,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from harness.leaderboard.tables import Cell, Column, Table, format_value
+from harness.metric_points import point_stats
 
 TIE_RTOL = 1e-9
 ENTRY = ["variant", "variant_params", "device", "dtype"]
@@ -63,9 +65,9 @@ def contest_scores(values: pd.Series, higher_is_better: bool) -> pd.Series:
     return pd.Series(score.sum(axis=1) / (len(v) - 1), index=values.index)
 
 
-def task_win_rates(points: pd.DataFrame, higher_is_better: bool) -> pd.Series:
-    """Mean contest score per entry (index: ENTRY) of one task's seed-averaged headline points."""
-    means = points.groupby([*ENTRY, *SETTING], dropna=False)["value"].mean()
+def task_win_rates(means: pd.Series, higher_is_better: bool) -> pd.Series:
+    """Mean contest score per entry (index: ENTRY) of one task's seed-averaged headline values
+    ``means``, indexed by ENTRY + SETTING."""
     scores = []
     for _, contest in means.groupby(level=CONTEST, dropna=False):
         s = contest_scores(contest.droplevel(SETTING), higher_is_better)
@@ -84,36 +86,30 @@ def overview(
     frame: pd.DataFrame, headlines: list[Headline], families: dict[str, str]
 ) -> Overview | None:
     """The overview of the ok, non-fit rows of ``frame`` (see the module docstring)."""
-    ok = frame[(frame["status"] == "ok") & frame["metric"].notna()]
-    ok = ok[~ok["run_id"].str.startswith("fit-")].copy()
-    ok["x_name"] = ok["x_name"].fillna("")
-    ok["x_value"] = ok["x_value"].fillna(-1.0)
+    stats = point_stats(frame[~frame["run_id"].str.startswith("fit-")])
     headlines = [
-        h for h in headlines if ((ok["task"] == h.task) & (ok["metric"] == h.metric)).any()
+        h for h in headlines if ((stats["task"] == h.task) & (stats["metric"] == h.metric)).any()
     ]
     if not headlines:
         return None
-    entries = ok[ok["task"].isin([h.task for h in headlines])][ENTRY].drop_duplicates()
+    entries = stats[stats["task"].isin([h.task for h in headlines])][ENTRY].drop_duplicates()
     entries = entries.sort_values(ENTRY).set_index(ENTRY)
     configs = entries.reset_index().groupby("variant")["variant_params"].nunique()
 
     value_cols, rank_cols, rates = {}, {}, {}
     for h in headlines:
-        points = ok[(ok["task"] == h.task) & (ok["metric"] == h.metric)]
-        seeds = points.groupby([*ENTRY, *SETTING], dropna=False)["value"]
-        per_setting = seeds.agg(["mean", "std", "count"])
-        iqr = ok[(ok["task"] == h.task) & (ok["metric"] == f"{h.metric}_iqr")]
-        iqr = iqr.groupby(ENTRY)["value"].mean()
-        value = per_setting["mean"].groupby(level=ENTRY).mean()
-        spread = per_setting["std"].where(per_setting["count"] > 1).groupby(level=ENTRY).mean()
-        spread = spread.fillna(iqr.reindex(spread.index))
+        points = stats[(stats["task"] == h.task) & (stats["metric"] == h.metric)]
+        points = points.set_index([*ENTRY, *SETTING])
+        value = points["mean"].groupby(level=ENTRY).mean()
+        spread = points["spread"].groupby(level=ENTRY).mean()
         value_cols[h.task] = (value, spread)
         if h.higher_is_better is not None:
-            rate = task_win_rates(points, h.higher_is_better)
+            rate = task_win_rates(points["mean"], h.higher_is_better)
             rates[h.task] = rate
             rank_cols[h.task] = _ranks(rate)
-    aggregate = pd.concat(rates, axis=1).mean(axis=1) if rates else pd.Series(dtype=float)
-    n_tasks = pd.concat(rates, axis=1).notna().sum(axis=1) if rates else pd.Series(dtype=int)
+    by_task = pd.concat(rates, axis=1) if rates else pd.DataFrame()
+    aggregate = by_task.mean(axis=1) if rates else pd.Series(dtype=float)
+    n_tasks = by_task.notna().sum(axis=1) if rates else pd.Series(dtype=int)
     overall = _ranks(aggregate)
 
     columns = [

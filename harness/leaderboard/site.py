@@ -82,21 +82,20 @@ def _setting_key(task_params: pd.Series, x_name: str) -> pd.Series:
     )
 
 
-def _settings(rows: pd.DataFrame, x_name: str) -> list[tuple[str, pd.DataFrame]]:
-    """``rows`` split by task setting (parameters other than ``x_name``), each with a label of
-    the parameters that differ between settings; one unlabelled group when there is one."""
+def _settings(rows: pd.DataFrame, x_name: str) -> list[tuple[str, str, pd.DataFrame]]:
+    """``rows`` split by task setting (parameters other than ``x_name``): (setting key, label of
+    the parameters that differ between settings, rows); the label is empty when there is one."""
     keys = _setting_key(rows["task_params"], x_name)
-    groups = [(json.loads(key), group) for key, group in rows.groupby(keys, sort=True)]
-    if len(groups) == 1:
-        return [("", rows)]
-    names = sorted({k for params, _ in groups for k in params})
-    differing = [k for k in names if len({repr(p.get(k)) for p, _ in groups}) > 1]
+    groups = list(rows.groupby(keys, sort=True))
+    params = [json.loads(key) for key, _ in groups]
+    names = sorted({k for p in params for k in p})
+    differing = [k for k in names if len({repr(p.get(k)) for p in params}) > 1]
 
-    def label(params: dict) -> str:
-        text = ", ".join(f"{k}={params.get(k)}" for k in differing[:MAX_LABEL_PARAMS])
+    def label(p: dict) -> str:
+        text = ", ".join(f"{k}={p.get(k)}" for k in differing[:MAX_LABEL_PARAMS])
         return text + (", …" if len(differing) > MAX_LABEL_PARAMS else "")
 
-    return [(label(params), group) for params, group in groups]
+    return [(key, label(p), group) for (key, group), p in zip(groups, params, strict=True)]
 
 
 def _failures(frame: pd.DataFrame, task: str, x_name: str) -> pd.DataFrame:
@@ -130,8 +129,7 @@ def _task_charts(frame: pd.DataFrame, task: str, rows: pd.DataFrame) -> list[Cha
         for x_name in sorted(curve["x_name"].unique()):  # one chart per curve axis
             on_axis = rows[rows["x_name"] == x_name]
             failures = _failures(frame, task, x_name)
-            for i, (label, group) in enumerate(_settings(on_axis, x_name)):
-                setting = _setting_key(group["task_params"].iloc[:1], x_name).iloc[0]
+            for i, (setting, label, group) in enumerate(_settings(on_axis, x_name)):
                 extras = CurveExtras(
                     notes=notes if metric == "fwd_ms" else {},
                     failures=failures[failures["setting"] == setting],

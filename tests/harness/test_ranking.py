@@ -6,7 +6,15 @@ import pandas as pd
 import pytest
 
 from harness.collect import COLUMNS
-from harness.leaderboard.ranking import Headline, contest_scores, overview, task_win_rates
+from harness.leaderboard.ranking import (
+    ENTRY,
+    SETTING,
+    Headline,
+    contest_scores,
+    overview,
+    task_win_rates,
+)
+from harness.metric_points import point_stats
 
 HEADLINES = [
     Headline("t_up", "acc", True, "accuracy"),
@@ -63,8 +71,9 @@ def test_contest_scores_count_ties_as_half():
 
 
 def test_task_win_rates_average_over_contests():
-    points = FRAME[(FRAME.task == "t_up") & (FRAME.device == "cpu") & (FRAME.status == "ok")]
-    rates = task_win_rates(points.assign(x_name="", x_value=-1.0), True)
+    stats = point_stats(FRAME)
+    points = stats[(stats.task == "t_up") & (stats.device == "cpu")]
+    rates = task_win_rates(points.set_index([*ENTRY, *SETTING])["mean"], True)
     by_variant = {k[0]: v for k, v in rates.items()}
     assert by_variant == pytest.approx({"A": 0.875, "B": 0.375, "C": 0.0})
 
