@@ -16,19 +16,22 @@ import hydra
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
-from harness.config import store_configs
-from harness.discovery import load_plugins
-from harness.registry import UnknownNameError
-from harness.run import prepare_job, run
-from harness.validation import (
+import attnbench.conf
+from attnbench.harness.config import store_configs
+from attnbench.harness.discovery import load_plugins
+from attnbench.harness.registry import UnknownNameError
+from attnbench.harness.run import prepare_job, run
+from attnbench.harness.validation import (
     ConfigError,
     check_overrides,
     check_results_dir,
     results_dir_from,
 )
 
-# An absolute path: Hydra would otherwise look for a Python module "conf" next to the package.
-CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+# The configs ship inside the package (attnbench.conf), so they are found from any working
+# directory, in a checkout and in an installed wheel alike. An absolute path: Hydra would
+# otherwise resolve a relative one against the calling module.
+CONF_DIR = str(Path(attnbench.conf.__file__).resolve().parent)
 
 
 def refuse(exc: Exception) -> NoReturn:

@@ -8,7 +8,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from harness.collect import collect
+from attnbench.harness.collect import collect
 
 log = logging.getLogger(__name__)
 

@@ -25,8 +25,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.records import Record, RecordSchemaError, atomic_write_text, read_record, runs_dir
-from harness.scaling import scaling_rows
+from attnbench.harness.records import (
+    Record,
+    RecordSchemaError,
+    atomic_write_text,
+    read_record,
+    runs_dir,
+)
+from attnbench.harness.scaling import scaling_rows
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.collect import TABLE_NAME
-from harness.metric_points import POINT, point_stats
+from attnbench.harness.collect import TABLE_NAME
+from attnbench.harness.metric_points import POINT, point_stats
 
 
 def read_table(source: str | Path) -> pd.DataFrame:

@@ -15,9 +15,9 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from harness.registry import Registry
-from harness.task_api import TASKS
-from harness.variant_api import VARIANTS
+from attnbench.harness.registry import Registry
+from attnbench.harness.task_api import TASKS
+from attnbench.harness.variant_api import VARIANTS
 
 
 class DeviceChoice(str, Enum):

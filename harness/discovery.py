@@ -12,9 +12,9 @@ import warnings
 from dataclasses import dataclass
 from importlib import metadata
 
-from harness.registry import Registry, registering_from
-from harness.task_api import TASKS, Task, register_task
-from harness.variant_api import VARIANTS, AttentionVariant, register_variant
+from attnbench.harness.registry import Registry, registering_from
+from attnbench.harness.task_api import TASKS, Task, register_task
+from attnbench.harness.variant_api import VARIANTS, AttentionVariant, register_variant
 
 GROUPS = {"attnbench.variants": VARIANTS, "attnbench.tasks": TASKS}
 
@@ -86,3 +86,20 @@ def _register_class_entry(name: str, obj: object, registry: Registry) -> None:
         register_task(name)(obj)
     else:
         raise TypeError(f"entry point '{name}' points at {obj!r}, which is not a {registry.kind}")
+
+
+def list_variants(pattern: str = "*") -> list[str]:
+    """Names of the registered variants matching a shell-style ``pattern`` (plugins loaded).
+
+    Example:
+        >>> list_variants("lin*")
+        ['linear']
+    """
+    load_plugins()
+    return VARIANTS.names(pattern)
+
+
+def list_tasks(pattern: str = "*") -> list[str]:
+    """Names of the registered tasks matching a shell-style ``pattern`` (plugins loaded)."""
+    load_plugins()
+    return TASKS.names(pattern)

@@ -15,6 +15,9 @@ from pathlib import Path
 
 import torch
 
+# harness/env.py in a checkout, attnbench/harness/env.py in an installed wheel: two levels up is
+# the repository root or the installed package folder (a strict editable install links back into
+# the checkout; resolve() follows the links).
 SOURCE_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -26,30 +29,41 @@ def attnbench_version() -> str:
         return "unknown"
 
 
+def _git(*args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(SOURCE_DIR), *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=10,
+    ).stdout.strip()
+
+
 @functools.lru_cache(maxsize=1)
 def git_state() -> tuple[str | None, bool | None]:
-    """(commit, dirty) of the attnbench source tree, or (None, None) outside a git checkout.
+    """(commit, dirty) of the attnbench checkout the code runs from; (None, None) otherwise.
 
-    Untracked files count as dirty only if git would track them (results/ is ignored).
+    Only a checkout counts: the source folder must be the top level of a git work tree that
+    tracks this very file. An installed wheel inside some other repository (a virtualenv kept in
+    a project folder) has no commit of its own, and the record then says so rather than
+    borrowing that repository's. Untracked files count as dirty only if git would track them
+    (results/ is ignored).
     """
     try:
-        commit = subprocess.run(
-            ["git", "-C", str(SOURCE_DIR), "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=10,
-        ).stdout.strip()
-        status = subprocess.run(
-            ["git", "-C", str(SOURCE_DIR), "status", "--porcelain"],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=10,
-        ).stdout
+        toplevel = Path(_git("rev-parse", "--show-toplevel")).resolve()
+        if toplevel != SOURCE_DIR:
+            return None, None
+        _git("ls-files", "--error-unmatch", "harness/env.py")
+        commit = _git("rev-parse", "HEAD")
+        status = _git("status", "--porcelain")
     except (OSError, subprocess.SubprocessError):
         return None, None
-    return commit or None, bool(status.strip())
+    return commit or None, bool(status)
+
+
+def code_source() -> str:
+    """Where the running code comes from: "checkout" (git commit known) or "distribution"."""
+    return "checkout" if git_state()[0] is not None else "distribution"
 
 
 @functools.lru_cache(maxsize=1)
@@ -79,6 +93,7 @@ def environment(device: torch.device) -> dict[str, object]:
         "torch_version": torch.__version__,
         "python_version": platform.python_version(),
         "cuda_version": torch.version.cuda,
+        "code_source": code_source(),  # "distribution": no commit is known, see the version
         "git_commit": commit,
         "git_dirty": dirty,
         "hostname": socket.gethostname(),

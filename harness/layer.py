@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.variant_api import AttentionVariant, VariantShape, build_variant
+from attnbench.harness.variant_api import AttentionVariant, VariantShape, build_variant
 
 
 class MultiHeadAttention(nn.Module):

@@ -8,8 +8,8 @@ import json
 import sys
 import warnings
 
-from harness.discovery import failures, load_plugins
-from harness.variant_api import VARIANTS
+from attnbench.harness.discovery import failures, load_plugins
+from attnbench.harness.variant_api import VARIANTS
 
 
 def variant_table() -> list[dict[str, object]]:

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.layer import MultiHeadAttention
+from attnbench.harness.layer import MultiHeadAttention
 
 
 @dataclass

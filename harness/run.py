@@ -21,13 +21,13 @@ import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig, OmegaConf
 
-from harness.discovery import load_plugins
-from harness.env import environment
-from harness.memory import release_probe, reuse_freed_memory
-from harness.records import Record, find_ok_record, make_run_id, write_record
-from harness.task_api import JobContext, NonFiniteError, Task, build_task
-from harness.validation import ConfigError
-from harness.variant_api import VARIANTS, UnsupportedError, VariantShape, build_variant
+from attnbench.harness.discovery import load_plugins
+from attnbench.harness.env import environment
+from attnbench.harness.memory import release_probe, reuse_freed_memory
+from attnbench.harness.records import Record, find_ok_record, make_run_id, write_record
+from attnbench.harness.task_api import JobContext, NonFiniteError, Task, build_task
+from attnbench.harness.validation import ConfigError
+from attnbench.harness.variant_api import VARIANTS, UnsupportedError, VariantShape, build_variant
 
 log = logging.getLogger(__name__)
 

@@ -25,9 +25,9 @@ import torch
 import torch.nn.functional as F
 from torch.utils import benchmark
 
-from harness.discovery import load_plugins
-from harness.memory import isolated_cpu_peak, reuse_freed_memory
-from harness.variant_api import VariantShape, build_variant
+from attnbench.harness.discovery import load_plugins
+from attnbench.harness.memory import isolated_cpu_peak, reuse_freed_memory
+from attnbench.harness.variant_api import VariantShape, build_variant
 
 HEADS, HEAD_DIM = 4, 64
 
@@ -146,7 +146,7 @@ def _forward(case: Case) -> Callable[[], torch.Tensor]:
 
 
 def _peak_mib(case: Case) -> float | None:
-    from tasks.throughput import forward_peak_mib
+    from attnbench.tasks.throughput import forward_peak_mib
 
     shape = (1, HEADS, case.seq_len, HEAD_DIM)
     return isolated_cpu_peak(

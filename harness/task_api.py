@@ -8,48 +8,14 @@ builds the `JobContext`, catches failures and writes the record.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 
-from harness.registry import Registry
-from harness.variant_api import AttentionVariant, VariantShape, build_variant
-
-
-@dataclass(frozen=True)
-class Metric:
-    """A metric a task reports.
-
-    Attributes:
-        name: Column value in ``results.parquet`` (e.g. "fwd_ms").
-        higher_is_better: Direction; None where neither is better (e.g. a diagnostic).
-        description: One line shown on hover in the leaderboard.
-        unit: Unit for axis labels ("ms", "MiB", "" for ratios).
-    """
-
-    name: str
-    higher_is_better: bool | None
-    description: str
-    unit: str = ""
-
-
-@dataclass
-class MetricPoint:
-    """One measured value, optionally a point on a curve (``x_name`` = ``x_value``)."""
-
-    metric: str
-    value: float
-    x_name: str | None = None
-    x_value: float | None = None
-
-
-@dataclass
-class TaskResult:
-    """What a task run returns: metric points plus free-form details kept in the record."""
-
-    points: list[MetricPoint]
-    details: dict[str, Any] = field(default_factory=dict)
+from attnbench.harness.metrics import Metric, TaskResult
+from attnbench.harness.registry import Registry
+from attnbench.harness.variant_api import AttentionVariant, VariantShape, build_variant
 
 
 @dataclass

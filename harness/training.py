@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from harness.task_api import NonFiniteError
+from attnbench.harness.task_api import NonFiniteError
 
 
 @dataclass

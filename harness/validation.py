@@ -28,10 +28,10 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from harness.config import AttnbenchConfig, option_schema
-from harness.registry import Registry
-from harness.task_api import TASKS
-from harness.variant_api import VARIANTS
+from attnbench.harness.config import AttnbenchConfig, option_schema
+from attnbench.harness.registry import Registry
+from attnbench.harness.task_api import TASKS
+from attnbench.harness.variant_api import VARIANTS
 
 GROUPS: dict[str, Registry] = {"variant": VARIANTS, "task": TASKS}
 DEFAULT_CHOICE = {"variant": "softmax", "task": "throughput"}  # conf/config.yaml's defaults

@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from harness.registry import Registry
+from attnbench.harness.registry import Registry
 
 COST_CLASSES = ("n²", "n·w", "n")
 

@@ -23,8 +23,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from harness.task_api import JobContext, Metric, MetricPoint, Task, TaskResult, register_task
-from harness.variant_api import VariantShape
+from attnbench import JobContext, Metric, MetricPoint, Task, TaskResult, VariantShape, register_task
 
 SOURCES = ("gaussian", "recall")
 
@@ -157,7 +156,7 @@ class Concentration(Task):
         return TaskResult(points=points)
 
     def run_recall(self, ctx: JobContext) -> TaskResult:
-        from tasks.recall import Recall, RecallParams, mqar_batch
+        from attnbench.tasks.recall import Recall, RecallParams, mqar_batch
 
         recall = Recall(
             RecallParams(

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.model import ModelConfig, SequenceModel
-from harness.task_api import JobContext, Metric, MetricPoint, Task, TaskResult, register_task
-from harness.training import IGNORE_INDEX, TrainConfig, fit_token_model
+from attnbench import JobContext, Metric, MetricPoint, Task, TaskResult, register_task
+from attnbench.harness.model import ModelConfig, SequenceModel
+from attnbench.harness.training import IGNORE_INDEX, TrainConfig, fit_token_model
 
 BLANK, SEPARATOR, FIRST_DATA = 0, 1, 2
 

@@ -22,11 +22,10 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.model import ModelConfig, SequenceModel
-from harness.task_api import JobContext, Metric, MetricPoint, Task, TaskResult, register_task
-from harness.training import TrainConfig, train
-from harness.variant_api import VariantShape
-from tasks import regression_baselines as rb
+from attnbench import JobContext, Metric, MetricPoint, Task, TaskResult, VariantShape, register_task
+from attnbench.harness.model import ModelConfig, SequenceModel
+from attnbench.harness.training import TrainConfig, train
+from attnbench.tasks import regression_baselines as rb
 
 MODES = ("prompt", "attention_system")
 BASELINES = ("least_squares", "ridge", "averaging", "knn3")

@@ -16,19 +16,20 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.discovery import load_plugins
-from harness.memory import isolated_cpu_peak, peak_memory_mib
-from harness.task_api import (
+from attnbench import (
     JobContext,
     Metric,
     MetricPoint,
     Task,
     TaskResult,
+    VariantShape,
+    build_variant,
     check_finite,
     register_task,
 )
-from harness.timing import time_call
-from harness.variant_api import VariantShape, build_variant
+from attnbench.harness.discovery import load_plugins
+from attnbench.harness.memory import isolated_cpu_peak, peak_memory_mib
+from attnbench.harness.timing import time_call
 
 
 @dataclass

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.discovery import load_plugins
+from attnbench.harness.discovery import load_plugins
 
 load_plugins()
 

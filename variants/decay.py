@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.variant_api import AttentionVariant, VariantShape, register_variant
-from variants.masking import causal_pattern
-from variants.prefix_sums import causal_kernel_sums
+from attnbench import AttentionVariant, VariantShape, register_variant
+from attnbench.variants.masking import causal_pattern
+from attnbench.variants.prefix_sums import causal_kernel_sums
 
 
 @dataclass

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from harness.variant_api import AttentionVariant, VariantShape, register_variant
-from variants.masking import causal_pattern
-from variants.prefix_sums import causal_kernel_sums
+from attnbench import AttentionVariant, VariantShape, register_variant
+from attnbench.variants.masking import causal_pattern
+from attnbench.variants.prefix_sums import causal_kernel_sums
 
 FEATURE_MAPS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "elu1": lambda x: F.elu(x) + 1.0,

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from harness.variant_api import AttentionVariant, register_variant
-from variants.blocksparse import rows_per_chunk
-from variants.masking import causal_pattern
+from attnbench import AttentionVariant, register_variant
+from attnbench.variants.blocksparse import rows_per_chunk
+from attnbench.variants.masking import causal_pattern
 
 
 def pointwise_attention(

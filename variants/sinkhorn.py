@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from harness.variant_api import AttentionVariant, VariantShape, register_variant
-from variants.blocksparse import rows_per_chunk
+from attnbench import AttentionVariant, VariantShape, register_variant
+from attnbench.variants.blocksparse import rows_per_chunk
 
 
 @dataclass

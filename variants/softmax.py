@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harness.variant_api import AttentionVariant, VariantShape, register_variant
-from variants.masking import apply_pattern, causal_pattern
+from attnbench import AttentionVariant, VariantShape, register_variant
+from attnbench.variants.masking import apply_pattern, causal_pattern
 
 
 @dataclass

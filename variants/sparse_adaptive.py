@@ -19,9 +19,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harness.variant_api import AttentionVariant, VariantShape, register_variant
-from variants.blocksparse import block_sparse_attention, rows_per_chunk
-from variants.masking import apply_pattern, causal_pattern
+from attnbench import AttentionVariant, VariantShape, register_variant
+from attnbench.variants.blocksparse import block_sparse_attention, rows_per_chunk
+from attnbench.variants.masking import apply_pattern, causal_pattern
 
 
 @dataclass

@@ -25,14 +25,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from harness.variant_api import AttentionVariant, VariantShape, register_variant
-from variants.blocksparse import (
+from attnbench import AttentionVariant, VariantShape, register_variant
+from attnbench.variants.blocksparse import (
     block_sparse_attention,
     dedupe_blocks,
     local_key_blocks,
     merge_partials,
 )
-from variants.masking import apply_pattern
+from attnbench.variants.masking import apply_pattern
 
 
 def dense_weights(q: torch.Tensor, k: torch.Tensor, pattern: torch.Tensor) -> torch.Tensor:

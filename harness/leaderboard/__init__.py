@@ -8,6 +8,6 @@ that comes from results (variant names, parameters, errors) is escaped.
 
 from __future__ import annotations
 
-from harness.leaderboard.site import build_site, main
+from attnbench.harness.leaderboard.site import build_site, main
 
 __all__ = ["build_site", "main"]

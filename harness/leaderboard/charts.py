@@ -9,7 +9,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from harness.leaderboard.tables import expand_params, key_columns, varying
+from attnbench.harness.leaderboard.tables import expand_params, key_columns, varying
 
 REFERENCE_DASHES = ("dash", "dot", "dashdot", "longdash")  # one style per reference line
 LONG_LEGEND = 12  # more entries than this: the legend goes below the plot

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from harness.leaderboard.tables import Cell, Column, Table, format_value
-from harness.metric_points import point_stats
+from attnbench.harness.leaderboard.tables import Cell, Column, Table, format_value
+from attnbench.harness.metric_points import point_stats
 
 TIE_RTOL = 1e-9
 ENTRY = ["variant", "variant_params", "device", "dtype"]

@@ -15,14 +15,19 @@ import jinja2
 import pandas as pd
 from plotly.offline import get_plotlyjs
 
-from harness.collect import TABLE_NAME, collect
-from harness.discovery import load_plugins
-from harness.leaderboard.charts import CurveExtras, curve_figure, embeddable_json, scatter_figure
-from harness.leaderboard.ranking import Headline, overview
-from harness.leaderboard.tables import Table, task_table, unfinished_table
-from harness.records import atomic_write_text, runs_dir
-from harness.task_api import TASKS
-from harness.variant_api import VARIANTS
+from attnbench.harness.collect import TABLE_NAME, collect
+from attnbench.harness.discovery import load_plugins
+from attnbench.harness.leaderboard.charts import (
+    CurveExtras,
+    curve_figure,
+    embeddable_json,
+    scatter_figure,
+)
+from attnbench.harness.leaderboard.ranking import Headline, overview
+from attnbench.harness.leaderboard.tables import Table, task_table, unfinished_table
+from attnbench.harness.records import atomic_write_text, runs_dir
+from attnbench.harness.task_api import TASKS
+from attnbench.harness.variant_api import VARIANTS
 
 PLOTLY_JS = "plotly.min.js"
 MAX_LABEL_PARAMS = 3  # a chart title names at most this many of the parameters that differ
@@ -238,7 +243,7 @@ def _copy_records(results_dir: Path, out: Path) -> None:
 
 def _environment() -> jinja2.Environment:
     return jinja2.Environment(
-        loader=jinja2.PackageLoader("harness.leaderboard", "."),
+        loader=jinja2.PackageLoader("attnbench.harness.leaderboard", "."),
         autoescape=True,  # every value from results is data, never markup
         undefined=jinja2.StrictUndefined,
     )

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.collect import collect
-from harness.records import Record, write_record
+from attnbench.harness.collect import collect
+from attnbench.harness.records import Record, write_record
 
 N_RECORDS = 1000
 

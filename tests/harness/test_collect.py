@@ -5,8 +5,8 @@ import json
 import pandas as pd
 import pytest
 
-from harness.collect import COLUMNS, collect, main
-from harness.records import Record, write_record
+from attnbench.harness.collect import COLUMNS, collect, main
+from attnbench.harness.records import Record, write_record
 
 DESIGN_COLUMNS = [
     "run_id",

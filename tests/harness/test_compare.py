@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from harness.collect import COLUMNS
-from harness.compare import compare, main
+from attnbench.harness.collect import COLUMNS
+from attnbench.harness.compare import compare, main
 
 
 def _row(variant, metric, value, higher, seed=0, x=None, status="ok"):

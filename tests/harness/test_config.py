@@ -10,10 +10,10 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from harness.app import CONF_DIR
-from harness.config import store_configs
-from harness.task_api import TASKS
-from harness.variant_api import VARIANTS
+from attnbench.harness.app import CONF_DIR
+from attnbench.harness.config import store_configs
+from attnbench.harness.task_api import TASKS
+from attnbench.harness.variant_api import VARIANTS
 
 store_configs()
 SWEEPS = sorted(p.stem for p in (Path(CONF_DIR) / "sweep").glob("*.yaml"))

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, run_cli
 
-from harness.variant_api import VARIANTS
+from attnbench.harness.variant_api import VARIANTS
 
 EXAMPLE = REPO / "examples" / "attnbench-plugin-example"
 
@@ -103,8 +103,8 @@ def test_failing_plugin_warns_in_process(tmp_path, monkeypatch):
     _broken_distribution(tmp_path)
     code = textwrap.dedent("""
         import warnings
-        from harness.discovery import load_plugins, PluginLoadWarning
-        from harness.variant_api import VARIANTS
+        from attnbench.harness.discovery import load_plugins, PluginLoadWarning
+        from attnbench.harness.variant_api import VARIANTS
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             failed = load_plugins()

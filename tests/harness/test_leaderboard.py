@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.collect import collect
-from harness.leaderboard import build_site
-from harness.leaderboard.tables import task_table
-from harness.records import Record, write_record
+from attnbench.harness.collect import collect
+from attnbench.harness.leaderboard import build_site
+from attnbench.harness.leaderboard.tables import task_table
+from attnbench.harness.records import Record, write_record
 
 HOSTILE = "<img src=x onerror=alert(1)>"
 
@@ -125,7 +125,7 @@ def test_every_variant_keeps_its_row_whatever_parameters_others_have(tmp_path):
 
 
 def test_axes_are_logarithmic_only_for_positive_values_spanning_decades():
-    from harness.leaderboard.charts import axis_type
+    from attnbench.harness.leaderboard.charts import axis_type
 
     assert axis_type(pd.Series([256.0, 512.0, 4096.0])) == "log"
     assert axis_type(pd.Series([0.0, 1.0])) == "linear"  # layer 0 has no logarithm
@@ -134,7 +134,7 @@ def test_axes_are_logarithmic_only_for_positive_values_spanning_decades():
 
 
 def test_rows_with_gaps_still_sort_numbers_numerically():
-    from harness.leaderboard.tables import _numbers_first
+    from attnbench.harness.leaderboard.tables import _numbers_first
 
     col = pd.Series(["1024", "256", "–", "512"])
     assert list(col.iloc[_numbers_first(col).argsort()]) == ["256", "512", "1024", "–"]
@@ -187,8 +187,8 @@ def test_overview_with_its_filters_is_on_the_page(tmp_path):
 
 
 def test_curve_chart_draws_bands_and_reference_lines():
-    from harness.collect import COLUMNS
-    from harness.leaderboard.charts import CurveExtras, curve_figure
+    from attnbench.harness.collect import COLUMNS
+    from attnbench.harness.leaderboard.charts import CurveExtras, curve_figure
 
     rows = []
     for variant in ("softmax", "linear"):

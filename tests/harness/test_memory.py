@@ -5,8 +5,8 @@ import sys
 import pytest
 import torch
 
-from harness.memory import isolated_cpu_peak, peak_memory_mib
-from tasks.throughput import forward_peak_mib
+from attnbench.harness.memory import isolated_cpu_peak, peak_memory_mib
+from attnbench.tasks.throughput import forward_peak_mib
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="CPU peak uses /proc (Linux)")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from harness.collect import COLUMNS
-from harness.leaderboard.ranking import (
+from attnbench.harness.collect import COLUMNS
+from attnbench.harness.leaderboard.ranking import (
     ENTRY,
     SETTING,
     Headline,
@@ -14,7 +14,7 @@ from harness.leaderboard.ranking import (
     overview,
     task_win_rates,
 )
-from harness.metric_points import point_stats
+from attnbench.harness.metric_points import point_stats
 
 HEADLINES = [
     Headline("t_up", "acc", True, "accuracy"),

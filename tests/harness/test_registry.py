@@ -4,8 +4,13 @@ from dataclasses import dataclass
 
 import pytest
 
-from harness.registry import DuplicateNameError, Registry, UnknownNameError
-from harness.variant_api import VARIANTS, AttentionVariant, build_variant, register_variant
+from attnbench.harness.registry import DuplicateNameError, Registry, UnknownNameError
+from attnbench.harness.variant_api import (
+    VARIANTS,
+    AttentionVariant,
+    build_variant,
+    register_variant,
+)
 
 
 class Base:

@@ -8,11 +8,11 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from harness.app import CONF_DIR
-from harness.config import store_configs
-from harness.records import find_ok_record, read_record, record_path
-from harness.run import ConfigError, resolve_device, resolve_dtype, run
-from harness.variant_api import VARIANTS, AttentionVariant, register_variant
+from attnbench.harness.app import CONF_DIR
+from attnbench.harness.config import store_configs
+from attnbench.harness.records import find_ok_record, read_record, record_path
+from attnbench.harness.run import ConfigError, resolve_device, resolve_dtype, run
+from attnbench.harness.variant_api import VARIANTS, AttentionVariant, register_variant
 
 
 @dataclass
@@ -82,10 +82,12 @@ def test_job_failures_become_records(tmp_path, mode, status, error):
 
 def test_length_sweep_goes_on_past_an_oom(tmp_path, monkeypatch):
     """One job per length, as a multirun runs them: the oom sizes are recorded, the rest run."""
-    import tasks.throughput
+    import attnbench.tasks.throughput
 
     # the memory probe process cannot see a variant registered only in this process
-    monkeypatch.setattr(tasks.throughput, "isolated_cpu_peak", lambda fn, *args: fn(*args))
+    monkeypatch.setattr(
+        attnbench.tasks.throughput, "isolated_cpu_peak", lambda fn, *args: fn(*args)
+    )
     statuses = {}
     for n in (16, 64, 32, 128):
         cfg = _cfg(tmp_path, "variant=test_faulty", "variant.mode=ok", "variant.oom_from=64")

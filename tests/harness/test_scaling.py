@@ -7,9 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.collect import collect
-from harness.records import Record, write_record
-from harness.scaling import fit_loglog, scaling_rows
+from attnbench.harness.collect import collect
+from attnbench.harness.records import Record, write_record
+from attnbench.harness.scaling import fit_loglog, scaling_rows
 
 
 def test_fit_recovers_exponents_and_interval_brackets_them():

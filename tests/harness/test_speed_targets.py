@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from harness import speed_targets
-from harness.speed_targets import Case, Outcome, Target, format_table, measure
+from attnbench.harness import speed_targets
+from attnbench.harness.speed_targets import Case, Outcome, Target, format_table, measure
 
 
 def test_bounds_in_both_directions():

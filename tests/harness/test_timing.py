@@ -4,7 +4,7 @@ import time
 
 import torch
 
-from harness.timing import time_call
+from attnbench.harness.timing import time_call
 
 
 def test_first_call_is_reported_apart_from_steady_state():

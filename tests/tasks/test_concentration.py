@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
-from harness.model import ModelConfig, SequenceModel
-from harness.task_api import JobContext, build_task
-from harness.variant_api import VariantShape, build_variant
-from tasks.concentration import (
+from attnbench.harness.model import ModelConfig, SequenceModel
+from attnbench.harness.task_api import JobContext, build_task
+from attnbench.harness.variant_api import VariantShape, build_variant
+from attnbench.tasks.concentration import (
     attention_maps,
     decay_s_closed_form,
     identity_s_closed_form,

@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.task_api import JobContext, build_task
-from tasks.copy import BLANK, SEPARATOR, copy_batch, greedy_copy
+from attnbench.harness.task_api import JobContext, build_task
+from attnbench.tasks.copy import BLANK, SEPARATOR, copy_batch, greedy_copy
 
 
 def test_copy_sequences_hide_the_data_in_order():

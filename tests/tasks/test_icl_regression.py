@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.task_api import JobContext, build_task
-from tasks.icl_regression import IclRegression, bootstrap_band
+from attnbench.harness.task_api import JobContext, build_task
+from attnbench.tasks.icl_regression import IclRegression, bootstrap_band
 
 # theory.md §3: n = 100, d = 10, X ~ U[−10, 10], noise N(0, 1), β ~ N(0, I), 1000 steps, 10 runs
 SYSTEM = dict(

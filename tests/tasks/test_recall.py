@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.task_api import JobContext, build_task
-from tasks.recall import mqar_batch
+from attnbench.harness.task_api import JobContext, build_task
+from attnbench.tasks.recall import mqar_batch
 
 IGNORE = -100
 

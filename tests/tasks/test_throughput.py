@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.task_api import JobContext, build_task
+from attnbench.harness.task_api import JobContext, build_task
 
 
 def _ctx(variant="softmax", **params):
@@ -52,8 +52,8 @@ def test_bad_size_is_one_clear_sentence():
 
 
 def test_a_variant_whose_forward_disagrees_with_its_weights_is_not_timed():
-    from harness.variant_api import VARIANTS, register_variant
-    from variants.softmax import SoftmaxAttention
+    from attnbench.harness.variant_api import VARIANTS, register_variant
+    from attnbench.variants.softmax import SoftmaxAttention
 
     class Wrong(SoftmaxAttention):  # forward is off by 1% from its own weights·V
         def forward(self, q, k, v, causal=False):

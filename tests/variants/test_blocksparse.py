@@ -13,7 +13,7 @@ import torch
 from conftest import random_qkv
 from references import dense_masked_softmax
 
-from variants.blocksparse import (
+from attnbench.variants.blocksparse import (
     block_sparse_attention,
     dedupe_blocks,
     flex_block_sparse_attention,
@@ -103,7 +103,7 @@ def test_compiled_flex_matches_the_tiles():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("name", ["window", "bigbird"])
 def test_cuda_block_sparse_variants_match_cpu(name):
-    from harness.variant_api import VariantShape, build_variant
+    from attnbench.harness.variant_api import VariantShape, build_variant
 
     q, k, v = random_qkv(b=1, h=4, n=1024, d=64, seed=5)
     variant = build_variant(name, {}, VariantShape(4, 64, 1024))

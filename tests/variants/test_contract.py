@@ -7,7 +7,7 @@ import pytest
 import torch
 from conftest import random_qkv
 
-from harness.variant_api import VARIANTS, UnsupportedError, VariantShape, build_variant
+from attnbench.harness.variant_api import VARIANTS, UnsupportedError, VariantShape, build_variant
 
 NAMES = VARIANTS.names()
 H, D = 3, 8

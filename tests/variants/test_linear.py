@@ -5,8 +5,8 @@ import torch
 from conftest import random_qkv
 from references import linear_dense, linear_recurrence
 
-from harness.variant_api import build_variant
-from variants.linear import FEATURE_MAPS
+from attnbench.harness.variant_api import build_variant
+from attnbench.variants.linear import FEATURE_MAPS
 
 # φ = identity lets the normaliser φ(q)·Σφ(k) come close to 0, where any two correct float32
 # summation orders disagree by far more than 1e-5: that map is compared in float64.

@@ -12,9 +12,9 @@ import sys
 
 import pytest
 
-from harness.memory import isolated_cpu_peak
-from harness.variant_api import VARIANTS
-from tasks.throughput import forward_peak_mib
+from attnbench.harness.memory import isolated_cpu_peak
+from attnbench.harness.variant_api import VARIANTS
+from attnbench.tasks.throughput import forward_peak_mib
 
 N = 8192
 DENSE_MIB = 4 * N * N / 2**20

@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import random_qkv
 
-from harness.variant_api import build_variant
+from attnbench.harness.variant_api import build_variant
 
 
 def _scores(q, k):

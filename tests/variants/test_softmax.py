@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from conftest import random_qkv
 from references import naive_softmax
 
-from harness.variant_api import VariantShape, build_variant
+from attnbench.harness.variant_api import VariantShape, build_variant
 
 
 @pytest.mark.parametrize("causal", [False, True])

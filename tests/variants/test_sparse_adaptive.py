@@ -9,8 +9,8 @@ import torch.nn.functional as F
 from conftest import random_qkv
 from references import dense_masked_softmax, naive_softmax
 
-from harness.variant_api import VariantShape, build_variant
-from variants.sparse_adaptive import DENSE_MIX_MAX_KEYS
+from attnbench.harness.variant_api import VariantShape, build_variant
+from attnbench.variants.sparse_adaptive import DENSE_MIX_MAX_KEYS
 
 
 def _learned(h=2, max_len=64, **params):

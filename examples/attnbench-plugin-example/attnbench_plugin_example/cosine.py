@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from harness.variant_api import AttentionVariant, register_variant
+from attnbench import AttentionVariant, register_variant
 
 
 @dataclass

@@ -1,0 +1,111 @@
+"""attnbench: an open benchmark and leaderboard for attention mechanisms.
+
+This module is the **public, stable plugin API**. A plugin (a new attention variant or task in
+its own package) imports only from here and from `attnbench.testing`::
+
+    from attnbench import AttentionVariant, VariantShape, register_variant
+
+Everything under ``attnbench.harness``, ``attnbench.variants`` and ``attnbench.tasks`` is the
+engine and the built-ins: internal, and free to change between versions.
+
+The names are imported lazily (PEP 562), so ``import attnbench`` stays cheap and does not import
+torch by itself: the leaderboard, which only reads a table, never pays for torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# public name → module that defines it (inside this package)
+_EXPORTS: dict[str, str] = {
+    # variants
+    "AttentionVariant": "attnbench.harness.variant_api",
+    "VariantShape": "attnbench.harness.variant_api",
+    "NoParams": "attnbench.harness.variant_api",
+    "UnsupportedError": "attnbench.harness.variant_api",
+    "register_variant": "attnbench.harness.variant_api",
+    "build_variant": "attnbench.harness.variant_api",
+    "COST_CLASSES": "attnbench.harness.variant_api",
+    # tasks
+    "Task": "attnbench.harness.task_api",
+    "JobContext": "attnbench.harness.task_api",
+    "register_task": "attnbench.harness.task_api",
+    "build_task": "attnbench.harness.task_api",
+    "NonFiniteError": "attnbench.harness.task_api",
+    "check_finite": "attnbench.harness.task_api",
+    "Metric": "attnbench.harness.metrics",
+    "MetricPoint": "attnbench.harness.metrics",
+    "TaskResult": "attnbench.harness.metrics",
+    # registries and discovery
+    "UnknownNameError": "attnbench.harness.registry",
+    "DuplicateNameError": "attnbench.harness.registry",
+    "list_variants": "attnbench.harness.discovery",
+    "list_tasks": "attnbench.harness.discovery",
+    "load_plugins": "attnbench.harness.discovery",
+}
+
+__all__ = [
+    "AttentionVariant",
+    "COST_CLASSES",
+    "DuplicateNameError",
+    "JobContext",
+    "Metric",
+    "MetricPoint",
+    "NoParams",
+    "NonFiniteError",
+    "Task",
+    "TaskResult",
+    "UnknownNameError",
+    "UnsupportedError",
+    "VariantShape",
+    "__version__",
+    "build_task",
+    "build_variant",
+    "check_finite",
+    "list_tasks",
+    "list_variants",
+    "load_plugins",
+    "register_task",
+    "register_variant",
+]  # the public API (a test checks it against _EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        from attnbench.harness.env import attnbench_version
+
+        return attnbench_version()
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'attnbench' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])
+
+
+if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on first use
+    from attnbench.harness.discovery import list_tasks, list_variants, load_plugins
+    from attnbench.harness.metrics import Metric, MetricPoint, TaskResult
+    from attnbench.harness.registry import DuplicateNameError, UnknownNameError
+    from attnbench.harness.task_api import (
+        JobContext,
+        NonFiniteError,
+        Task,
+        build_task,
+        check_finite,
+        register_task,
+    )
+    from attnbench.harness.variant_api import (
+        COST_CLASSES,
+        AttentionVariant,
+        NoParams,
+        UnsupportedError,
+        VariantShape,
+        build_variant,
+        register_variant,
+    )
