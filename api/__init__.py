@@ -37,6 +37,7 @@ _EXPORTS: dict[str, str] = {
     "Metric": "attnbench.harness.metrics",
     "MetricPoint": "attnbench.harness.metrics",
     "TaskResult": "attnbench.harness.metrics",
+    "ScalingFit": "attnbench.harness.scaling",
     # registries and discovery
     "UnknownNameError": "attnbench.harness.registry",
     "DuplicateNameError": "attnbench.harness.registry",
@@ -54,6 +55,7 @@ __all__ = [
     "MetricPoint",
     "NoParams",
     "NonFiniteError",
+    "ScalingFit",
     "Task",
     "TaskResult",
     "UnknownNameError",
@@ -92,6 +94,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on f
     from attnbench.harness.discovery import list_tasks, list_variants, load_plugins
     from attnbench.harness.metrics import Metric, MetricPoint, TaskResult
     from attnbench.harness.registry import DuplicateNameError, UnknownNameError
+    from attnbench.harness.scaling import ScalingFit
     from attnbench.harness.task_api import (
         JobContext,
         NonFiniteError,

@@ -1,9 +1,14 @@
 """Collect run records into the tidy results table ``<results_dir>/results.parquet``.
 
 One row per metric point; a job without metrics (failed, oom, unsupported) still gets one row
-(metric and value null) so that nothing is lost. The throughput scaling fits (`harness.scaling`)
-are appended as rows of their own (run_id ``fit-…``). Unreadable or foreign JSON files in
-``runs/`` are skipped with a warning and counted; a record of a newer schema is refused.
+(metric and value null) so that nothing is lost. The scaling fits the tasks declare
+(`harness.scaling`) are appended as rows of their own, marked ``derived`` (they summarise runs and
+are not runs). Unreadable or foreign JSON files in ``runs/`` are skipped with a warning and
+counted; a record of a newer schema is refused.
+
+The table carries the tasks' self-descriptions (`harness.task_info`, taken from the records) in
+its parquet metadata, so the leaderboard reads everything it shows from the table alone
+(`read_table`), without importing any task or variant.
 
 Collection is incremental: ``<results_dir>/.collected.json`` remembers each record file's size
 and modification time at the last collection, and the rows of unchanged files are taken from the
@@ -24,7 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
+from attnbench.harness.metrics import POINT_FIELDS
 from attnbench.harness.records import (
     Record,
     RecordSchemaError,
@@ -32,12 +40,14 @@ from attnbench.harness.records import (
     read_record,
     runs_dir,
 )
-from attnbench.harness.scaling import scaling_rows
+from attnbench.harness.scaling import fit_rows
+from attnbench.harness.task_info import TaskInfo
 
 log = logging.getLogger(__name__)
 
 COLUMNS = [
     "run_id",
+    "derived",  # True: computed at collection from other rows (a scaling fit), not a run
     "status",
     "error",
     "task",
@@ -65,6 +75,8 @@ COLUMNS = [
 ]
 TABLE_NAME = "results.parquet"
 INDEX_NAME = ".collected.json"
+DTYPES = {"derived": "bool", "value": "float64", "x_value": "float64", "duration_s": "float64"}
+METADATA_KEY = b"attnbench"  # parquet schema metadata: {"tasks": {name: TaskInfo as data}}
 
 
 @dataclass
@@ -91,6 +103,7 @@ def record_rows(record: Record) -> list[dict]:
     """The tidy rows of one record."""
     common = {
         "run_id": record.run_id,
+        "derived": False,
         "status": record.status,
         "error": record.error,
         "task": record.task,
@@ -111,16 +124,9 @@ def record_rows(record: Record) -> list[dict]:
         "created_at": record.created_at,
         "duration_s": record.duration_s,
     }
-    points = record.metrics or [
-        {"metric": None, "value": None, "x_name": None, "x_value": None, "higher_is_better": None}
-    ]
-    return [
-        {
-            **common,
-            **{k: p.get(k) for k in ("metric", "value", "x_name", "x_value", "higher_is_better")},
-        }
-        for p in points
-    ]
+    empty = dict.fromkeys(POINT_FIELDS)
+    points = record.metrics or [empty]
+    return [{**common, **{k: p.get(k) for k in POINT_FIELDS}} for p in points]
 
 
 def _stamp(path: Path) -> list[int]:
@@ -128,29 +134,48 @@ def _stamp(path: Path) -> list[int]:
     return [stat.st_size, stat.st_mtime_ns]
 
 
-def _previous(results_dir: Path) -> tuple[dict[str, list[int]], pd.DataFrame | None]:
-    """The last collection's index and table, or ({}, None) when either is unusable."""
+def read_table(path: str | os.PathLike) -> tuple[pd.DataFrame, dict[str, TaskInfo]]:
+    """The results table at ``path`` and the task descriptions in its metadata.
+
+    Raises:
+        OSError, ValueError (pyarrow's errors included): the file is missing or not a table.
+    """
+    table = pq.read_table(path)
+    meta = (table.schema.metadata or {}).get(METADATA_KEY)
+    infos: dict[str, TaskInfo] = {}
+    if meta:
+        for name, data in json.loads(meta).get("tasks", {}).items():
+            infos[name] = TaskInfo.from_dict(data)
+    return table.to_pandas(), infos
+
+
+def _previous(
+    results_dir: Path,
+) -> tuple[dict[str, list[int]], pd.DataFrame | None, dict[str, TaskInfo]]:
+    """The last collection's index, table and task descriptions; ({}, None, {}) if unusable."""
     try:
         index = json.loads((results_dir / INDEX_NAME).read_text())
-        table = pd.read_parquet(results_dir / TABLE_NAME)
+        table, infos = read_table(results_dir / TABLE_NAME)
     except (OSError, ValueError, ImportError):
-        return {}, None
+        return {}, None, {}
     if not isinstance(index, dict) or list(table.columns) != COLUMNS:
-        return {}, None
-    return index, table
+        return {}, None, {}
+    return index, table[~table["derived"].astype(bool)], infos
 
 
 def results_frame(
     results_dir: str | os.PathLike, incremental: bool = True
-) -> tuple[pd.DataFrame, CollectSummary, dict[str, list[int]]]:
+) -> tuple[pd.DataFrame, CollectSummary, dict[str, list[int]], dict[str, TaskInfo]]:
     """Read every record under ``results_dir/runs`` into the tidy table (not written).
 
     Returns:
-        (table, summary, index of the record files read: name → [size, mtime_ns]).
+        (table, summary, index of the record files read: name → [size, mtime_ns], the task
+        descriptions: the newest record's of each task, else the previous table's).
     """
     results_dir = Path(results_dir)
     summary = CollectSummary(path=results_dir / TABLE_NAME)
-    old_index, old_table = _previous(results_dir) if incremental else ({}, None)
+    old_index, old_table, infos = _previous(results_dir) if incremental else ({}, None, {})
+    newest: dict[str, str] = {}  # task → created_at of the record its description came from
     reused_ids: list[str] = []
     index: dict[str, list[int]] = {}
     rows: list[dict] = []
@@ -172,6 +197,9 @@ def results_frame(
             warnings.warn(f"skipping unreadable record {path}: {exc}", stacklevel=2)
             continue
         rows.extend(record_rows(record))
+        if record.task_info and record.created_at >= newest.get(record.task, ""):
+            infos[record.task] = TaskInfo.from_dict(record.task_info)
+            newest[record.task] = record.created_at
         index[path.name] = stamp
         summary.n_records += 1
     parts = [pd.DataFrame(rows, columns=COLUMNS)]
@@ -179,22 +207,33 @@ def results_frame(
         parts.insert(0, old_table[old_table["run_id"].isin(set(reused_ids))])
         summary.n_reused = len(reused_ids)
     frame = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
-    frame = frame.astype({"value": "float64", "x_value": "float64", "duration_s": "float64"})
-    fits = scaling_rows(frame)
+    frame = frame.astype(DTYPES)
+    fits = [
+        row
+        for task, info in sorted(infos.items())
+        for fit in info.scaling_fits
+        for row in fit_rows(frame, task, fit)
+    ]
     if fits:
         frame = pd.concat([frame, pd.DataFrame(fits, columns=COLUMNS)], ignore_index=True)
-    frame = frame.astype({"value": "float64", "x_value": "float64", "duration_s": "float64"})
+    frame = frame.astype(DTYPES)
     summary.n_rows = len(frame)
-    return frame, summary, index
+    return frame, summary, index, infos
 
 
-def write_table(frame: pd.DataFrame, path: Path) -> None:
-    """Write ``frame`` as parquet atomically (temporary file in the same folder, then rename)."""
+def write_table(frame: pd.DataFrame, path: Path, infos: dict[str, TaskInfo] | None = None) -> None:
+    """Write ``frame`` as parquet atomically (temporary file in the same folder, then rename),
+    with the task descriptions ``infos`` in its metadata."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    meta = {"tasks": {name: info.to_dict() for name, info in sorted((infos or {}).items())}}
+    table = table.replace_schema_metadata(
+        {**(table.schema.metadata or {}), METADATA_KEY: json.dumps(meta).encode()}
+    )
     try:
-        frame.to_parquet(tmp, index=False)
+        pq.write_table(table, tmp)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
@@ -209,8 +248,8 @@ def collect(results_dir: str | os.PathLike = "results", incremental: bool = True
         results_dir: Folder holding ``runs/``.
         incremental: Reuse the rows of record files unchanged since the last collection.
     """
-    frame, summary, index = results_frame(results_dir, incremental)
-    write_table(frame, summary.path)
+    frame, summary, index, infos = results_frame(results_dir, incremental)
+    write_table(frame, summary.path, infos)
     atomic_write_text(Path(results_dir) / INDEX_NAME, json.dumps(index))
     return summary
 

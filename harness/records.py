@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: task_info (the task's self-description) and env.code_source
 STATUSES = ("ok", "failed", "oom", "timeout", "unsupported")
 
 
@@ -40,6 +40,9 @@ class Record:
         created_at: ISO-8601 UTC time the job finished.
         duration_s: Wall time of the job.
         details: Task-specific extras (loss curves, sample counts, ...).
+        task_info: The task's self-description (`harness.task_info.TaskInfo` as data): its
+            metrics, headline, charts, cost metric and scaling fits, so that collection and the
+            leaderboard need no plugin. Empty in records of schema 1.
         schema_version: Version of this layout.
     """
 
@@ -58,6 +61,7 @@ class Record:
     created_at: str = ""
     duration_s: float = 0.0
     details: dict[str, Any] = field(default_factory=dict)
+    task_info: dict[str, Any] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> str:

@@ -252,6 +252,7 @@ def run(cfg: DictConfig) -> Record:
             "variant_cost": entry.obj.cost,
             "variant_origin": entry.origin,
         },
+        task_info=task.describe().to_dict(),
         **ident,
     )
     path = write_record(results_dir, record)

@@ -1,12 +1,19 @@
-"""Scaling fits of the throughput results: exponent and crossover length against dense softmax.
+"""Scaling fits a task declares: how a metric grows along an axis, and where two variants cross.
 
-For every variant and setting (its parameters, device, dtype and every throughput parameter but
-seq_len) measured at three or more sequence lengths, log(fwd_ms) is fitted against log(seq_len)
-by least squares: the slope is the scaling exponent (≈2 for dense attention, ≈1 for linear cost),
-with a 95% confidence interval from the Student t distribution on n − 2 degrees of freedom. Where
-dense ``softmax`` was measured in the same setting, the crossover length is where the two fitted
-lines meet: above it the variant is faster (reported only when the variant's exponent is lower).
-The fits become rows of the results table (run_id ``fit-…``), next to the runs they summarise.
+A task declares, as data, which of its metrics to fit against which axis and against which
+reference variant (`ScalingFit`); the built-in throughput task fits its forward latency against
+the sequence length with dense softmax as the reference. The declaration travels in every
+record (`harness.records`), so collection computes the fits from the records alone, with no
+plugin imported.
+
+For every variant and setting (its parameters, device, dtype and every task parameter but the
+axis) measured at `MIN_POINTS` or more axis values, log(metric) is fitted against log(axis) by
+least squares: the slope is the scaling exponent (≈2 for dense attention in the sequence length,
+≈1 for linear cost), with a 95% confidence interval from the Student t distribution on n − 2
+degrees of freedom. Where the reference variant was measured in the same setting, the crossover
+is the axis value at which the two fitted lines meet: above it the variant is cheaper (reported
+only when its exponent is the lower one). The fits become rows of the results table, marked
+``derived``, beside the runs they summarise.
 """
 
 from __future__ import annotations
@@ -14,19 +21,79 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
-FITTED_METRIC = "fwd_ms"
-MIN_LENGTHS = 3
-REFERENCE_VARIANT = "softmax"
+MIN_POINTS = 3  # fewer axis values leave no degree of freedom for an interval
 
 
-def fit_loglog(seq_lens: np.ndarray, times: np.ndarray) -> tuple[float, float, float, float]:
-    """(slope, intercept, ci_low, ci_high) of log(times) = intercept + slope·log(seq_lens)."""
-    x, y = np.log(seq_lens), np.log(times)
+@dataclass(frozen=True)
+class ScalingFit:
+    """A declared log-log fit of ``metric`` along the curve axis ``axis``.
+
+    Attributes:
+        metric: The fitted metric (positive values, lower is better: a cost such as latency).
+        axis: The curve axis it is fitted along (the points' ``x_name``).
+        reference_variant: Variant whose fitted line gives each other variant its crossover
+            (empty: no crossover).
+        name: Name of the exponent metric; the crossover is ``crossover_<axis>``.
+    """
+
+    metric: str
+    axis: str
+    reference_variant: str = ""
+    name: str = "scaling_exponent"
+
+    @property
+    def crossover_name(self) -> str:
+        return f"crossover_{self.axis}"
+
+    def metrics(self) -> list[dict[str, Any]]:
+        """Declarations (name, direction, description, unit) of the metrics this fit adds."""
+        slope = f"Slope of log({self.metric}) vs log({self.axis}) over {MIN_POINTS}+ points"
+        out = [
+            {"name": self.name, "higher_is_better": False, "description": slope, "unit": ""},
+            {
+                "name": f"{self.name}_ci_low",
+                "higher_is_better": None,
+                "description": "95% confidence interval of the exponent, low end",
+                "unit": "",
+            },
+            {
+                "name": f"{self.name}_ci_high",
+                "higher_is_better": None,
+                "description": "95% confidence interval of the exponent, high end",
+                "unit": "",
+            },
+        ]
+        if self.reference_variant:
+            out.append(
+                {
+                    "name": self.crossover_name,
+                    "higher_is_better": False,
+                    "description": f"{self.axis} above which the variant's fitted {self.metric} "
+                    f"is below {self.reference_variant}'s",
+                    "unit": "",
+                }
+            )
+        return out
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ScalingFit:
+        return cls(**{k: str(v) for k, v in data.items() if k in cls.__dataclass_fields__})
+
+
+def fit_loglog(xs: np.ndarray, ys: np.ndarray) -> tuple[float, float, float, float]:
+    """(slope, intercept, ci_low, ci_high) of log(ys) = intercept + slope·log(xs)."""
+    from scipy import stats  # here, not at the top: the leaderboard imports this module
+
+    x, y = np.log(xs), np.log(ys)
     slope, intercept = np.polyfit(x, y, 1)
     dof = len(x) - 2
     if dof <= 0:
@@ -37,67 +104,67 @@ def fit_loglog(seq_lens: np.ndarray, times: np.ndarray) -> tuple[float, float, f
     return float(slope), float(intercept), float(slope - half), float(slope + half)
 
 
-def scaling_rows(frame: pd.DataFrame) -> list[dict]:
-    """Rows (in the results table's columns) of every fit the throughput results allow."""
+def _setting_without(task_params: pd.Series, axis: str) -> pd.Series:
+    return task_params.map(
+        lambda text: json.dumps(
+            {k: v for k, v in json.loads(text).items() if k != axis}, sort_keys=True
+        )
+    )
+
+
+def fit_rows(frame: pd.DataFrame, task: str, fit: ScalingFit) -> list[dict[str, Any]]:
+    """Rows (results-table columns, ``derived`` true) of every fit ``fit`` allows in ``task``."""
     rows = frame[
         (frame["status"] == "ok")
-        & (frame["task"] == "throughput")
-        & (frame["metric"] == FITTED_METRIC)
-        & (frame["x_name"] == "seq_len")
+        & (frame["task"] == task)
+        & (frame["metric"] == fit.metric)
+        & (frame["x_name"] == fit.axis)
     ]
     if rows.empty:
         return []
-    setting = rows["task_params"].map(
-        lambda text: json.dumps(
-            {k: v for k, v in json.loads(text).items() if k != "seq_len"}, sort_keys=True
-        )
-    )
-    rows = rows.assign(setting=setting)
-    keys = ["variant", "variant_params", "device", "dtype", "setting"]
+    rows = rows.assign(setting=_setting_without(rows["task_params"], fit.axis))
+    keys = ["variant", "variant_params", "device", "device_name", "dtype", "setting"]
+    rows = rows.assign(device_name=rows["device_name"].fillna(""))
     fits = {}
     for key, group in rows.groupby(keys):
         curve = group.groupby("x_value")["value"].mean()
-        if len(curve) >= MIN_LENGTHS and (curve > 0).all():
+        if len(curve) >= MIN_POINTS and (curve > 0).all():
             fits[key] = fit_loglog(curve.index.to_numpy(), curve.to_numpy())
     out = []
     for key, (slope, intercept, low, high) in fits.items():
-        variant, variant_params, device, dtype, setting_text = key
+        variant, variant_params, device, device_name, dtype, setting = key
         reference = next(
             (
-                fit
-                for k, fit in fits.items()
-                if k[0] == REFERENCE_VARIANT and k[2:] == (device, dtype, setting_text)
+                f
+                for k, f in fits.items()
+                if k[0] == fit.reference_variant and k[2:] == (device, device_name, dtype, setting)
             ),
             None,
         )
-        values = {
-            "scaling_exponent": slope,
-            "scaling_exponent_ci_low": low,
-            "scaling_exponent_ci_high": high,
-        }
-        if reference is not None and variant != REFERENCE_VARIANT and slope < reference[0]:
-            crossing = (intercept - reference[1]) / (reference[0] - slope)
-            values["crossover_seq_len"] = math.exp(crossing)
-        run_id = "fit-" + hashlib.sha256(json.dumps(key).encode()).hexdigest()[:12]
+        values = {fit.name: slope, f"{fit.name}_ci_low": low, f"{fit.name}_ci_high": high}
+        if reference is not None and variant != fit.reference_variant and slope < reference[0]:
+            values[fit.crossover_name] = math.exp(
+                (intercept - reference[1]) / (reference[0] - slope)
+            )
+        directions = {m["name"]: m["higher_is_better"] for m in fit.metrics()}
+        ident = json.dumps([task, fit.to_dict(), *key], sort_keys=True)
+        run_id = hashlib.sha256(ident.encode()).hexdigest()[:16]
         for metric, value in values.items():
             out.append(
                 {
                     "run_id": run_id,
+                    "derived": True,
                     "status": "ok",
-                    "error": None,
-                    "task": "throughput",
+                    "task": task,
                     "variant": variant,
                     "variant_params": variant_params,
-                    "task_params": setting_text,
+                    "task_params": setting,
                     "device": device,
+                    "device_name": device_name or None,
                     "dtype": dtype,
                     "metric": metric,
                     "value": value,
-                    "x_name": None,
-                    "x_value": None,
-                    "higher_is_better": False
-                    if metric in ("scaling_exponent", "crossover_seq_len")
-                    else None,
+                    "higher_is_better": directions.get(metric),
                 }
             )
     return out

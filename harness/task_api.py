@@ -15,6 +15,8 @@ import torch
 
 from attnbench.harness.metrics import Metric, TaskResult
 from attnbench.harness.registry import Registry
+from attnbench.harness.scaling import ScalingFit
+from attnbench.harness.task_info import TaskInfo
 from attnbench.harness.variant_api import AttentionVariant, VariantShape, build_variant
 
 
@@ -61,6 +63,10 @@ class Task:
     ] = ()  # metrics drawn against their curve axis (default: headline)
     chart_bands: ClassVar[dict[str, tuple[str, str]]] = {}  # chart metric → (low, high) metrics
     chart_references: ClassVar[dict[str, dict[str, str]]] = {}  # chart metric → {metric: label}
+    cost_metric: ClassVar[str] = (
+        ""  # a metric measuring cost: other tasks' quality is drawn against it
+    )
+    scaling_fits: ClassVar[tuple[ScalingFit, ...]] = ()  # log-log fits computed at collection
 
     def __init__(self, params: Any) -> None:
         self.params = params
@@ -91,6 +97,22 @@ class Task:
             value = getattr(self.params, key)
             if value < 1:
                 raise ValueError(f"task.{key} must be >= 1, got {value}.")
+
+    @classmethod
+    def describe(cls) -> TaskInfo:
+        """The task's self-description (`harness.task_info`), stored in every record so that
+        collection and the leaderboard work without importing the task."""
+        return TaskInfo(
+            name=cls.name,
+            description=cls.description,
+            headline=cls.headline,
+            metrics=list(cls.metrics),
+            charts=list(cls.charts),
+            chart_bands=dict(cls.chart_bands),
+            chart_references={k: dict(v) for k, v in cls.chart_references.items()},
+            cost_metric=cls.cost_metric,
+            scaling_fits=list(cls.scaling_fits),
+        )
 
     @classmethod
     def metric(cls, name: str) -> Metric:

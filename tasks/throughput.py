@@ -20,6 +20,7 @@ from attnbench import (
     JobContext,
     Metric,
     MetricPoint,
+    ScalingFit,
     Task,
     TaskResult,
     VariantShape,
@@ -56,6 +57,9 @@ class Throughput(Task):
     description = "Speed and memory of the attention core at one size."
     headline = "fwd_ms"
     charts = ("fwd_ms", "peak_mem_mib", "fwd_bwd_ms")
+    cost_metric = "fwd_ms"  # the leaderboard draws every task's quality against forward latency
+    # how latency grows with length, and where each variant overtakes dense softmax
+    scaling_fits = (ScalingFit("fwd_ms", "seq_len", reference_variant="softmax"),)
     metrics = (
         Metric("fwd_ms", False, "Forward latency per call, median of the samples", "ms"),
         Metric("fwd_ms_iqr", None, "Interquartile range of the forward latency samples", "ms"),

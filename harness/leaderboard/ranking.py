@@ -12,17 +12,17 @@ Values and their spread (seed std, else the recorded IQR) come from `harness.met
 
 Entries that never met (no shared contest) are not compared; an entry's aggregate only averages
 the tasks it took part in, and the overview says how many that was.
+
+This module computes (`standings`); `harness.leaderboard.overview` turns the result into cells.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from attnbench.harness.leaderboard.tables import Cell, Column, Table, format_value
 from attnbench.harness.metric_points import point_stats
 
 TIE_RTOL = 1e-9
@@ -39,15 +39,6 @@ class Headline:
     metric: str
     higher_is_better: bool | None
     description: str = ""
-
-
-@dataclass
-class Overview:
-    """The overview table plus, per row, the attributes the page filters on."""
-
-    table: Table
-    filters: list[dict[str, str]] = field(default_factory=list)  # device, dtype, family per row
-    options: dict[str, list[str]] = field(default_factory=dict)  # distinct values per filter
 
 
 def contest_scores(values: pd.Series, higher_is_better: bool) -> pd.Series:
@@ -78,117 +69,70 @@ def task_win_rates(means: pd.Series, higher_is_better: bool) -> pd.Series:
     return pd.concat(scores).groupby(level=ENTRY).mean()
 
 
-def _label(variant: str, params: str, n_configs: int) -> str:
-    return variant if n_configs == 1 else f"{variant} {params}"
+@dataclass
+class Standings:
+    """The computed overview: per entry (index ENTRY), each task's value, spread, win rate and
+    rank, and the aggregate.
+
+    Attributes:
+        entries: Every entry with a headline value, sorted (a MultiIndex over ENTRY).
+        headlines: The headlines that have results, in column order.
+        values: task → (seed-averaged value, spread), each averaged over the task's settings.
+        task_ranks: task → rank by win rate (ranked tasks only).
+        aggregate: Mean of the task win rates.
+        n_tasks: How many ranked tasks each aggregate averages.
+        overall: Rank by the aggregate within device and dtype.
+    """
+
+    entries: pd.MultiIndex
+    headlines: list[Headline]
+    values: dict[str, tuple[pd.Series, pd.Series]]
+    task_ranks: dict[str, pd.Series]
+    aggregate: pd.Series
+    n_tasks: pd.Series
+    overall: pd.Series
 
 
-def overview(
-    frame: pd.DataFrame, headlines: list[Headline], families: dict[str, str]
-) -> Overview | None:
-    """The overview of the ok, non-fit rows of ``frame`` (see the module docstring)."""
-    stats = point_stats(frame[~frame["run_id"].str.startswith("fit-")])
+def standings(frame: pd.DataFrame, headlines: list[Headline]) -> Standings | None:
+    """Win rates and ranks of the ok run rows of ``frame`` (see the module docstring); None when
+    no headline has results."""
+    stats = point_stats(frame[~frame["derived"].astype(bool)])
     headlines = [
         h for h in headlines if ((stats["task"] == h.task) & (stats["metric"] == h.metric)).any()
     ]
     if not headlines:
         return None
     entries = stats[stats["task"].isin([h.task for h in headlines])][ENTRY].drop_duplicates()
-    entries = entries.sort_values(ENTRY).set_index(ENTRY)
-    configs = entries.reset_index().groupby("variant")["variant_params"].nunique()
-
-    value_cols, rank_cols, rates = {}, {}, {}
+    entries = entries.sort_values(ENTRY).set_index(ENTRY).index
+    values, task_ranks, rates = {}, {}, {}
     for h in headlines:
         points = stats[(stats["task"] == h.task) & (stats["metric"] == h.metric)]
         points = points.set_index([*ENTRY, *SETTING])
-        value = points["mean"].groupby(level=ENTRY).mean()
-        spread = points["spread"].groupby(level=ENTRY).mean()
-        value_cols[h.task] = (value, spread)
+        values[h.task] = (
+            points["mean"].groupby(level=ENTRY).mean(),
+            points["spread"].groupby(level=ENTRY).mean(),
+        )
         if h.higher_is_better is not None:
             rate = task_win_rates(points["mean"], h.higher_is_better)
             rates[h.task] = rate
-            rank_cols[h.task] = _ranks(rate)
+            task_ranks[h.task] = rank_within_hardware(rate)
     by_task = pd.concat(rates, axis=1) if rates else pd.DataFrame()
     aggregate = by_task.mean(axis=1) if rates else pd.Series(dtype=float)
     n_tasks = by_task.notna().sum(axis=1) if rates else pd.Series(dtype=int)
-    overall = _ranks(aggregate)
-
-    columns = [
-        Column("rank", "rank", "Rank by mean win rate within device and dtype", True),
-        Column("variant", "variant"),
-        Column("family", "family"),
-        Column("device", "device"),
-        Column("dtype", "dtype"),
-        Column(
-            "win_rate",
-            "mean win rate",
-            "Mean over tasks of the share of head-to-head comparisons won (ties ½)",
-            True,
-        ),
-    ]
-    for h in headlines:
-        what = (
-            "ranked by win rate" if h.higher_is_better is not None else "no direction: not ranked"
-        )
-        columns.append(
-            Column(
-                h.task,
-                f"{h.task}: {h.metric}",
-                f"{h.description} — mean over the task's settings (± spread over seeds or IQR), "
-                f"#rank within the task; {what}",
-                h.higher_is_better,
-            )
-        )
-    table = Table(columns=columns)
-    result = Overview(table=table)
-    for key in entries.index:
-        variant, params, device, dtype = key
-        rank = overall.get(key, math.nan)
-        rate = aggregate.get(key, math.nan)
-        cells = [
-            Cell(_rank_text(rank), _sort(rank), rank == 1),
-            Cell(_label(variant, params, int(configs[variant])), variant),
-            Cell(families.get(variant, ""), families.get(variant, "")),
-            Cell(device, device),
-            Cell(dtype, dtype),
-            Cell(
-                "–" if math.isnan(rate) else f"{rate:.3f} ({int(n_tasks.get(key, 0))} tasks)",
-                _sort(rate, missing=-math.inf),
-                rank == 1,
-            ),
-        ]
-        for h in headlines:
-            value, spread = value_cols[h.task]
-            v, s = value.get(key, math.nan), spread.get(key, math.nan)
-            r = rank_cols.get(h.task, pd.Series(dtype=float)).get(key, math.nan)
-            text = format_value(v) if not math.isnan(v) else "–"
-            if not math.isnan(v) and not math.isnan(s):
-                text += f" ± {format_value(s)}"
-            if not math.isnan(r):
-                text += f" · #{int(r)}"
-            # sorting by a task column sorts by its rank (values of different settings do not
-            # compare); unranked tasks sort by value, in their arrow's direction if any
-            cells.append(Cell(text, _sort(r) if h.task in rank_cols else _sort(v), r == 1))
-        table.rows.append(cells)
-        result.filters.append(
-            {"device": device, "dtype": dtype, "family": families.get(variant, "")}
-        )
-    for name in ("device", "dtype", "family"):
-        result.options[name] = sorted({f[name] for f in result.filters})
-    return result
+    return Standings(
+        entries=entries,
+        headlines=headlines,
+        values=values,
+        task_ranks=task_ranks,
+        aggregate=aggregate,
+        n_tasks=n_tasks,
+        overall=rank_within_hardware(aggregate),
+    )
 
 
-def _ranks(scores: pd.Series) -> pd.Series:
+def rank_within_hardware(scores: pd.Series) -> pd.Series:
     """Rank 1 = highest score, within each device and dtype; ties share the lower rank."""
     if scores.empty:
         return scores
     groups = scores.groupby(level=["device", "dtype"])
     return groups.rank(method="min", ascending=False)
-
-
-def _rank_text(rank: float) -> str:
-    return "–" if math.isnan(rank) else f"#{int(rank)}"
-
-
-def _sort(value: float, missing: float = math.inf) -> float:
-    """Sort key; a missing value sorts last in the column's natural order."""
-    return missing if value is None or math.isnan(value) else float(value)

@@ -1,4 +1,9 @@
-"""Build the leaderboard site from the results table (see the package docstring)."""
+"""Build the leaderboard site from the results table (see the package docstring).
+
+Everything shown comes from the table and the task descriptions in its metadata
+(`harness.collect.read_table`): no task or variant is imported, so the page builds where the
+plugins that produced the results are not installed, and without torch.
+"""
 
 from __future__ import annotations
 
@@ -15,30 +20,22 @@ import jinja2
 import pandas as pd
 from plotly.offline import get_plotlyjs
 
-from attnbench.harness.collect import TABLE_NAME, collect
-from attnbench.harness.discovery import load_plugins
+from attnbench.harness.collect import TABLE_NAME, collect, read_table
 from attnbench.harness.leaderboard.charts import (
     CurveExtras,
     curve_figure,
     embeddable_json,
     scatter_figure,
 )
-from attnbench.harness.leaderboard.ranking import Headline, overview
+from attnbench.harness.leaderboard.overview import overview
+from attnbench.harness.leaderboard.ranking import Headline
 from attnbench.harness.leaderboard.tables import Table, task_table, unfinished_table
 from attnbench.harness.records import atomic_write_text, runs_dir
-from attnbench.harness.task_api import TASKS
-from attnbench.harness.variant_api import VARIANTS
+from attnbench.harness.task_info import TaskInfo
 
 PLOTLY_JS = "plotly.min.js"
 MAX_LABEL_PARAMS = 3  # a chart title names at most this many of the parameters that differ
 RUN_LINK = "runs/{run_id}.json"  # each run's record, copied beside the page
-COST_TASK, COST_METRIC = "throughput", "fwd_ms"  # the cost axis of quality-vs-cost charts
-FIT_INFO = {
-    "scaling_exponent": ("Slope of log(fwd_ms) vs log(seq_len): 2 dense, 1 linear", False),
-    "scaling_exponent_ci_low": ("95% confidence interval of the exponent, low end", None),
-    "scaling_exponent_ci_high": ("95% confidence interval of the exponent, high end", None),
-    "crossover_seq_len": ("Length above which the variant beats dense softmax (fitted)", False),
-}
 
 
 @dataclass
@@ -59,23 +56,29 @@ class TaskSection:
     charts: list[Chart]
     n_runs: int
     fits: Table | None = None
+    fits_note: str = ""  # what the fits are, from the task's declarations
 
 
-def _metric_info(task: str) -> dict[str, tuple[str, bool | None]]:
-    if task not in TASKS:
+def _metric_info(info: TaskInfo | None) -> dict[str, tuple[str, bool | None]]:
+    """metric → (description, higher_is_better), declared metrics first, then fit metrics."""
+    if info is None:
         return {}
-    return {m.name: (m.description, m.higher_is_better) for m in TASKS.get(task).metrics}
+    return {m.name: (m.description, m.higher_is_better) for m in info.all_metrics()}
 
 
-def _fit_notes(rows: pd.DataFrame) -> dict[str, str]:
-    """variant → " · n^1.02" from the scaling fits (only where a variant has one fit)."""
-    fits = rows[rows["metric"] == "scaling_exponent"]
-    counts = fits["variant"].value_counts()
-    return {
-        str(r["variant"]): f" · time ∝ n^{r['value']:.2f}"
-        for _, r in fits.iterrows()
-        if counts[r["variant"]] == 1
-    }
+def _fit_notes(rows: pd.DataFrame, info: TaskInfo | None, metric: str, x_name: str) -> dict:
+    """variant → " · ∝ x^1.02": the fitted exponent of ``metric`` along ``x_name``, for the legend
+    of its curve chart (only where a variant has one such fit)."""
+    notes: dict[str, str] = {}
+    for fit in info.scaling_fits if info else []:
+        if (fit.metric, fit.axis) != (metric, x_name):
+            continue
+        fits = rows[rows["derived"] & (rows["metric"] == fit.name)]
+        counts = fits["variant"].value_counts()
+        for _, r in fits.iterrows():
+            if counts[r["variant"]] == 1:
+                notes[str(r["variant"])] = f" · ∝ {x_name}^{r['value']:.2f}"
+    return notes
 
 
 def _setting_key(task_params: pd.Series, x_name: str) -> pd.Series:
@@ -121,25 +124,27 @@ def _failures(frame: pd.DataFrame, task: str, x_name: str) -> pd.DataFrame:
     )
 
 
-def _task_charts(frame: pd.DataFrame, task: str, rows: pd.DataFrame) -> list[Chart]:
+def _task_charts(
+    frame: pd.DataFrame, task: str, rows: pd.DataFrame, info: TaskInfo | None
+) -> list[Chart]:
     """One chart per chart metric, curve axis and task setting (so that baselines and theory
     curves are never averaged across settings)."""
-    cls = TASKS.get(task) if task in TASKS else None
-    headline = getattr(cls, "headline", "") or rows["metric"].iloc[0]
-    notes = _fit_notes(rows)
+    runs = rows[~rows["derived"]]
+    headline = (info.headline if info else "") or runs["metric"].iloc[0]
     charts = []
-    for metric in getattr(cls, "charts", ()) or (headline,):
-        unit = next((m.unit for m in cls.metrics if m.name == metric), "") if cls else ""
-        curve = rows[(rows["metric"] == metric) & rows["x_name"].notna()]
+    for metric in (info.charts if info else []) or [headline]:
+        declared = info.metric(metric) if info else None
+        unit = declared.unit if declared else ""
+        curve = runs[(runs["metric"] == metric) & runs["x_name"].notna()]
         for x_name in sorted(curve["x_name"].unique()):  # one chart per curve axis
-            on_axis = rows[rows["x_name"] == x_name]
+            on_axis = runs[runs["x_name"] == x_name]
             failures = _failures(frame, task, x_name)
             for i, (setting, label, group) in enumerate(_settings(on_axis, x_name)):
                 extras = CurveExtras(
-                    notes=notes if metric == "fwd_ms" else {},
+                    notes=_fit_notes(rows, info, metric, x_name),
                     failures=failures[failures["setting"] == setting],
-                    band=getattr(cls, "chart_bands", {}).get(metric),
-                    references=getattr(cls, "chart_references", {}).get(metric, {}),
+                    band=info.chart_bands.get(metric) if info else None,
+                    references=info.chart_references.get(metric, {}) if info else {},
                 )
                 title = f"{task}: {metric} vs {x_name}" + (f" ({label})" if label else "")
                 fig = curve_figure(group, metric, title, unit, extras)
@@ -149,50 +154,95 @@ def _task_charts(frame: pd.DataFrame, task: str, rows: pd.DataFrame) -> list[Cha
     return charts
 
 
-def _sections(frame: pd.DataFrame) -> list[TaskSection]:
+def _fits_note(info: TaskInfo | None) -> str:
+    """One line saying what a task's scaling fits are, from its declarations."""
+    parts = []
+    for fit in info.scaling_fits if info else []:
+        text = f"log({fit.metric}) against log({fit.axis}), per variant and setting (95% CI)"
+        if fit.reference_variant:
+            text += f"; crossover: where the fitted line meets {fit.reference_variant}'s"
+        parts.append(text)
+    return "; ".join(parts)
+
+
+def _sections(frame: pd.DataFrame, infos: dict[str, TaskInfo]) -> list[TaskSection]:
     sections = []
     ok = frame[(frame["status"] == "ok") & frame["metric"].notna()]
     for task in sorted(ok["task"].unique()):
         rows = ok[ok["task"] == task]
-        cls = TASKS.get(task) if task in TASKS else None
-        fitted = rows["run_id"].str.startswith("fit-")
+        info = infos.get(task)
+        derived = rows["derived"]
         sections.append(
             TaskSection(
                 name=task,
-                description=getattr(cls, "description", ""),
-                table=task_table(rows[~fitted], _metric_info(task), RUN_LINK),
-                charts=_task_charts(frame, task, rows),
-                n_runs=rows.loc[~fitted, "run_id"].nunique(),
-                fits=task_table(rows[fitted], FIT_INFO) if fitted.any() else None,
+                description=info.description if info else "",
+                table=task_table(rows[~derived], _metric_info(info), RUN_LINK),
+                charts=_task_charts(frame, task, rows, info),
+                n_runs=rows.loc[~derived, "run_id"].nunique(),
+                fits=task_table(rows[derived], _metric_info(info)) if derived.any() else None,
+                fits_note=_fits_note(info),
             )
         )
     return sections
 
 
-def _headlines(frame: pd.DataFrame) -> list[Headline]:
+def _headlines(frame: pd.DataFrame, infos: dict[str, TaskInfo]) -> list[Headline]:
     heads = []
     for task in sorted(frame["task"].dropna().unique()):
-        if task in TASKS:
-            cls = TASKS.get(task)
-            info = _metric_info(task).get(cls.headline, ("", None))
-            heads.append(Headline(task, cls.headline, info[1], info[0]))
+        info = infos.get(task)
+        if info is None or not info.headline:
+            continue
+        metric = info.metric(info.headline)
+        heads.append(
+            Headline(
+                task,
+                info.headline,
+                metric.higher_is_better if metric else None,
+                metric.description if metric else "",
+            )
+        )
     return heads
 
 
-def _quality_vs_cost(frame: pd.DataFrame, headlines: list[Headline]) -> list[Chart]:
-    """Each ranked quality headline against forward latency at the most widely run length."""
-    ok = frame[(frame["status"] == "ok") & ~frame["run_id"].str.startswith("fit-")]
-    cost = ok[(ok["task"] == COST_TASK) & (ok["metric"] == COST_METRIC)]
-    if cost.empty:
+def _cost_axis(frame: pd.DataFrame, infos: dict[str, TaskInfo]) -> tuple[str, str] | None:
+    """(task, metric) of the cost the quality charts are drawn against: the first task (by name)
+    that declares a cost metric and has results for it."""
+    for task, info in sorted(infos.items()):
+        if (
+            info.cost_metric
+            and ((frame["task"] == task) & (frame["metric"] == info.cost_metric)).any()
+        ):
+            return task, info.cost_metric
+    return None
+
+
+def _quality_vs_cost(
+    frame: pd.DataFrame, headlines: list[Headline], infos: dict[str, TaskInfo]
+) -> list[Chart]:
+    """Each ranked quality headline against the declared cost metric, at the curve position
+    (e.g. sequence length) that the most variants were measured at."""
+    axis = _cost_axis(frame, infos)
+    if axis is None:
         return []
+    cost_task, cost_metric = axis
+    ok = frame[(frame["status"] == "ok") & ~frame["derived"]]
+    cost = ok[(ok["task"] == cost_task) & (ok["metric"] == cost_metric)]
     device, dtype = cost.groupby(["device", "dtype"]).size().idxmax()
     cost = cost[(cost["device"] == device) & (cost["dtype"] == dtype)]
-    lengths = cost.groupby("x_value")["variant"].nunique()
-    length = lengths[lengths == lengths.max()].index.max()
-    latency = cost[cost["x_value"] == length].groupby("variant")["value"].median()
+    x_name = cost["x_name"].dropna().iloc[0] if cost["x_name"].notna().any() else None
+    if x_name is not None:
+        lengths = cost.groupby("x_value")["variant"].nunique()
+        length = lengths[lengths == lengths.max()].index.max()
+        cost = cost[cost["x_value"] == length]
+        where = f" at {x_name}={length:g}"
+    else:
+        where = ""
+    latency = cost.groupby("variant")["value"].median()
+    declared = infos[cost_task].metric(cost_metric)
+    unit = f"{declared.unit}, " if declared and declared.unit else ""
     charts = []
     for h in headlines:
-        if h.task == COST_TASK or h.higher_is_better is None:
+        if h.task == cost_task or h.higher_is_better is None:
             continue
         quality = ok[
             (ok["task"] == h.task)
@@ -207,7 +257,7 @@ def _quality_vs_cost(frame: pd.DataFrame, headlines: list[Headline]) -> list[Cha
         arrow = "↑" if h.higher_is_better else "↓"
         fig = scatter_figure(
             both.rename_axis("label").reset_index(),
-            f"forward latency at seq_len={length:g} (ms, {device}, {dtype})",
+            f"{cost_task} {cost_metric}{where} ({unit}{device}, {dtype})",
             f"{h.metric} {arrow}",
             f"{h.task}: {h.metric} against cost",
         )
@@ -257,14 +307,13 @@ def build_site(
     Returns:
         The path of ``index.html``. With no results, the page says how to produce some.
     """
-    load_plugins()
     results_dir = Path(results_dir)
     out = Path(out_dir) if out_dir is not None else results_dir / "leaderboard"
     out.mkdir(parents=True, exist_ok=True)
     table_path = results_dir / TABLE_NAME
     if not table_path.exists() and runs_dir(results_dir).is_dir():
         collect(results_dir)
-    frame = pd.read_parquet(table_path) if table_path.exists() else pd.DataFrame()
+    frame, infos = read_table(table_path) if table_path.exists() else (pd.DataFrame(), {})
 
     if not (out / PLOTLY_JS).exists():
         atomic_write_text(out / PLOTLY_JS, get_plotlyjs())
@@ -272,20 +321,24 @@ def build_site(
         shutil.copyfile(table_path, out / "results.parquet")
         frame.to_csv(out / "results.csv", index=False)
         _copy_records(results_dir, out / "runs")
-    headlines = _headlines(frame) if not frame.empty else []
-    families = {e.name: e.obj.family for e in VARIANTS.entries()}
+    headlines = _headlines(frame, infos) if not frame.empty else []
+    families = (
+        frame.groupby("variant")["variant_family"].first().dropna().to_dict()
+        if not frame.empty
+        else {}
+    )
     html = (
         _environment()
         .get_template("index.html.j2")
         .render(
             empty=frame.empty,
             results_dir=str(results_dir),
-            sections=_sections(frame) if not frame.empty else [],
+            sections=_sections(frame, infos) if not frame.empty else [],
             overview=overview(frame, headlines, families) if not frame.empty else None,
-            cost_charts=_quality_vs_cost(frame, headlines) if not frame.empty else [],
+            cost_charts=_quality_vs_cost(frame, headlines, infos) if not frame.empty else [],
             unfinished=unfinished_table(frame) if not frame.empty else None,
             provenance=_provenance(frame) if not frame.empty else None,
-            n_runs=frame["run_id"].nunique() if not frame.empty else 0,
+            n_runs=frame.loc[~frame["derived"], "run_id"].nunique() if not frame.empty else 0,
             plotly_js=PLOTLY_JS,
         )
     )

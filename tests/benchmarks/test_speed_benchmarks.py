@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from attnbench.harness.memory import reuse_freed_memory
-from attnbench.harness.speed_targets import TARGETS, Case, _forward, format_table, measure
+from attnbench.tasks.speed_targets import TARGETS, Case, _forward, format_table, measure
 
 CASES = sorted({c for t in TARGETS if t.quantity == "time" for c in t.cases()}, key=lambda c: c.key)
 

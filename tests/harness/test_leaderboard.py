@@ -6,6 +6,7 @@ from attnbench.harness.collect import collect
 from attnbench.harness.leaderboard import build_site
 from attnbench.harness.leaderboard.tables import task_table
 from attnbench.harness.records import Record, write_record
+from attnbench.tasks.throughput import Throughput
 
 HOSTILE = "<img src=x onerror=alert(1)>"
 
@@ -45,6 +46,8 @@ def _write(tmp_path, run_id, variant, seq_len, fwd_ms, status="ok", error=None):
             metrics=metrics,
             env={"device_name": "cpu0"},
             created_at="2026-01-01",
+            task_info=Throughput.describe().to_dict(),  # as every run record carries it
+            details={"variant_family": variant},
         ),
     )
 
@@ -84,7 +87,7 @@ def test_rows_sort_numerically_by_setting(tmp_path):
         _write(tmp_path, f"r{i}", "softmax", n, 1.0)
     collect(tmp_path)
     frame = pd.read_parquet(tmp_path / "results.parquet")
-    runs = frame[~frame["run_id"].str.startswith("fit-")]  # the page shows fits apart
+    runs = frame[~frame["derived"]]  # the page shows fits apart
     table = task_table(runs, {})
     assert [r[3].text for r in table.rows] == ["256", "512", "1024"]
     html = build_site(tmp_path).read_text()
@@ -174,8 +177,8 @@ def test_throughput_chart_marks_oom_and_shows_the_fitted_exponent(tmp_path):
     collect(tmp_path)
     figures = _figures(build_site(tmp_path).read_text())
     names = [t["name"] for t in figures["chart-throughput-fwd_ms-seq_len"]["data"]]
-    assert any(n.startswith("softmax") and "n^2.00" in n for n in names)
-    assert any(n.startswith("linear") and "n^1.00" in n for n in names)
+    assert any(n.startswith("softmax") and "seq_len^2.00" in n for n in names)
+    assert any(n.startswith("linear") and "seq_len^1.00" in n for n in names)
     (marks,) = [t for t in figures["chart-throughput-fwd_ms-seq_len"]["data"] if "oom" in t["name"]]
     assert marks["x"] == [512] and marks["text"] == ["linear: oom"]  # unsupported: not marked
 
@@ -219,3 +222,63 @@ def test_curve_chart_draws_bands_and_reference_lines():
     assert len(bands) == 2 and list(bands[0].y) == [0.8, 0.4, 0.8 / 3, 1.2 / 3, 0.6, 1.2]
     (ls,) = [t for t in fig.data if t.name == "LS"]
     assert list(ls.y) == [0.5, 0.25, 0.5 / 3] and ls.line.dash == "dash"
+
+
+BLOCKED_IMPORTS = """
+import sys, importlib.abc
+
+class Blocked(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        plugins = ("attnbench.tasks", "attnbench.variants")
+        if name.split(".")[0] == "torch" or name.startswith(plugins):
+            raise ImportError(f"the leaderboard must not import {name}")
+
+sys.meta_path.insert(0, Blocked())
+from attnbench.harness.leaderboard import main
+sys.exit(main([sys.argv[1]]))
+"""
+
+
+def test_board_builds_from_the_table_alone_without_torch_or_the_plugin(tmp_path):
+    """A task from a plugin that is not installed here: its records describe it, the table
+    carries the description, and the page shows it. Importing torch, or any built-in task or
+    variant, fails the build (a meta-path finder refuses them)."""
+    import subprocess
+    import sys
+
+    from attnbench.harness.metrics import Metric
+    from attnbench.harness.task_info import TaskInfo
+
+    info = TaskInfo(
+        name="plugin_task",
+        description="A task whose plugin is not installed here.",
+        headline="score",
+        metrics=[Metric("score", True, "How well it went", "pts")],
+    )
+    for run_id, variant, score in (("p1", "plugin_variant", 0.9), ("p2", "other", 0.5)):
+        write_record(
+            tmp_path,
+            Record(
+                run_id=run_id,
+                status="ok",
+                task="plugin_task",
+                variant=variant,
+                task_params={},
+                variant_params={},
+                seed=0,
+                device="cpu",
+                dtype="float32",
+                metrics=[{"metric": "score", "value": score, "higher_is_better": True}],
+                task_info=info.to_dict(),
+                details={"variant_family": "plugin_family"},
+            ),
+        )
+    proc = subprocess.run(
+        [sys.executable, "-c", BLOCKED_IMPORTS, str(tmp_path)], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    html = (tmp_path / "leaderboard" / "index.html").read_text()
+    assert "A task whose plugin is not installed here." in html
+    assert 'title="How well it went' in html  # the metric's description, from the table
+    assert "plugin_task: score" in html and 'data-family="plugin_family"' in html
+    assert "2 runs" in html

@@ -6,12 +6,12 @@ import pandas as pd
 import pytest
 
 from attnbench.harness.collect import COLUMNS
+from attnbench.harness.leaderboard.overview import overview
 from attnbench.harness.leaderboard.ranking import (
     ENTRY,
     SETTING,
     Headline,
     contest_scores,
-    overview,
     task_win_rates,
 )
 from attnbench.harness.metric_points import point_stats

@@ -4,12 +4,20 @@ import json
 import math
 
 import numpy as np
-import pandas as pd
 import pytest
 
-from attnbench.harness.collect import collect
+from attnbench.harness.collect import collect, read_table
 from attnbench.harness.records import Record, write_record
-from attnbench.harness.scaling import fit_loglog, scaling_rows
+from attnbench.harness.scaling import ScalingFit, fit_loglog
+from attnbench.harness.task_info import TaskInfo
+
+# A made-up task: the fits come from the declaration its records carry, not from a task name the
+# collector knows.
+DECLARED = TaskInfo(
+    name="speedtask",
+    headline="cost_ms",
+    scaling_fits=[ScalingFit("cost_ms", "length", reference_variant="dense")],
+)
 
 
 def test_fit_recovers_exponents_and_interval_brackets_them():
@@ -22,15 +30,16 @@ def test_fit_recovers_exponents_and_interval_brackets_them():
     assert lo == pytest.approx(1.0) and hi == pytest.approx(1.0)
 
 
-def _write(tmp_path, variant, seq_len, ms, causal=False):
+def _write(tmp_path, variant, seq_len, ms, causal=False, info=DECLARED):
     write_record(
         tmp_path,
         Record(
             run_id=f"{variant}-{seq_len}-{causal}",
             status="ok",
-            task="throughput",
+            task="speedtask",
             variant=variant,
-            task_params={"seq_len": seq_len, "causal": causal},
+            task_params={"length": seq_len, "causal": causal},
+            task_info=info.to_dict(),
             variant_params={},
             seed=0,
             device="cpu",
@@ -38,9 +47,9 @@ def _write(tmp_path, variant, seq_len, ms, causal=False):
             env={},
             metrics=[
                 {
-                    "metric": "fwd_ms",
+                    "metric": "cost_ms",
                     "value": ms,
-                    "x_name": "seq_len",
+                    "x_name": "length",
                     "x_value": seq_len,
                     "higher_is_better": False,
                 }
@@ -49,35 +58,36 @@ def _write(tmp_path, variant, seq_len, ms, causal=False):
     )
 
 
-def test_collected_table_gets_exponents_and_the_crossover_with_softmax(tmp_path):
+def test_collected_table_gets_exponents_and_the_crossover_with_the_reference(tmp_path):
     for n in (512, 1024, 2048, 4096):
-        _write(tmp_path, "softmax", n, 1e-5 * n**2)  # 1e-5·n²
-        _write(tmp_path, "linear", n, 0.01 * n)  # 0.01·n: equal to softmax at n = 1000
-        _write(tmp_path, "linear", n, 0.01 * n, causal=True)  # no softmax in this setting
+        _write(tmp_path, "dense", n, 1e-5 * n**2)  # 1e-5·n²
+        _write(tmp_path, "linear", n, 0.01 * n)  # 0.01·n: equal to dense at n = 1000
+        _write(tmp_path, "linear", n, 0.01 * n, causal=True)  # no reference in this setting
     _write(tmp_path, "window", 512, 1.0)  # one length: nothing to fit
     collect(tmp_path)
-    frame = pd.read_parquet(tmp_path / "results.parquet")
-    fits = frame[frame["run_id"].str.startswith("fit-")]
+    frame, infos = read_table(tmp_path / "results.parquet")
+    fits = frame[frame["derived"]]
     got = {
         (r.variant, json.loads(r.task_params)["causal"], r.metric): r.value
         for r in fits.itertuples()
     }
-    assert got[("softmax", False, "scaling_exponent")] == pytest.approx(2.0)
+    assert got[("dense", False, "scaling_exponent")] == pytest.approx(2.0)
     assert got[("linear", False, "scaling_exponent")] == pytest.approx(1.0)
-    assert got[("linear", False, "crossover_seq_len")] == pytest.approx(1000.0)
-    assert ("linear", True, "crossover_seq_len") not in got
-    assert ("softmax", False, "crossover_seq_len") not in got
+    assert got[("linear", False, "crossover_length")] == pytest.approx(1000.0)
+    assert ("linear", True, "crossover_length") not in got
+    assert ("dense", False, "crossover_length") not in got
     assert not any(v == "window" for v, _, _ in got)
+    assert not frame.loc[~frame["derived"], "run_id"].isin(fits["run_id"]).any()
+    # the declaration, and the metrics the fit adds, are in the table for the leaderboard
+    assert infos["speedtask"] == DECLARED
+    exponent = infos["speedtask"].metric("scaling_exponent")
+    assert exponent is not None and exponent.higher_is_better is False
 
 
-def test_no_throughput_rows_no_fits():
-    frame = pd.DataFrame(
-        {
-            "status": ["ok"],
-            "task": ["recall"],
-            "metric": ["accuracy"],
-            "x_name": [None],
-            "task_params": ["{}"],
-        }
-    )
-    assert scaling_rows(frame) == []
+def test_no_declared_fit_no_fit_rows(tmp_path):
+    undeclared = TaskInfo(name="speedtask", headline="cost_ms")
+    for n in (512, 1024, 2048, 4096):
+        _write(tmp_path, "dense", n, 1e-5 * n**2, info=undeclared)
+    collect(tmp_path)
+    frame, _ = read_table(tmp_path / "results.parquet")
+    assert not frame["derived"].any() and len(frame) == 4

@@ -10,6 +10,9 @@ is measured in the memory-probe process (`harness.memory`).
 
 exits non-zero when a target is missed. The same targets are asserted by the on-demand
 benchmarks in ``tests/benchmarks`` (``pytest -o addopts="" tests/benchmarks``).
+
+It lives beside the throughput task, not in the engine: the targets name built-in variants and
+reuse the throughput task's memory probe, and the engine names no variant or task.
 """
 
 from __future__ import annotations
@@ -25,9 +28,9 @@ import torch
 import torch.nn.functional as F
 from torch.utils import benchmark
 
-from attnbench.harness.discovery import load_plugins
+from attnbench import VariantShape, build_variant, load_plugins
 from attnbench.harness.memory import isolated_cpu_peak, reuse_freed_memory
-from attnbench.harness.variant_api import VariantShape, build_variant
+from attnbench.tasks.throughput import forward_peak_mib
 
 HEADS, HEAD_DIM = 4, 64
 
@@ -146,7 +149,6 @@ def _forward(case: Case) -> Callable[[], torch.Tensor]:
 
 
 def _peak_mib(case: Case) -> float | None:
-    from attnbench.tasks.throughput import forward_peak_mib
 
     shape = (1, HEADS, case.seq_len, HEAD_DIM)
     return isolated_cpu_peak(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from attnbench.harness import speed_targets
-from attnbench.harness.speed_targets import Case, Outcome, Target, format_table, measure
+from attnbench.tasks.speed_targets import Case, Outcome, Target, format_table, measure
 
 
 def test_bounds_in_both_directions():

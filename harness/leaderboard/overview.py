@@ -1,0 +1,115 @@
+"""The overview table: one row per variant (per device and dtype), one column per task's headline.
+
+Rendering only: the numbers (values, spreads, win rates, ranks) come from
+`harness.leaderboard.ranking.standings`; this module turns them into cells with text, sort keys
+and the marks of the best entries, plus the attributes the page filters rows on.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from attnbench.harness.leaderboard.ranking import Headline, standings
+from attnbench.harness.leaderboard.tables import Cell, Column, Table, format_value
+
+
+@dataclass
+class Overview:
+    """The overview table plus, per row, the attributes the page filters on."""
+
+    table: Table
+    filters: list[dict[str, str]] = field(default_factory=list)  # device, dtype, family per row
+    options: dict[str, list[str]] = field(default_factory=dict)  # distinct values per filter
+
+
+def _label(variant: str, params: str, n_configs: int) -> str:
+    return variant if n_configs == 1 else f"{variant} {params}"
+
+
+def overview(
+    frame: pd.DataFrame, headlines: list[Headline], families: dict[str, str]
+) -> Overview | None:
+    """The overview of the ok run rows of ``frame``; None when no headline has results."""
+    computed = standings(frame, headlines)
+    if computed is None:
+        return None
+    headlines = computed.headlines
+    configs = computed.entries.to_frame(index=False).groupby("variant")["variant_params"].nunique()
+    overall, aggregate, n_tasks = computed.overall, computed.aggregate, computed.n_tasks
+    value_cols, rank_cols = computed.values, computed.task_ranks
+
+    columns = [
+        Column("rank", "rank", "Rank by mean win rate within device and dtype", True),
+        Column("variant", "variant"),
+        Column("family", "family"),
+        Column("device", "device"),
+        Column("dtype", "dtype"),
+        Column(
+            "win_rate",
+            "mean win rate",
+            "Mean over tasks of the share of head-to-head comparisons won (ties ½)",
+            True,
+        ),
+    ]
+    for h in headlines:
+        what = (
+            "ranked by win rate" if h.higher_is_better is not None else "no direction: not ranked"
+        )
+        columns.append(
+            Column(
+                h.task,
+                f"{h.task}: {h.metric}",
+                f"{h.description} — mean over the task's settings (± spread over seeds or IQR), "
+                f"#rank within the task; {what}",
+                h.higher_is_better,
+            )
+        )
+    table = Table(columns=columns)
+    result = Overview(table=table)
+    for key in computed.entries:
+        variant, params, device, dtype = key
+        rank = overall.get(key, math.nan)
+        rate = aggregate.get(key, math.nan)
+        cells = [
+            Cell(_rank_text(rank), _sort(rank), rank == 1),
+            Cell(_label(variant, params, int(configs[variant])), variant),
+            Cell(families.get(variant, ""), families.get(variant, "")),
+            Cell(device, device),
+            Cell(dtype, dtype),
+            Cell(
+                "–" if math.isnan(rate) else f"{rate:.3f} ({int(n_tasks.get(key, 0))} tasks)",
+                _sort(rate, missing=-math.inf),
+                rank == 1,
+            ),
+        ]
+        for h in headlines:
+            value, spread = value_cols[h.task]
+            v, s = value.get(key, math.nan), spread.get(key, math.nan)
+            r = rank_cols.get(h.task, pd.Series(dtype=float)).get(key, math.nan)
+            text = format_value(v) if not math.isnan(v) else "–"
+            if not math.isnan(v) and not math.isnan(s):
+                text += f" ± {format_value(s)}"
+            if not math.isnan(r):
+                text += f" · #{int(r)}"
+            # sorting by a task column sorts by its rank (values of different settings do not
+            # compare); unranked tasks sort by value, in their arrow's direction if any
+            cells.append(Cell(text, _sort(r) if h.task in rank_cols else _sort(v), r == 1))
+        table.rows.append(cells)
+        result.filters.append(
+            {"device": device, "dtype": dtype, "family": families.get(variant, "")}
+        )
+    for name in ("device", "dtype", "family"):
+        result.options[name] = sorted({f[name] for f in result.filters})
+    return result
+
+
+def _rank_text(rank: float) -> str:
+    return "–" if math.isnan(rank) else f"#{int(rank)}"
+
+
+def _sort(value: float, missing: float = math.inf) -> float:
+    """Sort key; a missing value sorts last in the column's natural order."""
+    return missing if value is None or math.isnan(value) else float(value)

@@ -1,0 +1,76 @@
+"""A task's self-description: what the engine and the leaderboard need to know about a task.
+
+A task declares its metrics, headline, charts, cost metric and scaling fits as class attributes
+(`harness.task_api.Task`). `Task.describe()` turns them into a `TaskInfo`, which every record
+carries and collection writes into the results table's metadata. So the leaderboard and the
+collector work from the results alone: they never import a task, and a board can be built where
+the plugin that produced the results is not installed (the asv model: self-describing data).
+
+Torch-free on purpose (the leaderboard must not import torch).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from attnbench.harness.metrics import Metric
+from attnbench.harness.scaling import ScalingFit
+
+
+@dataclass
+class TaskInfo:
+    """Everything the engine and the leaderboard know about one task.
+
+    Attributes:
+        name: Registered task name.
+        description: One line shown above the task's section.
+        headline: The metric the leaderboard ranks by.
+        metrics: Declared metrics (direction, description, unit), in display order.
+        charts: Metrics drawn against their curve axis (default: the headline).
+        chart_bands: chart metric → (low metric, high metric) drawn as a shaded band.
+        chart_references: chart metric → {metric: legend label} drawn as dashed lines.
+        cost_metric: A metric of this task that measures cost (e.g. latency); the leaderboard
+            plots the other tasks' quality against it. Empty: the task measures no cost.
+        scaling_fits: Log-log fits computed at collection (`harness.scaling`).
+    """
+
+    name: str
+    description: str = ""
+    headline: str = ""
+    metrics: list[Metric] = field(default_factory=list)
+    charts: list[str] = field(default_factory=list)
+    chart_bands: dict[str, tuple[str, str]] = field(default_factory=dict)
+    chart_references: dict[str, dict[str, str]] = field(default_factory=dict)
+    cost_metric: str = ""
+    scaling_fits: list[ScalingFit] = field(default_factory=list)
+
+    def all_metrics(self) -> list[Metric]:
+        """The declared metrics, then those the scaling fits add at collection."""
+        derived = [Metric(**m) for fit in self.scaling_fits for m in fit.metrics()]
+        return [*self.metrics, *derived]
+
+    def metric(self, name: str) -> Metric | None:
+        """The declared (or fit-derived) metric ``name``; None if the task has none such."""
+        return next((m for m in self.all_metrics() if m.name == name), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able data (for records and the table's metadata)."""
+        data = dataclasses.asdict(self)
+        data["chart_bands"] = {k: list(v) for k, v in self.chart_bands.items()}
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TaskInfo:
+        """Read what `to_dict` wrote; unknown keys (from a newer attnbench) are ignored."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        data = {k: v for k, v in data.items() if k in known}
+        metric_fields = {f.name for f in dataclasses.fields(Metric)}
+        data["metrics"] = [
+            Metric(**{k: v for k, v in m.items() if k in metric_fields})
+            for m in data.get("metrics", [])
+        ]
+        data["chart_bands"] = {k: tuple(v) for k, v in data.get("chart_bands", {}).items()}
+        data["scaling_fits"] = [ScalingFit.from_dict(f) for f in data.get("scaling_fits", [])]
+        return cls(**data)
