@@ -2,7 +2,7 @@
 
 Each fast variant's forward is a pytest-benchmark case, so its statistics land in
 pytest-benchmark's table and JSON; `test_speed_targets_hold` measures every target as a ratio
-within interleaved rounds (`harness.speed_targets`) and asserts the bounds. Run on demand:
+within interleaved rounds (`attnbench.tasks.speed_targets`) and asserts the bounds. Run on demand:
 
     pytest -o addopts="" tests/benchmarks
 """

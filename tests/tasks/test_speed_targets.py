@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from attnbench.harness import speed_targets
+from attnbench.tasks import speed_targets
 from attnbench.tasks.speed_targets import Case, Outcome, Target, format_table, measure
 
 
