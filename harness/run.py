@@ -2,7 +2,8 @@
 
 `run(cfg)` never raises for a failure of the job itself: a failing, non-finite, out-of-memory or
 unsupported job becomes a record with its status and error, so a sweep goes on. It does raise for
-bad configuration that no job could run with (unknown names, invalid device).
+bad configuration that no job could run with (unknown names, invalid device): checking a job's
+values is `harness.validation.prepare_job`.
 """
 
 from __future__ import annotations
@@ -15,23 +16,19 @@ import threading
 import time
 import traceback
 from datetime import datetime, timezone
-from typing import Any
 
 import torch
-import torch.nn.functional as F
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from attnbench.harness.discovery import load_plugins
 from attnbench.harness.env import environment
 from attnbench.harness.memory import release_probe, reuse_freed_memory
 from attnbench.harness.records import Record, find_ok_record, make_run_id, write_record
-from attnbench.harness.task_api import JobContext, NonFiniteError, Task, build_task
-from attnbench.harness.validation import ConfigError
-from attnbench.harness.variant_api import VARIANTS, UnsupportedError, VariantShape, build_variant
+from attnbench.harness.task_api import JobContext, NonFiniteError
+from attnbench.harness.validation import DTYPES, prepare_job
+from attnbench.harness.variant_api import VARIANTS, UnsupportedError
 
 log = logging.getLogger(__name__)
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 class JobTimeout(Exception):
@@ -65,90 +62,6 @@ def time_budget(seconds: float):
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
-
-
-def resolve_device(choice: str) -> torch.device:
-    """``auto`` → CUDA when available, else CPU; ``cuda`` without a GPU is refused."""
-    if choice == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if choice == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(
-            "device=cuda was asked for but no CUDA GPU is available; use device=cpu or device=auto."
-        )
-    if choice not in ("cpu", "cuda"):
-        raise ConfigError(f"device={choice!r} is not valid; use auto, cpu or cuda.")
-    return torch.device(choice)
-
-
-def resolve_dtype(choice: str, device: torch.device) -> str:
-    """``auto`` → bfloat16 on CUDA (tensor-core speed), float32 on CPU (what CPU timing uses)."""
-    if choice == "auto":
-        return "bfloat16" if device.type == "cuda" else "float32"
-    if choice not in DTYPES:
-        raise ConfigError(f"dtype={choice!r} is not valid; use auto, {', '.join(DTYPES)}.")
-    return choice
-
-
-def _plain(node: Any) -> Any:
-    """A config node as plain Python (enums as their names)."""
-    if isinstance(node, DictConfig):
-        return OmegaConf.to_container(node, resolve=True, enum_to_str=True)
-    return node.value if hasattr(node, "value") else node
-
-
-def job_identity(cfg: DictConfig) -> dict[str, Any]:
-    """The fields that define a job (and its run_id): names, parameters, seed, device, dtype."""
-    variant = _plain(cfg.variant)
-    task = _plain(cfg.task)
-    device = resolve_device(_plain(cfg.device))
-    return {
-        "task": task.pop("name"),
-        "task_params": task,
-        "variant": variant.pop("name"),
-        "variant_params": variant,
-        "seed": int(cfg.seed),
-        "device": str(device),
-        "dtype": resolve_dtype(_plain(cfg.dtype), device),
-    }
-
-
-NOMINAL_SHAPE = VariantShape(n_heads=2, head_dim=16, max_len=64)  # for checking hyperparameters
-
-
-def check_dtype_runs(dtype: torch.dtype, device: torch.device) -> None:
-    """Raise `ConfigError` if ``device`` cannot run attention in ``dtype``."""
-    name = str(dtype).removeprefix("torch.")
-    if device.type == "cuda" and dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported():
-        raise ConfigError(f"dtype={name} is not supported by this GPU; use float16 or float32.")
-    try:
-        x = torch.ones(1, 1, 4, 8, dtype=dtype, device=device)
-        F.scaled_dot_product_attention(x, x, x)
-    except RuntimeError as exc:
-        reason = str(exc).splitlines()[0]
-        raise ConfigError(f"dtype={name} cannot run on {device} ({reason}); use float32.") from None
-
-
-def prepare_job(cfg: DictConfig) -> tuple[dict[str, Any], Task]:
-    """Validate one composed job; return its identity and its task. `ConfigError` for bad values.
-
-    Checks what the schema cannot: the device and dtype exist here, the task's sizes and
-    relations (its `Task.check`), and the variant's hyperparameters (its constructor).
-    """
-    ident = job_identity(cfg)
-    built = {}
-    for kind, build in (
-        ("task", lambda: build_task(ident["task"], ident["task_params"])),
-        (
-            "variant",
-            lambda: build_variant(ident["variant"], ident["variant_params"], NOMINAL_SHAPE),
-        ),
-    ):
-        try:
-            built[kind] = build()
-        except (ValueError, TypeError) as exc:
-            raise ConfigError(f"{kind} {ident[kind]}: {exc}") from None
-    check_dtype_runs(DTYPES[ident["dtype"]], torch.device(ident["device"]))
-    return ident, built["task"]
 
 
 def _classify(exc: BaseException) -> tuple[str, str]:

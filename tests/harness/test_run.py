@@ -11,7 +11,7 @@ from hydra import compose, initialize_config_dir
 from attnbench.harness.app import CONF_DIR
 from attnbench.harness.config import store_configs
 from attnbench.harness.records import find_ok_record, read_record, record_path
-from attnbench.harness.run import ConfigError, resolve_device, resolve_dtype, run
+from attnbench.harness.run import run
 from attnbench.harness.variant_api import VARIANTS, AttentionVariant, register_variant
 
 
@@ -126,22 +126,6 @@ def test_run_id_depends_on_parameters_and_seed(tmp_path):
         for o in ([], ["seed=1"], ["variant.temperature=2.0"])
     }
     assert len(ids) == 3
-
-
-def test_device_resolution():
-    assert resolve_device("cpu").type == "cpu"
-    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
-    if not torch.cuda.is_available():
-        with pytest.raises(ConfigError, match="no CUDA GPU is available; use device=cpu"):
-            resolve_device("cuda")
-
-
-def test_dtype_auto_is_bfloat16_on_cuda_and_float32_on_cpu():
-    assert resolve_dtype("auto", torch.device("cuda")) == "bfloat16"
-    assert resolve_dtype("auto", torch.device("cpu")) == "float32"
-    assert resolve_dtype("float16", torch.device("cpu")) == "float16"
-    with pytest.raises(ConfigError, match="dtype='float8' is not valid; use auto, float32"):
-        resolve_dtype("float8", torch.device("cpu"))
 
 
 def test_job_over_its_time_budget_is_recorded_as_timeout(tmp_path):
