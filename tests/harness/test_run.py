@@ -10,6 +10,7 @@ from hydra import compose, initialize_config_dir
 
 from attnbench.harness.app import CONF_DIR
 from attnbench.harness.config import store_configs
+from attnbench.harness.metrics import POINT_FIELDS
 from attnbench.harness.records import find_ok_record, read_record, record_path
 from attnbench.harness.run import run
 from attnbench.harness.variant_api import VARIANTS, AttentionVariant, register_variant
@@ -111,6 +112,10 @@ def test_ok_job_records_environment_and_is_skipped_on_rerun(tmp_path):
     }
     assert first.env["torch_version"] == torch.__version__
     assert first.env["threads"] >= 1 and first.device == "cpu"
+    # every point has exactly the fields of a MetricPoint, its direction from the task's metrics
+    assert {tuple(m) for m in first.metrics} == {POINT_FIELDS}
+    directions = {m["metric"]: m["higher_is_better"] for m in first.metrics}
+    assert directions["fwd_ms"] is False and directions["tokens_per_s"] is True
     path = record_path(tmp_path, first.run_id)
     mtime = path.stat().st_mtime_ns
     again = run(cfg)
@@ -118,6 +123,18 @@ def test_ok_job_records_environment_and_is_skipped_on_rerun(tmp_path):
     assert path.stat().st_mtime_ns == mtime  # not re-run
     overwritten = run(_cfg(tmp_path, "variant=softmax", "overwrite=true"))
     assert overwritten.run_id == first.run_id and path.stat().st_mtime_ns != mtime
+
+
+def test_process_setting_refused_for_the_job_is_a_failed_record(tmp_path):
+    """threads=-1 passed programmatically: torch refuses it; a record, not an exception."""
+    threads = torch.get_num_threads()
+    cfg = _cfg(tmp_path, "variant=softmax")
+    cfg.threads = -1
+    record = run(cfg)
+    assert record.status == "failed"
+    assert "set_num_threads expects a positive integer" in record.error
+    assert read_record(record_path(tmp_path, record.run_id)).status == "failed"
+    assert record.env["threads"] == threads == torch.get_num_threads()  # what it ran with
 
 
 def test_run_id_depends_on_parameters_and_seed(tmp_path):
