@@ -20,11 +20,12 @@ import attnbench.conf
 from attnbench.harness.config import store_configs
 from attnbench.harness.discovery import load_plugins
 from attnbench.harness.registry import UnknownNameError
-from attnbench.harness.run import prepare_job, run
+from attnbench.harness.run import run
 from attnbench.harness.validation import (
     ConfigError,
     check_overrides,
     check_results_dir,
+    prepare_job,
     results_dir_from,
 )
 

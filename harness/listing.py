@@ -1,4 +1,10 @@
-"""The ``attnbench-variants`` command: list registered variants and where they came from."""
+"""The ``attnbench-variants`` command: list registered variants and where they came from.
+
+Columns use the API's own words, so one name means one thing everywhere: ``cost`` is
+`AttentionVariant.cost` and ``origin`` is the registry's `Entry.origin` (the distribution that
+registered the variant), the same names the records keep as ``variant_cost`` and
+``variant_origin``.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +19,7 @@ from attnbench.harness.variant_api import VARIANTS
 
 
 def variant_table() -> list[dict[str, object]]:
-    """One dict per registered variant: name, family, cost, causal support, package, params."""
+    """One dict per registered variant: name, family, cost, causal support, origin, params."""
     rows = []
     for entry in VARIANTS.entries():
         cls = entry.obj
@@ -21,9 +27,9 @@ def variant_table() -> list[dict[str, object]]:
             {
                 "name": entry.name,
                 "family": cls.family,
-                "complexity": cls.cost,
+                "cost": cls.cost,
                 "causal": cls.supports_causal,
-                "package": entry.origin,
+                "origin": entry.origin,
                 "params": {
                     f.name: (
                         f.default if f.default is not dataclasses.MISSING else f.default_factory()
@@ -61,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
     else:
-        header = ("name", "family", "complexity", "causal", "package")
+        header = ("name", "family", "cost", "causal", "origin")
         widths = [max(len(h), *(len(str(r[h])) for r in rows)) if rows else len(h) for h in header]
         print("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
         for r in rows:

@@ -1,37 +1,44 @@
-"""One job: build the task and variant from a composed config, run, measure, write the record.
+"""One job: build it from a composed config, execute it, record what happened.
 
-`run(cfg)` never raises for a failure of the job itself: a failing, non-finite, out-of-memory or
-unsupported job becomes a record with its status and error, so a sweep goes on. It does raise for
-bad configuration that no job could run with (unknown names, invalid device).
+`run(cfg)` reads as those three steps. Building (checking the values, resolving device and dtype,
+the job's identity) is `harness.validation.prepare_job`; this module only runs jobs: skip one
+that finished earlier, set the process up and run the task under its time budget
+(`_execute`), and write the record (`_record`).
+
+`run(cfg)` never raises for a failure of the job itself: a failing, non-finite, out-of-memory,
+timed-out or unsupported job becomes a record with its status and error, so a sweep goes on. It
+does raise `ConfigError` for bad configuration that no job could run with (unknown names, invalid
+device).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
+import math
 import multiprocessing
 import signal
 import threading
 import time
 import traceback
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
 import torch
-import torch.nn.functional as F
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from attnbench.harness.discovery import load_plugins
 from attnbench.harness.env import environment
 from attnbench.harness.memory import release_probe, reuse_freed_memory
+from attnbench.harness.metrics import MetricPoint, TaskResult
 from attnbench.harness.records import Record, find_ok_record, make_run_id, write_record
-from attnbench.harness.task_api import JobContext, NonFiniteError, Task, build_task
-from attnbench.harness.validation import ConfigError
-from attnbench.harness.variant_api import VARIANTS, UnsupportedError, VariantShape, build_variant
+from attnbench.harness.task_api import JobContext, NonFiniteError, Task
+from attnbench.harness.validation import DTYPES, prepare_job
+from attnbench.harness.variant_api import VARIANTS, UnsupportedError
 
 log = logging.getLogger(__name__)
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 class JobTimeout(Exception):
@@ -67,90 +74,6 @@ def time_budget(seconds: float):
         signal.signal(signal.SIGALRM, previous)
 
 
-def resolve_device(choice: str) -> torch.device:
-    """``auto`` → CUDA when available, else CPU; ``cuda`` without a GPU is refused."""
-    if choice == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if choice == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(
-            "device=cuda was asked for but no CUDA GPU is available; use device=cpu or device=auto."
-        )
-    if choice not in ("cpu", "cuda"):
-        raise ConfigError(f"device={choice!r} is not valid; use auto, cpu or cuda.")
-    return torch.device(choice)
-
-
-def resolve_dtype(choice: str, device: torch.device) -> str:
-    """``auto`` → bfloat16 on CUDA (tensor-core speed), float32 on CPU (what CPU timing uses)."""
-    if choice == "auto":
-        return "bfloat16" if device.type == "cuda" else "float32"
-    if choice not in DTYPES:
-        raise ConfigError(f"dtype={choice!r} is not valid; use auto, {', '.join(DTYPES)}.")
-    return choice
-
-
-def _plain(node: Any) -> Any:
-    """A config node as plain Python (enums as their names)."""
-    if isinstance(node, DictConfig):
-        return OmegaConf.to_container(node, resolve=True, enum_to_str=True)
-    return node.value if hasattr(node, "value") else node
-
-
-def job_identity(cfg: DictConfig) -> dict[str, Any]:
-    """The fields that define a job (and its run_id): names, parameters, seed, device, dtype."""
-    variant = _plain(cfg.variant)
-    task = _plain(cfg.task)
-    device = resolve_device(_plain(cfg.device))
-    return {
-        "task": task.pop("name"),
-        "task_params": task,
-        "variant": variant.pop("name"),
-        "variant_params": variant,
-        "seed": int(cfg.seed),
-        "device": str(device),
-        "dtype": resolve_dtype(_plain(cfg.dtype), device),
-    }
-
-
-NOMINAL_SHAPE = VariantShape(n_heads=2, head_dim=16, max_len=64)  # for checking hyperparameters
-
-
-def check_dtype_runs(dtype: torch.dtype, device: torch.device) -> None:
-    """Raise `ConfigError` if ``device`` cannot run attention in ``dtype``."""
-    name = str(dtype).removeprefix("torch.")
-    if device.type == "cuda" and dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported():
-        raise ConfigError(f"dtype={name} is not supported by this GPU; use float16 or float32.")
-    try:
-        x = torch.ones(1, 1, 4, 8, dtype=dtype, device=device)
-        F.scaled_dot_product_attention(x, x, x)
-    except RuntimeError as exc:
-        reason = str(exc).splitlines()[0]
-        raise ConfigError(f"dtype={name} cannot run on {device} ({reason}); use float32.") from None
-
-
-def prepare_job(cfg: DictConfig) -> tuple[dict[str, Any], Task]:
-    """Validate one composed job; return its identity and its task. `ConfigError` for bad values.
-
-    Checks what the schema cannot: the device and dtype exist here, the task's sizes and
-    relations (its `Task.check`), and the variant's hyperparameters (its constructor).
-    """
-    ident = job_identity(cfg)
-    built = {}
-    for kind, build in (
-        ("task", lambda: build_task(ident["task"], ident["task_params"])),
-        (
-            "variant",
-            lambda: build_variant(ident["variant"], ident["variant_params"], NOMINAL_SHAPE),
-        ),
-    ):
-        try:
-            built[kind] = build()
-        except (ValueError, TypeError) as exc:
-            raise ConfigError(f"{kind} {ident[kind]}: {exc}") from None
-    check_dtype_runs(DTYPES[ident["dtype"]], torch.device(ident["device"]))
-    return ident, built["task"]
-
-
 def _classify(exc: BaseException) -> tuple[str, str]:
     """(status, error text) of a job that raised ``exc``."""
     text = f"{type(exc).__name__}: {exc}"
@@ -176,25 +99,66 @@ def run(cfg: DictConfig) -> Record:
     Returns:
         The record written (or the existing `ok` record when the job was already done and
         ``cfg.overwrite`` is false).
+
+    Raises:
+        ConfigError: for values no job could run with, before any work or record.
     """
     load_plugins()
-    ident, task = prepare_job(cfg)  # bad values fail here, before any work or record
-    entry = VARIANTS.entry(ident["variant"])
+    ident, task = prepare_job(cfg)
     run_id = make_run_id(ident)
-    results_dir = cfg.results_dir
-    if not cfg.overwrite:
-        done = find_ok_record(results_dir, run_id)
-        if done is not None:
-            log.info(
-                "skip %s × %s: finished earlier (run %s)", ident["task"], ident["variant"], run_id
-            )
-            return done
+    done = _finished_earlier(cfg, ident, run_id)
+    if done is not None:
+        return done
+    outcome = _execute(task, ident, cfg)
+    return _record(cfg.results_dir, run_id, ident, outcome)
 
+
+def _finished_earlier(cfg: DictConfig, ident: dict[str, Any], run_id: str) -> Record | None:
+    """The job's existing `ok` record, unless ``overwrite`` asks to run it again.
+
+    A re-run sweep thereby only runs the jobs it has no result for (failed ones are retried).
+    """
+    if cfg.overwrite:
+        return None
+    done = find_ok_record(cfg.results_dir, run_id)
+    if done is not None:
+        log.info("skip %s × %s: finished earlier (run %s)", ident["task"], ident["variant"], run_id)
+    return done
+
+
+@dataclass
+class _Outcome:
+    """What executing a job gave: the record's status, error, points and details.
+
+    ``settings`` are the process settings the job ran with (threads, flush_denormal,
+    cpu_allocator); the record's env holds them beside the versions and machine.
+    """
+
+    status: str
+    error: str | None
+    settings: dict[str, Any]
+    points: list[dict[str, Any]] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+    duration_s: float = 0.0
+
+
+def _job_context(cfg: DictConfig, ident: dict[str, Any]) -> tuple[JobContext, dict[str, Any]]:
+    """Set this process up for the job; return the task's `JobContext` and the settings made.
+
+    Threads, the global seed, and on CPU flush-denormal and glibc's allocator (see
+    `harness.memory.reuse_freed_memory`): process-wide state a job's timings depend on, so it is
+    set for every job and recorded. Called inside `_execute`'s failure handling: a setting this
+    process refuses (e.g. a negative thread count passed programmatically) becomes a `failed`
+    record, like any other failure of the job.
+    """
     device = torch.device(ident["device"])
     threads = int(cfg.threads) or torch.get_num_threads()
     torch.set_num_threads(threads)
-    flush_denormal = torch.set_flush_denormal(True) if device.type == "cpu" else False
-    allocator = reuse_freed_memory() if device.type == "cpu" else None
+    settings = {
+        "threads": threads,
+        "flush_denormal": torch.set_flush_denormal(True) if device.type == "cpu" else False,
+        "cpu_allocator": reuse_freed_memory() if device.type == "cpu" else None,
+    }
     torch.manual_seed(ident["seed"])
     ctx = JobContext(
         variant_name=ident["variant"],
@@ -204,50 +168,83 @@ def run(cfg: DictConfig) -> Record:
         seed=ident["seed"],
         threads=threads,
     )
+    return ctx, settings
 
+
+def _metric_points(result: TaskResult, task: Task) -> list[dict[str, Any]]:
+    """The record's metric points, each with its metric's declared direction.
+
+    Built as `MetricPoint`s, so the fields of a point in the record are the one definition in
+    `harness.metrics` (`POINT_FIELDS`), not a second list here. Raises `NonFiniteError` if any
+    value is NaN or infinite: a diverged job is a failure, not a result.
+    """
+    for point in result.points:
+        if not math.isfinite(float(point.value)):
+            raise NonFiniteError(f"metric {point.metric} = {point.value}")
+    directions = {m.name: m.higher_is_better for m in task.metrics}
+    return [
+        dataclasses.asdict(
+            MetricPoint(
+                metric=p.metric,
+                value=float(p.value),
+                x_name=p.x_name,
+                x_value=None if p.x_value is None else float(p.x_value),
+                higher_is_better=directions.get(p.metric),
+            )
+        )
+        for p in result.points
+    ]
+
+
+def _execute(task: Task, ident: dict[str, Any], cfg: DictConfig) -> _Outcome:
+    """Set the process up and run the task under the time budget; never raises for the job.
+
+    Every failure of the job becomes the outcome (status from `_classify`, traceback in the
+    details), so the sweep goes on. `JobTimeout` too: it subclasses Exception so that task code
+    cannot mistake it for a KeyboardInterrupt, and a broad except inside a task would only delay
+    it.
+    """
+    device = torch.device(ident["device"])
+    # until the job's own settings are made (if setting them fails, these stay true)
+    settings = {"threads": torch.get_num_threads(), "flush_denormal": False, "cpu_allocator": None}
     start = time.perf_counter()
-    status, error, points, details = "ok", None, [], {}
     try:
+        ctx, settings = _job_context(cfg, ident)
         with time_budget(float(cfg.timeout_s)):
             result = task.run(ctx)
-        for point in result.points:
-            if not torch.isfinite(torch.tensor(float(point.value))):
-                raise NonFiniteError(f"metric {point.metric} = {point.value}")
-        directions = {m.name: m.higher_is_better for m in task.metrics}
-        points = [
-            {
-                "metric": p.metric,
-                "value": float(p.value),
-                "x_name": p.x_name,
-                "x_value": None if p.x_value is None else float(p.x_value),
-                "higher_is_better": directions.get(p.metric),
-            }
-            for p in result.points
-        ]
-        details = result.details
+        outcome = _Outcome("ok", None, settings, _metric_points(result, task), result.details)
     except Exception as exc:  # every job failure becomes a record; the sweep goes on
-        # (JobTimeout too: it subclasses Exception so that task code cannot mistake it for a
-        # KeyboardInterrupt, and a broad except inside a task would only delay it)
         status, error = _classify(exc)
-        details = {"traceback": traceback.format_exc(limit=8)}
+        outcome = _Outcome(
+            status, error, settings, details={"traceback": traceback.format_exc(limit=8)}
+        )
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    duration = time.perf_counter() - start
+    outcome.duration_s = time.perf_counter() - start
     if multiprocessing.current_process().name != "MainProcess":
         release_probe()  # a launcher's worker must not keep a child pool (harness.memory)
+    return outcome
 
-    env = environment(device)
-    env.update(threads=threads, flush_denormal=flush_denormal, cpu_allocator=allocator)
+
+def _record(results_dir: str, run_id: str, ident: dict[str, Any], outcome: _Outcome) -> Record:
+    """Write the job's record: its identity, outcome, environment and the variant's registry facts.
+
+    The variant's family, cost and origin go into the details so that the results table and the
+    leaderboard can describe a variant without importing it.
+    """
+    entry = VARIANTS.entry(ident["variant"])
+    env = environment(torch.device(ident["device"]))
+    env.update(outcome.settings)
     record = Record(
         run_id=run_id,
-        status=status,
-        error=error,
-        metrics=points,
+        status=outcome.status,
+        error=outcome.error,
+        metrics=outcome.points,
         env=env,
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        duration_s=duration,
+        duration_s=outcome.duration_s,
         details={
-            **details,
+            **outcome.details,
             "variant_family": entry.obj.family,
             "variant_cost": entry.obj.cost,
             "variant_origin": entry.origin,
@@ -260,9 +257,9 @@ def run(cfg: DictConfig) -> Record:
         "%s × %s: %s in %.1fs → %s%s",
         ident["task"],
         ident["variant"],
-        status,
-        duration,
+        outcome.status,
+        outcome.duration_s,
         path,
-        f" ({error})" if error else "",
+        f" ({outcome.error})" if outcome.error else "",
     )
     return record

@@ -6,9 +6,15 @@ Three layers, cheapest first:
    composing anything: unknown ``variant=``/``task=`` names (with "did you mean"), unknown keys
    (``variant.windw=4``), and values of the wrong type (``task.seq_len=abc``, ``device=gpu``).
 2. `check_results_dir`: the results directory exists or can be made, and takes a file.
-3. `harness.run.prepare_job`: each composed job's values (sizes ≥ 1, heads dividing the width,
-   a device and dtype this machine can run). The `grids` sweeper calls it for every job of a
-   sweep before launching the first one.
+3. `prepare_job`: each composed job's values (sizes ≥ 1, heads dividing the width, a device and
+   dtype this machine can run). The ``attnbench`` command calls it for a single job before Hydra
+   starts, the `grids` sweeper for every job of a sweep before launching the first one, and
+   `harness.run.run` for the job it runs — the one check all three share, kept here with the
+   other checks so that `harness.run` only runs jobs.
+
+Resolving ``device=auto`` and ``dtype=auto`` belongs to the third layer: the resolved values are
+part of a job's identity (its run_id), and resolving is where an impossible device or dtype is
+refused.
 
 Every refusal is a `ConfigError`; the ``attnbench`` command prints it and exits with status 2.
 """
@@ -22,20 +28,23 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import torch
+import torch.nn.functional as F
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Glob, Override
 from hydra.errors import HydraException
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from attnbench.harness.config import AttnbenchConfig, option_schema
 from attnbench.harness.registry import Registry
-from attnbench.harness.task_api import TASKS
-from attnbench.harness.variant_api import VARIANTS
+from attnbench.harness.task_api import TASKS, Task, build_task
+from attnbench.harness.variant_api import VARIANTS, VariantShape, build_variant
 
 GROUPS: dict[str, Registry] = {"variant": VARIANTS, "task": TASKS}
 DEFAULT_CHOICE = {"variant": "softmax", "task": "throughput"}  # conf/config.yaml's defaults
 OTHER_GROUPS = {"sweep", "hydra"}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 class ConfigError(ValueError):
@@ -143,3 +152,90 @@ def check_results_dir(path: str | os.PathLike) -> None:
             f"results_dir={path} is not writable ({exc.strerror or exc}); "
             "choose another with results_dir=PATH."
         ) from None
+
+
+# --- layer 3: one composed job -------------------------------------------------------------
+
+
+def resolve_device(choice: str) -> torch.device:
+    """``auto`` → CUDA when available, else CPU; ``cuda`` without a GPU is refused."""
+    if choice == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if choice == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(
+            "device=cuda was asked for but no CUDA GPU is available; use device=cpu or device=auto."
+        )
+    if choice not in ("cpu", "cuda"):
+        raise ConfigError(f"device={choice!r} is not valid; use auto, cpu or cuda.")
+    return torch.device(choice)
+
+
+def resolve_dtype(choice: str, device: torch.device) -> str:
+    """``auto`` → bfloat16 on CUDA (tensor-core speed), float32 on CPU (what CPU timing uses)."""
+    if choice == "auto":
+        return "bfloat16" if device.type == "cuda" else "float32"
+    if choice not in DTYPES:
+        raise ConfigError(f"dtype={choice!r} is not valid; use auto, {', '.join(DTYPES)}.")
+    return choice
+
+
+def _plain(node: Any) -> Any:
+    """A config node as plain Python (enums as their names)."""
+    if isinstance(node, DictConfig):
+        return OmegaConf.to_container(node, resolve=True, enum_to_str=True)
+    return node.value if hasattr(node, "value") else node
+
+
+def job_identity(cfg: DictConfig) -> dict[str, Any]:
+    """The fields that define a job (and its run_id): names, parameters, seed, device, dtype."""
+    variant = _plain(cfg.variant)
+    task = _plain(cfg.task)
+    device = resolve_device(_plain(cfg.device))
+    return {
+        "task": task.pop("name"),
+        "task_params": task,
+        "variant": variant.pop("name"),
+        "variant_params": variant,
+        "seed": int(cfg.seed),
+        "device": str(device),
+        "dtype": resolve_dtype(_plain(cfg.dtype), device),
+    }
+
+
+NOMINAL_SHAPE = VariantShape(n_heads=2, head_dim=16, max_len=64)  # for checking hyperparameters
+
+
+def check_dtype_runs(dtype: torch.dtype, device: torch.device) -> None:
+    """Raise `ConfigError` if ``device`` cannot run attention in ``dtype``."""
+    name = str(dtype).removeprefix("torch.")
+    if device.type == "cuda" and dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported():
+        raise ConfigError(f"dtype={name} is not supported by this GPU; use float16 or float32.")
+    try:
+        x = torch.ones(1, 1, 4, 8, dtype=dtype, device=device)
+        F.scaled_dot_product_attention(x, x, x)
+    except RuntimeError as exc:
+        reason = str(exc).splitlines()[0]
+        raise ConfigError(f"dtype={name} cannot run on {device} ({reason}); use float32.") from None
+
+
+def prepare_job(cfg: DictConfig) -> tuple[dict[str, Any], Task]:
+    """Validate one composed job; return its identity and its task. `ConfigError` for bad values.
+
+    Checks what the schema cannot: the device and dtype exist here, the task's sizes and
+    relations (its `Task.check`), and the variant's hyperparameters (its constructor).
+    """
+    ident = job_identity(cfg)
+    built = {}
+    for kind, build in (
+        ("task", lambda: build_task(ident["task"], ident["task_params"])),
+        (
+            "variant",
+            lambda: build_variant(ident["variant"], ident["variant_params"], NOMINAL_SHAPE),
+        ),
+    ):
+        try:
+            built[kind] = build()
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"{kind} {ident[kind]}: {exc}") from None
+    check_dtype_runs(DTYPES[ident["dtype"]], torch.device(ident["device"]))
+    return ident, built["task"]

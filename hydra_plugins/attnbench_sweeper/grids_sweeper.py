@@ -72,8 +72,7 @@ class GridsSweeper(BasicSweeper):
         A bad value anywhere in the sweep prints one sentence and exits with status 2, so a
         sweep never stops half-way on bad input.
         """
-        from attnbench.harness.run import prepare_job
-        from attnbench.harness.validation import ConfigError
+        from attnbench.harness.validation import ConfigError, prepare_job
 
         assert self.hydra_context is not None and self.config is not None
         loader = self.hydra_context.config_loader

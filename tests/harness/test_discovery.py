@@ -53,13 +53,14 @@ def plugin_site(tmp_path_factory) -> Path:
     return target
 
 
-def test_installed_plugin_is_listed_with_its_package(plugin_site):
+def test_installed_plugin_is_listed_with_its_origin(plugin_site):
     proc = run_cli("attnbench-variants", "--json", env={"PYTHONPATH": str(plugin_site)})
     assert proc.returncode == 0, proc.stderr
     rows = {r["name"]: r for r in json.loads(proc.stdout)["variants"]}
-    assert rows["cosine_softmax"]["package"] == "attnbench-plugin-example"
+    assert rows["cosine_softmax"]["origin"] == "attnbench-plugin-example"
+    assert rows["cosine_softmax"]["cost"] == "n²"
     assert rows["cosine_softmax"]["params"] == {"scale": 10.0}
-    assert rows["softmax"]["package"] == "attnbench"
+    assert rows["softmax"]["origin"] == "attnbench"
 
 
 def test_installed_plugin_runs_as_a_hydra_option(plugin_site, tmp_path):
@@ -93,6 +94,7 @@ def test_plugin_that_fails_to_import_is_reported_and_skipped(tmp_path):
     env = {"PYTHONPATH": str(tmp_path)}
     proc = run_cli("attnbench-variants", env=env)
     assert proc.returncode == 0
+    assert proc.stdout.splitlines()[0].split() == ["name", "family", "cost", "causal", "origin"]
     assert "softmax" in proc.stdout and "linear" in proc.stdout
     assert "plugin 'broken'" in proc.stderr and "missing dependency xyz" in proc.stderr
     strict = run_cli("attnbench-variants", "--strict", env=env)

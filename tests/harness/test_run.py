@@ -10,8 +10,9 @@ from hydra import compose, initialize_config_dir
 
 from attnbench.harness.app import CONF_DIR
 from attnbench.harness.config import store_configs
+from attnbench.harness.metrics import POINT_FIELDS
 from attnbench.harness.records import find_ok_record, read_record, record_path
-from attnbench.harness.run import ConfigError, resolve_device, resolve_dtype, run
+from attnbench.harness.run import run
 from attnbench.harness.variant_api import VARIANTS, AttentionVariant, register_variant
 
 
@@ -111,6 +112,10 @@ def test_ok_job_records_environment_and_is_skipped_on_rerun(tmp_path):
     }
     assert first.env["torch_version"] == torch.__version__
     assert first.env["threads"] >= 1 and first.device == "cpu"
+    # every point has exactly the fields of a MetricPoint, its direction from the task's metrics
+    assert {tuple(m) for m in first.metrics} == {POINT_FIELDS}
+    directions = {m["metric"]: m["higher_is_better"] for m in first.metrics}
+    assert directions["fwd_ms"] is False and directions["tokens_per_s"] is True
     path = record_path(tmp_path, first.run_id)
     mtime = path.stat().st_mtime_ns
     again = run(cfg)
@@ -120,28 +125,24 @@ def test_ok_job_records_environment_and_is_skipped_on_rerun(tmp_path):
     assert overwritten.run_id == first.run_id and path.stat().st_mtime_ns != mtime
 
 
+def test_process_setting_refused_for_the_job_is_a_failed_record(tmp_path):
+    """threads=-1 passed programmatically: torch refuses it; a record, not an exception."""
+    threads = torch.get_num_threads()
+    cfg = _cfg(tmp_path, "variant=softmax")
+    cfg.threads = -1
+    record = run(cfg)
+    assert record.status == "failed"
+    assert "set_num_threads expects a positive integer" in record.error
+    assert read_record(record_path(tmp_path, record.run_id)).status == "failed"
+    assert record.env["threads"] == threads == torch.get_num_threads()  # what it ran with
+
+
 def test_run_id_depends_on_parameters_and_seed(tmp_path):
     ids = {
         run(_cfg(tmp_path, "variant=softmax", *o)).run_id
         for o in ([], ["seed=1"], ["variant.temperature=2.0"])
     }
     assert len(ids) == 3
-
-
-def test_device_resolution():
-    assert resolve_device("cpu").type == "cpu"
-    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
-    if not torch.cuda.is_available():
-        with pytest.raises(ConfigError, match="no CUDA GPU is available; use device=cpu"):
-            resolve_device("cuda")
-
-
-def test_dtype_auto_is_bfloat16_on_cuda_and_float32_on_cpu():
-    assert resolve_dtype("auto", torch.device("cuda")) == "bfloat16"
-    assert resolve_dtype("auto", torch.device("cpu")) == "float32"
-    assert resolve_dtype("float16", torch.device("cpu")) == "float16"
-    with pytest.raises(ConfigError, match="dtype='float8' is not valid; use auto, float32"):
-        resolve_dtype("float8", torch.device("cpu"))
 
 
 def test_job_over_its_time_budget_is_recorded_as_timeout(tmp_path):
