@@ -110,7 +110,7 @@ def run(cfg: DictConfig) -> Record:
     if done is not None:
         return done
     outcome = _execute(task, ident, cfg)
-    return _record(cfg.results_dir, run_id, ident, outcome)
+    return _record(cfg.results_dir, run_id, ident, task, outcome)
 
 
 def _finished_earlier(cfg: DictConfig, ident: dict[str, Any], run_id: str) -> Record | None:
@@ -226,11 +226,15 @@ def _execute(task: Task, ident: dict[str, Any], cfg: DictConfig) -> _Outcome:
     return outcome
 
 
-def _record(results_dir: str, run_id: str, ident: dict[str, Any], outcome: _Outcome) -> Record:
-    """Write the job's record: its identity, outcome, environment and the variant's registry facts.
+def _record(
+    results_dir: str, run_id: str, ident: dict[str, Any], task: Task, outcome: _Outcome
+) -> Record:
+    """Write the job's record: its identity, outcome, environment, the variant's registry facts
+    and the task's self-description.
 
-    The variant's family, cost and origin go into the details so that the results table and the
-    leaderboard can describe a variant without importing it.
+    The variant's family, cost and origin go into the details, and the task's description
+    (`Task.describe`) into ``task_info``, so that collection and the leaderboard can describe
+    both without importing them.
     """
     entry = VARIANTS.entry(ident["variant"])
     env = environment(torch.device(ident["device"]))

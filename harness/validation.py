@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import os
 import tempfile
 from pathlib import Path
@@ -36,13 +37,32 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+import attnbench.conf
 from attnbench.harness.config import AttnbenchConfig, option_schema
 from attnbench.harness.registry import Registry
 from attnbench.harness.task_api import TASKS, Task, build_task
 from attnbench.harness.variant_api import VARIANTS, VariantShape, build_variant
 
 GROUPS: dict[str, Registry] = {"variant": VARIANTS, "task": TASKS}
-DEFAULT_CHOICE = {"variant": "softmax", "task": "throughput"}  # conf/config.yaml's defaults
+
+
+@functools.lru_cache(maxsize=1)
+def default_choices() -> dict[str, str]:
+    """The ``variant`` and ``task`` that conf/config.yaml's defaults list selects.
+
+    Read from the config rather than repeated here: the engine names no variant or task, and the
+    checks must agree with what Hydra composes when the command line names none.
+    """
+    config = OmegaConf.load(Path(attnbench.conf.__file__).parent / "config.yaml")
+    choices = {}
+    for item in config.get("defaults", []):
+        if isinstance(item, DictConfig):
+            for group, name in item.items():
+                if group in GROUPS:
+                    choices[str(group)] = str(name)
+    return choices
+
+
 OTHER_GROUPS = {"sweep", "hydra"}
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -81,7 +101,7 @@ def _selected(group: str, overrides: list[Override]) -> list[str]:
         return names
     if any(o.key_or_group == "sweep" for o in overrides):
         return registry.names()  # presets sweep glob(*)
-    return [DEFAULT_CHOICE[group]]
+    return [default_choices()[group]]
 
 
 def _check_value(schema: type, field_name: str, value: Any, label: str) -> None:
