@@ -107,6 +107,24 @@ def test_installed_plugin_runs_as_a_hydra_option(plugin_site, tmp_path, task):
     assert len(headline) == 1 and math.isfinite(headline[0])
 
 
+def test_plugin_hyperparameter_is_refused_in_one_sentence(plugin_site, tmp_path):
+    """A value the plugin's Params refuses (its ``__post_init__`` raises ValueError) becomes a
+    one-sentence refusal with exit 2 before any job runs, as for a built-in (README, "Adding a
+    variant plugin")."""
+    proc = run_cli(
+        "attnbench",
+        "variant=cosine_softmax",
+        "variant.scale=0",
+        f"results_dir={tmp_path}",
+        env={"PYTHONPATH": str(plugin_site)},
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        "attnbench: variant cosine_softmax: cosine_softmax scale must be > 0, got 0.0; try 10.0."
+    )
+    assert not list(tmp_path.rglob("*.json"))
+
+
 def test_plugin_passes_its_own_test_suite(plugin_site, tmp_path):
     """The example plugin's tests (the shipped contract suite + its maths) pass where a plugin's
     CI would run them: from a copy of its folder, with the plugin and attnbench installed and
