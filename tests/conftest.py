@@ -12,22 +12,12 @@ import pytest
 import torch
 
 from attnbench.harness.discovery import load_plugins
+from attnbench.testing import random_qkv  # noqa: F401  (one helper: the tests import it from here)
 
 load_plugins()
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-
-
-def random_qkv(b=2, h=3, n=16, m=None, d=8, dv=None, seed=0, dtype=torch.float32):
-    """Gaussian q (B,H,N,D), k (B,H,M,D), v (B,H,M,Dv) from a fixed seed."""
-    m = n if m is None else m
-    dv = d if dv is None else dv
-    g = torch.Generator().manual_seed(seed)
-    q = torch.randn(b, h, n, d, generator=g, dtype=dtype)
-    k = torch.randn(b, h, m, d, generator=g, dtype=dtype)
-    v = torch.randn(b, h, m, dv, generator=g, dtype=dtype)
-    return q, k, v
 
 
 def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None, timeout: float = 300):

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
+import os
+import shutil
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 from conftest import REPO, run_cli
@@ -63,22 +67,93 @@ def test_installed_plugin_is_listed_with_its_origin(plugin_site):
     assert rows["softmax"]["origin"] == "attnbench"
 
 
-def test_installed_plugin_runs_as_a_hydra_option(plugin_site, tmp_path):
+# Tiny sizes (a few seconds a job on two CPU cores): the point is that a plugin variant runs
+# through the whole job path (Hydra option, build, task, record), not what it measures.
+TINY_TASKS = {
+    "throughput": ["task.seq_len=32", "task.min_run_time=0.01", "task.backward=false"],
+    "recall": [
+        "task.seq_len=24",
+        "task.n_kv_pairs=3",
+        "task.vocab_size=16",
+        "task.train_size=200",
+        "task.test_size=50",
+        "task.steps=10",
+        "task.batch_size=8",
+        "task.d_model=16",
+    ],
+}
+HEADLINES = {"throughput": "fwd_ms", "recall": "accuracy"}
+
+
+@pytest.mark.parametrize("task", sorted(TINY_TASKS))
+def test_installed_plugin_runs_as_a_hydra_option(plugin_site, tmp_path, task):
+    """The installed plugin's variant runs on a speed task and a training task, with its
+    hyperparameter set from the command line, and its record names the plugin as its origin."""
     proc = run_cli(
         "attnbench",
         "variant=cosine_softmax",
         "variant.scale=5.0",
-        "task.seq_len=32",
-        "task.min_run_time=0.01",
-        "task.backward=false",
+        f"task={task}",
+        *TINY_TASKS[task],
         f"results_dir={tmp_path}",
         env={"PYTHONPATH": str(plugin_site)},
     )
     assert proc.returncode == 0, proc.stderr
     (record,) = [json.loads(p.read_text()) for p in (tmp_path / "runs").glob("*.json")]
-    assert record["status"] == "ok"
+    assert record["status"] == "ok", record["error"]
+    assert record["task"] == task
     assert record["variant"] == "cosine_softmax" and record["variant_params"] == {"scale": 5.0}
     assert record["details"]["variant_origin"] == "attnbench-plugin-example"
+    headline = [m["value"] for m in record["metrics"] if m["metric"] == HEADLINES[task]]
+    assert len(headline) == 1 and math.isfinite(headline[0])
+
+
+def test_plugin_hyperparameter_is_refused_in_one_sentence(plugin_site, tmp_path):
+    """A value the plugin's Params refuses (its ``__post_init__`` raises ValueError) becomes a
+    one-sentence refusal with exit 2 before any job runs, as for a built-in (README, "Adding a
+    variant plugin")."""
+    proc = run_cli(
+        "attnbench",
+        "variant=cosine_softmax",
+        "variant.scale=0",
+        f"results_dir={tmp_path}",
+        env={"PYTHONPATH": str(plugin_site)},
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        "attnbench: variant cosine_softmax: cosine_softmax scale must be > 0, got 0.0; try 10.0."
+    )
+    assert not list(tmp_path.rglob("*.json"))
+
+
+def test_plugin_passes_its_own_test_suite(plugin_site, tmp_path):
+    """The example plugin's tests (the shipped contract suite + its maths) pass where a plugin's
+    CI would run them: from a copy of its folder, with the plugin and attnbench installed and
+    nothing of attnbench's checkout importable (no `tests/`, no `conftest`).
+
+    The JUnit report pins the count: 14 contract tests (every check of `attnbench.testing`)
+    and the plugin's 2 reference tests, none skipped, so the suite cannot pass by running
+    nothing (a check added to `attnbench.testing` changes the 14 here).
+    """
+    folder = tmp_path / "plugin"
+    shutil.copytree(
+        EXAMPLE, folder, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__")
+    )
+    report = tmp_path / "report.xml"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}"],
+        capture_output=True,
+        text=True,
+        cwd=folder,
+        env={**os.environ, "PYTHONPATH": str(plugin_site)},
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    suite = ElementTree.parse(report).getroot().find("testsuite")
+    counts = {k: int(suite.get(k)) for k in ("tests", "failures", "errors", "skipped")}
+    assert counts == {"tests": 16, "failures": 0, "errors": 0, "skipped": 0}
+    classes = [case.get("classname") for case in suite.iter("testcase")]
+    assert classes.count("tests.test_cosine.TestCosineSoftmax") == 14, classes
 
 
 def _broken_distribution(site: Path) -> None:

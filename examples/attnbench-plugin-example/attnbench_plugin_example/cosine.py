@@ -14,7 +14,13 @@ from attnbench import AttentionVariant, register_variant
 class CosineParams:
     """Hyperparameters of `cosine_softmax`."""
 
-    scale: float = 10.0  # τ: logits are τ·cos(q, k), in [−τ, τ]
+    scale: float = 10.0  # τ > 0: logits are τ·cos(q, k), in [−τ, τ]; larger τ sharpens
+
+    def __post_init__(self) -> None:
+        # Refused here, the command line answers `variant.scale=0` with this one sentence (exit 2)
+        # before any job runs; τ ≤ 0 would attend most to the least similar keys.
+        if not self.scale > 0:
+            raise ValueError(f"cosine_softmax scale must be > 0, got {self.scale}; try 10.0.")
 
 
 @register_variant("cosine_softmax")

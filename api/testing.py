@@ -1,0 +1,251 @@
+"""The attention-variant contract as a pytest suite that plugins run in their own CI.
+
+attnbench runs this same suite over every registered variant (built-in or plugin), so a plugin
+that passes it here will behave in the benchmark: right shapes, no leak of the future under
+``causal=True``, gradients that reach everything trainable, and so on. Ship-with-the-package
+follows Hydra's ``hydra.test_utils``: the checks live in one place, and a plugin does not need
+attnbench's checkout to run them. Use it from a plugin's test module::
+
+    from attnbench.testing import VariantContractTests
+
+
+    class TestCosine(VariantContractTests):
+        variant = "cosine_softmax"  # the name your entry point registers
+
+The base class's name does not start with ``Test``, so pytest collects only the subclasses. The
+variant is found through the installed entry points (`attnbench.load_plugins`), so install the
+plugin into the test environment (``pip install -e '.[test]'``), or import its module in the test
+file, before the tests run.
+
+Importing this module needs pytest, which is a test-time dependency of a plugin (put it in the
+plugin's ``test`` extra), not a dependency of attnbench. Apart from pytest it uses only torch and
+the public API of `attnbench`, so it runs unchanged outside attnbench's own repository.
+
+Every test builds its variant with ``VariantShape(n_heads=3, head_dim=8, max_len=2048)`` and the
+default hyperparameters, on CPU in float32 (plus one bfloat16 test), with parameters initialised
+from a fixed seed so a failure reproduces.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import pytest
+import torch
+
+from attnbench import COST_CLASSES, AttentionVariant, UnsupportedError, VariantShape
+from attnbench import build_variant as _build_variant
+from attnbench import load_plugins as _load_plugins
+
+__all__ = ["VariantContractTests", "random_qkv"]
+
+H, D = 3, 8  # heads and head dim: small and odd-sized, so a mixed-up axis shows as a shape error
+MAX_LEN = 2048  # the longest sequence any test below uses
+
+
+def random_qkv(
+    b: int = 2,
+    h: int = H,
+    n: int = 16,
+    m: int | None = None,
+    d: int = D,
+    dv: int | None = None,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float32,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Gaussian q (B,H,N,D), k (B,H,M,D), v (B,H,M,Dv) from a fixed seed (M = N, Dv = D unless
+    given).
+
+    Drawn from a private generator, so the inputs do not depend on what ran before.
+    """
+    m = n if m is None else m
+    dv = d if dv is None else dv
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(b, h, n, d, generator=g, dtype=dtype)
+    k = torch.randn(b, h, m, d, generator=g, dtype=dtype)
+    v = torch.randn(b, h, m, dv, generator=g, dtype=dtype)
+    return q, k, v
+
+
+def _make(name: str, max_len: int = MAX_LEN) -> AttentionVariant:
+    """The variant ``name`` with default hyperparameters, its parameters initialised from seed 0.
+
+    The seed is set inside a forked RNG state: the same name always gives the same parameters
+    (the bfloat16 test compares two instances), and the caller's global RNG is left as it was.
+    """
+    _load_plugins()  # installed plugins register on import; a no-op after the first call
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return _build_variant(name, {}, VariantShape(n_heads=H, head_dim=D, max_len=max_len))
+
+
+class VariantContractTests:
+    """The contract tests for one variant, named by the ``variant_name`` fixture.
+
+    Subclass it and set ``variant`` to the registered name; or, to run it over several variants,
+    override the ``variant_name`` fixture (e.g. with ``params=[...]``), as attnbench's own suite
+    does over its whole registry.
+    """
+
+    variant: ClassVar[str] = ""  # the registered name of the variant under test
+
+    @pytest.fixture
+    def variant_name(self) -> str:
+        """The name of the variant under test: the class attribute ``variant``."""
+        if not self.variant:
+            pytest.fail(
+                f"{type(self).__name__} runs the variant contract tests but names no variant; "
+                "set the class attribute `variant` to the registered name."
+            )
+        return self.variant
+
+    def test_declares_its_contract(self, variant_name):
+        """The class attributes the harness reads are set and well-formed.
+
+        The listing (``attnbench-variants``), every result record and the leaderboard's
+        grouping read ``family``, ``cost`` and ``supports_causal`` from the class, and
+        ``check_inputs`` reads ``requires_equal_lengths``, without running the variant; so they
+        must hold valid values.
+        """
+        variant = _make(variant_name)
+        assert variant.family, "set the class attribute `family`"
+        assert variant.cost in COST_CLASSES, f"cost {variant.cost!r} is not one of {COST_CLASSES}"
+        assert isinstance(variant.supports_causal, bool)
+        assert isinstance(variant.requires_equal_lengths, bool)
+
+    @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+    def test_shapes_and_value_dim(self, variant_name, causal):
+        """The output is (B, H, N, Dv) in the input dtype, with Dv ≠ D.
+
+        Dv = 5 differs from D = 8, so a variant that returns something of the query's width, or
+        mixes up the key and value axes, fails here rather than deep inside a model.
+        """
+        variant = _make(variant_name)
+        if causal and not variant.supports_causal:
+            pytest.skip("non-causal variant")
+        q, k, v = random_qkv(b=2, h=H, n=17, d=D, dv=5)
+        out = variant(q, k, v, causal=causal)
+        assert out.shape == (2, H, 17, 5) and out.dtype == torch.float32
+
+    def test_cross_attention_lengths(self, variant_name):
+        """N queries attend over M ≠ N keys, or the variant refuses with the documented reason.
+
+        Positional patterns (windows, decays) declare ``requires_equal_lengths`` and must raise
+        `UnsupportedError` (recorded as "unsupported", not as a crash); everyone else must
+        return (B, H, N, Dv).
+        """
+        variant = _make(variant_name)
+        q, k, v = random_qkv(b=1, h=H, n=7, m=19, d=D)
+        if variant.requires_equal_lengths:  # positional patterns refuse, with a reason
+            with pytest.raises(UnsupportedError, match="needs as many keys as queries"):
+                variant(q, k, v)
+            return
+        assert variant(q, k, v).shape == (1, H, 7, D)
+
+    def test_batch_independence(self, variant_name):
+        """Each batch element's output depends on that element alone.
+
+        A normalisation or pooling taken over the batch axis by mistake would make results
+        depend on the batch size the harness happens to use. Tolerance 1e-5: batched and
+        single-element calls may reduce in a different order in float32.
+        """
+        variant = _make(variant_name)
+        q, k, v = random_qkv(b=3, h=H, n=20, d=D)
+        causal = variant.supports_causal
+        full = variant(q, k, v, causal=causal)
+        for b in range(3):
+            alone = variant(q[b : b + 1], k[b : b + 1], v[b : b + 1], causal=causal)
+            torch.testing.assert_close(full[b : b + 1], alone, rtol=1e-5, atol=1e-5)
+
+    @pytest.mark.parametrize("n", [1, 2, 63, 2048])
+    def test_finite_for_random_inputs(self, variant_name, n):
+        """No inf or NaN for Gaussian inputs, causal and not, from one token up to 2048.
+
+        n = 1 and 2 catch empty or degenerate normalisers (a causal first row sees one key);
+        63 is not a multiple of any block or chunk size, so it catches padding mistakes; 2048
+        is long enough for unnormalised sums or exponentials to overflow.
+        """
+        variant = _make(variant_name)
+        q, k, v = random_qkv(b=1, h=H, n=n, d=D, seed=n)
+        for causal in [False, True] if variant.supports_causal else [False]:
+            assert torch.isfinite(variant(q, k, v, causal=causal)).all()
+
+    def test_gradients_flow_to_inputs_and_parameters(self, variant_name):
+        """q, k, v and every parameter receive finite, non-zero gradients.
+
+        The training tasks learn through the variant: a detached path, a parameter that never
+        enters the output, or a NaN gradient would make the variant look untrainable rather
+        than fail.
+        """
+        variant = _make(variant_name)
+        # long enough for block patterns to have several blocks, so their parameters matter
+        q, k, v = (t.requires_grad_(True) for t in random_qkv(b=1, h=H, n=200, d=D))
+        variant(q, k, v, causal=variant.supports_causal).square().sum().backward()
+        for t in (q, k, v, *variant.parameters()):
+            assert t.grad is not None and torch.isfinite(t.grad).all() and t.grad.abs().sum() > 0
+
+    def test_causality_is_a_leak_test(self, variant_name):
+        """Output at t must not change when any position > t changes (not a mask inspection).
+
+        Perturbing the future of q, k and v catches every route information can take (a mask
+        applied after a normaliser, a global statistic, a chunk carried the wrong way), which
+        inspecting the variant's own mask would not. A variant that does not support causal
+        masking must refuse ``causal=True`` with `UnsupportedError` rather than silently
+        ignore it. Tolerance 1e-5 relative, 1e-6 absolute: the prefix must be unchanged up to
+        float32 rounding, while the perturbation (×10 Gaussian) changes it by far more.
+        """
+        variant = _make(variant_name)
+        q, k, v = random_qkv(b=1, h=H, n=24, d=D, seed=3)
+        if not variant.supports_causal:
+            with pytest.raises(UnsupportedError):
+                variant(q, k, v, causal=True)
+            return
+        base = variant(q, k, v, causal=True)
+        for t in (0, 5, 11, 22):
+            q2, k2, v2 = q.clone(), k.clone(), v.clone()
+            g = torch.Generator().manual_seed(t)
+            for x in (q2, k2, v2):
+                x[:, :, t + 1 :] = 10 * torch.randn(x[:, :, t + 1 :].shape, generator=g)
+            out = variant(q2, k2, v2, causal=True)
+            torch.testing.assert_close(
+                out[:, :, : t + 1], base[:, :, : t + 1], rtol=1e-5, atol=1e-6
+            )
+            # and the future did change (the test can fail: the perturbation reaches the output)
+            assert not torch.allclose(out[:, :, t + 1 :], base[:, :, t + 1 :])
+
+    @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+    def test_attention_weights_reproduce_forward(self, variant_name, causal):
+        """``attention_weights(q, k) @ v == forward(q, k, v)``, shape (B, H, N, M).
+
+        The concentration task analyses the weights in place of the forward pass, and the
+        throughput task checks its forward against them before timing, so they must be the
+        same operator. Skipped for a variant that raises
+        NotImplementedError (it cannot materialise its weights). Tolerance 1e-5: the two paths
+        may sum in a different order.
+        """
+        variant = _make(variant_name)
+        if causal and not variant.supports_causal:
+            pytest.skip("non-causal variant")
+        q, k, v = random_qkv(b=2, h=H, n=33, d=D)
+        try:
+            weights = variant.attention_weights(q, k, causal=causal)
+        except NotImplementedError:
+            pytest.skip(f"{variant_name} cannot materialise its weights")
+        assert weights.shape == (2, H, 33, 33)
+        torch.testing.assert_close(
+            weights @ v, variant(q, k, v, causal=causal), rtol=1e-5, atol=1e-5
+        )
+
+    def test_bfloat16_runs(self, variant_name):
+        """The variant runs in bfloat16 (the GPU sweeps' dtype) and agrees with float32.
+
+        Catches float32 constants or buffers that do not follow ``.to(dtype)``, and
+        overflow or underflow in a reduced-precision normaliser.
+        """
+        variant = _make(variant_name).to(torch.bfloat16)
+        q, k, v = random_qkv(b=1, h=H, n=32, d=D, dtype=torch.bfloat16)
+        out = variant(q, k, v, causal=variant.supports_causal)
+        assert out.dtype == torch.bfloat16 and torch.isfinite(out).all()
+        ref = _make(variant_name)(*(t.float() for t in (q, k, v)), causal=variant.supports_causal)
+        # bf16 has an 8-bit mantissa: agreement to a few percent of the output scale
+        assert (out.float() - ref).abs().max() <= 0.05 * ref.abs().max() + 0.05
