@@ -246,7 +246,7 @@ print(json.dumps({{
     listing = _cli(fresh, "attnbench-variants", "--json", "--strict", what="attnbench-variants")
     table = json.loads(listing.stdout)
     assert not table["failed_plugins"], f"built-in plugins failed to load: {table}"
-    assert {r["name"]: r["package"] for r in table["variants"]} == dict.fromkeys(
+    assert {r["name"]: r["origin"] for r in table["variants"]} == dict.fromkeys(
         BUILTIN_VARIANTS, "attnbench"
     ), f"built-ins not listed with origin attnbench: {table['variants']}"
 
