@@ -130,6 +130,7 @@ def fit_rows(frame: pd.DataFrame, task: str, fit: ScalingFit) -> list[dict[str, 
         curve = group.groupby("x_value")["value"].mean()
         if len(curve) >= MIN_POINTS and (curve > 0).all():
             fits[key] = fit_loglog(curve.index.to_numpy(), curve.to_numpy())
+    directions = {m["name"]: m["higher_is_better"] for m in fit.metrics()}
     out = []
     for key, (slope, intercept, low, high) in fits.items():
         variant, variant_params, device, device_name, dtype, setting = key
@@ -146,7 +147,6 @@ def fit_rows(frame: pd.DataFrame, task: str, fit: ScalingFit) -> list[dict[str, 
             values[fit.crossover_name] = math.exp(
                 (intercept - reference[1]) / (reference[0] - slope)
             )
-        directions = {m["name"]: m["higher_is_better"] for m in fit.metrics()}
         ident = json.dumps([task, fit.to_dict(), *key], sort_keys=True)
         run_id = hashlib.sha256(ident.encode()).hexdigest()[:16]
         for metric, value in values.items():
