@@ -3,17 +3,31 @@
 One row per metric point; a job without metrics (failed, oom, unsupported) still gets one row
 (metric and value null) so that nothing is lost. The scaling fits the tasks declare
 (`harness.scaling`) are appended as rows of their own, marked ``derived`` (they summarise runs and
-are not runs). Unreadable or foreign JSON files in ``runs/`` are skipped with a warning and
-counted; a record of a newer schema is refused.
+are not runs), fitted on current rows only.
 
-The table carries the tasks' self-descriptions (`harness.task_info`, taken from the records) in
-its parquet metadata, so the leaderboard reads everything it shows from the table alone
-(`read_table`), without importing any task or variant.
+Rows are keyed by run_id, read from the records themselves, not from file names: a renamed record
+keeps its rows, a copied one adds none. Where several records share a run_id (a failed re-run kept
+beside an `ok` record, `harness.records.write_record`), the best one gives the rows (`ok` first,
+then the newest); ``attempts`` counts the distinct records and ``latest_status`` is the newest
+one's status, so the board can say that the latest attempt failed.
 
-Collection is incremental: ``<results_dir>/.collected.json`` remembers each record file's size
-and modification time at the last collection, and the rows of unchanged files are taken from the
-existing table instead of re-reading the JSON. A changed, new or removed file is picked up; a
-missing or unreadable index or table means a full collection.
+``current`` marks the records made by the installed code: every module in a record's
+``code_modules`` still has the recorded source digest (`harness.fingerprint`). A record of older
+code is history (``current`` false), kept in the table and left off the board by default. A
+record whose modules cannot be found here at all (its plugin is not installed) counts as current
+unless a newer record of the same job supersedes it; a record from before code fingerprints
+(schema < 3) is never current.
+
+Every record is checked field by field (`harness.records.read_record`); a bad one is skipped with
+a warning naming its file and field, and never blocks the others. Records of a newer schema are
+left untouched and reported.
+
+Collection is incremental: the table's parquet metadata remembers each record file's size,
+modification time, run_id and status at the last collection, and the rows of unchanged records
+are taken from the existing table. Table and memory are one file written atomically, under a lock
+(``.collect.lock``), so concurrent collectors never leave them inconsistent. The metadata also
+carries the tasks' self-descriptions (`harness.task_info`), so the leaderboard reads everything it
+shows from the table alone (`read_table`), without importing any task or variant.
 """
 
 from __future__ import annotations
@@ -31,12 +45,14 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+from filelock import FileLock
 
+from attnbench.harness.fingerprint import module_digest, module_file
 from attnbench.harness.metrics import POINT_FIELDS
 from attnbench.harness.records import (
+    NewerSchemaError,
     Record,
     RecordSchemaError,
-    atomic_write_text,
     read_record,
     runs_dir,
 )
@@ -58,6 +74,7 @@ COLUMNS = [
     "seed",
     "device",
     "device_name",
+    "hardware",  # part of the job's identity: the CPU model or GPU name
     "dtype",
     "metric",
     "value",
@@ -72,11 +89,94 @@ COLUMNS = [
     "hostname",
     "created_at",
     "duration_s",
+    "code_fingerprint",
+    "current",  # made by the installed code (see the module docstring)
+    "attempts",  # distinct records of this run_id (a failed re-run beside an ok one: 2)
+    "latest_status",  # status of the newest of them
+    "record_file",  # the file under runs/ the rows come from
 ]
 TABLE_NAME = "results.parquet"
-INDEX_NAME = ".collected.json"
-DTYPES = {"derived": "bool", "value": "float64", "x_value": "float64", "duration_s": "float64"}
-METADATA_KEY = b"attnbench"  # parquet schema metadata: {"tasks": {name: TaskInfo as data}}
+LOCK_NAME = ".collect.lock"
+DTYPES = {
+    "derived": "bool",
+    "current": "bool",
+    "attempts": "int64",
+    "value": "float64",
+    "x_value": "float64",
+    "duration_s": "float64",
+}
+METADATA_KEY = b"attnbench"  # parquet schema metadata, see `TableMeta`
+JOB = [  # a job without its code: records of one JOB and different code supersede each other
+    "task",
+    "variant",
+    "variant_params",
+    "task_params",
+    "seed",
+    "device",
+    "dtype",
+    "threads",
+    "hardware",
+]
+STATUS_RANK = {"ok": 0, "unsupported": 1, "timeout": 2, "oom": 3, "failed": 4}
+
+
+@dataclass
+class FileEntry:
+    """What collection remembers of one record file: its stamp and the record's key facts."""
+
+    size: int
+    mtime_ns: int
+    run_id: str
+    status: str
+    created_at: str
+    fingerprint: str
+
+    def as_list(self) -> list:
+        return [
+            self.size,
+            self.mtime_ns,
+            self.run_id,
+            self.status,
+            self.created_at,
+            self.fingerprint,
+        ]
+
+
+@dataclass
+class TableMeta:
+    """The table's parquet metadata: task descriptions and the memory of the last collection.
+
+    Attributes:
+        tasks: Task name → `TaskInfo` (from the newest record of each task).
+        files: Record file name → `FileEntry`.
+        primary: run_id → the file its rows come from.
+        code: Code fingerprint → {module: source digest}, for judging ``current``.
+    """
+
+    tasks: dict[str, TaskInfo] = field(default_factory=dict)
+    files: dict[str, FileEntry] = field(default_factory=dict)
+    primary: dict[str, str] = field(default_factory=dict)
+    code: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "tasks": {name: info.to_dict() for name, info in sorted(self.tasks.items())},
+                "files": {name: e.as_list() for name, e in sorted(self.files.items())},
+                "primary": dict(sorted(self.primary.items())),
+                "code": dict(sorted(self.code.items())),
+            }
+        )
+
+    @classmethod
+    def from_json(cls, text: bytes | str) -> TableMeta:
+        data = json.loads(text)
+        return cls(
+            tasks={n: TaskInfo.from_dict(d) for n, d in data.get("tasks", {}).items()},
+            files={n: FileEntry(*e) for n, e in data.get("files", {}).items()},
+            primary=dict(data.get("primary", {})),
+            code={fp: dict(m) for fp, m in data.get("code", {}).items()},
+        )
 
 
 @dataclass
@@ -84,22 +184,28 @@ class CollectSummary:
     """What a collection did."""
 
     path: Path
-    n_records: int = 0
+    n_records: int = 0  # distinct runs (run_ids) in the table
     n_rows: int = 0
-    n_reused: int = 0  # records whose rows came from the previous table unchanged
-    skipped: list[str] = field(default_factory=list)
+    n_reused: int = 0  # runs whose rows came from the previous table unchanged
+    n_stale: int = 0  # runs of older code (history: in the table, not current)
+    skipped: list[str] = field(default_factory=list)  # unreadable or invalid files, with why
+    newer: list[str] = field(default_factory=list)  # records of a newer schema, left untouched
 
     def describe(self) -> str:
         """One line for the console."""
         text = f"collected {self.n_records} records ({self.n_rows} rows) into {self.path}"
         if self.n_reused:
             text += f" ({self.n_reused} unchanged since the last collection)"
+        if self.n_stale:
+            text += f"; {self.n_stale} of older code kept as history"
         if self.skipped:
-            text += f"; skipped {len(self.skipped)} unreadable files"
+            text += f"; skipped {len(self.skipped)} invalid files (first: {self.skipped[0]})"
+        if self.newer:
+            text += f"; left {len(self.newer)} records of a newer schema untouched"
         return text
 
 
-def record_rows(record: Record) -> list[dict]:
+def record_rows(record: Record, record_file: str = "") -> list[dict]:
     """The tidy rows of one record."""
     common = {
         "run_id": record.run_id,
@@ -114,24 +220,25 @@ def record_rows(record: Record) -> list[dict]:
         "seed": record.seed,
         "device": record.device,
         "device_name": record.env.get("device_name"),
+        "hardware": record.hardware,
         "dtype": record.dtype,
         "attnbench_version": record.env.get("attnbench_version"),
         "torch_version": record.env.get("torch_version"),
         "git_commit": record.env.get("git_commit"),
         "git_dirty": record.env.get("git_dirty"),
-        "threads": record.env.get("threads"),
+        "threads": record.threads,
         "hostname": record.env.get("hostname"),
         "created_at": record.created_at,
         "duration_s": record.duration_s,
+        "code_fingerprint": record.code_fingerprint,
+        "current": True,  # judged for the whole table in `_mark_current`
+        "attempts": 1,
+        "latest_status": record.status,
+        "record_file": record_file,
     }
     empty = dict.fromkeys(POINT_FIELDS)
     points = record.metrics or [empty]
     return [{**common, **{k: p.get(k) for k in POINT_FIELDS}} for p in points]
-
-
-def _stamp(path: Path) -> list[int]:
-    stat = path.stat()
-    return [stat.st_size, stat.st_mtime_ns]
 
 
 def read_table(path: str | os.PathLike) -> tuple[pd.DataFrame, dict[str, TaskInfo]]:
@@ -140,97 +247,197 @@ def read_table(path: str | os.PathLike) -> tuple[pd.DataFrame, dict[str, TaskInf
     Raises:
         OSError, ValueError (pyarrow's errors included): the file is missing or not a table.
     """
+    frame, meta = _read_with_meta(path)
+    return frame, meta.tasks
+
+
+def _read_with_meta(path: str | os.PathLike) -> tuple[pd.DataFrame, TableMeta]:
     table = pq.read_table(path)
-    meta = (table.schema.metadata or {}).get(METADATA_KEY)
-    infos: dict[str, TaskInfo] = {}
-    if meta:
-        for name, data in json.loads(meta).get("tasks", {}).items():
-            infos[name] = TaskInfo.from_dict(data)
-    return table.to_pandas(), infos
-
-
-def _previous(
-    results_dir: Path,
-) -> tuple[dict[str, list[int]], pd.DataFrame | None, dict[str, TaskInfo]]:
-    """The last collection's index, table and task descriptions; ({}, None, {}) if unusable."""
+    raw = (table.schema.metadata or {}).get(METADATA_KEY)
     try:
-        index = json.loads((results_dir / INDEX_NAME).read_text())
-        table, infos = read_table(results_dir / TABLE_NAME)
+        meta = TableMeta.from_json(raw) if raw else TableMeta()
+    except (TypeError, KeyError) as exc:
+        raise ValueError(f"{path} has unreadable attnbench metadata ({exc})") from None
+    return table.to_pandas(), meta
+
+
+def _previous(results_dir: Path) -> tuple[TableMeta, pd.DataFrame | None]:
+    """The last collection's memory and its run rows; (empty, None) if unusable."""
+    try:
+        table, meta = _read_with_meta(results_dir / TABLE_NAME)
     except (OSError, ValueError, ImportError):
-        return {}, None, {}
-    if not isinstance(index, dict) or list(table.columns) != COLUMNS:
-        return {}, None, {}
-    return index, table[~table["derived"].astype(bool)], infos
+        return TableMeta(), None
+    if list(table.columns) != COLUMNS:
+        return TableMeta(tasks=meta.tasks), None
+    return meta, table[~table["derived"].astype(bool)]
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    stat = path.stat()
+    return stat.st_size, stat.st_mtime_ns
+
+
+def _best(names: list[str], files: dict[str, FileEntry]) -> str:
+    """The file whose record gives a run's rows: ok first, then the newest, then the file named
+    after the run_id, then by name (deterministic)."""
+
+    def key(name: str) -> tuple:
+        e = files[name]
+        newest_first = tuple(-ord(c) for c in e.created_at)
+        return (STATUS_RANK.get(e.status, 9), newest_first, name != f"{e.run_id}.json", name)
+
+    return min(names, key=key)
+
+
+class _CodeJudge:
+    """Whether a code fingerprint is the installed code's: "current", "stale" or "unknown"."""
+
+    def __init__(self, code: dict[str, dict[str, str]]) -> None:
+        self.code = code
+        self.digests: dict[str, str | None] = {}
+
+    def _digest(self, module: str) -> str | None:
+        if module not in self.digests:
+            self.digests[module] = module_digest(module)
+        return self.digests[module]
+
+    def state(self, fingerprint: str) -> str:
+        modules = self.code.get(fingerprint)
+        if not fingerprint or not modules:
+            return "stale"  # recorded before code fingerprints: which code made it is unknown
+        unknown = False
+        for module, digest in modules.items():
+            now = self._digest(module)
+            if now is None and module_file(module.split(".")[0]) is None:
+                unknown = True  # its package is not installed here: cannot tell
+            elif now != digest:
+                return "stale"  # changed, or removed from a package that is installed
+        return "unknown" if unknown else "current"
+
+
+def _mark_current(frame: pd.DataFrame, code: dict[str, dict[str, str]]) -> pd.Series:
+    """The ``current`` column (see the module docstring)."""
+    if frame.empty:
+        return pd.Series([], dtype=bool)
+    judge = _CodeJudge(code)
+    runs = frame.drop_duplicates("run_id").set_index("run_id")
+    state = runs["code_fingerprint"].fillna("").map(judge.state)
+    runs = runs.assign(_state=state)
+    live = runs[state != "stale"]
+    newest = live.groupby(JOB, dropna=False)["created_at"].transform("max")
+    superseded = live["created_at"] < newest
+    current = (state == "current") | (
+        (state == "unknown") & ~superseded.reindex(state.index, fill_value=True)
+    )
+    return frame["run_id"].map(current).astype(bool)
 
 
 def results_frame(
     results_dir: str | os.PathLike, incremental: bool = True
-) -> tuple[pd.DataFrame, CollectSummary, dict[str, list[int]], dict[str, TaskInfo]]:
+) -> tuple[pd.DataFrame, CollectSummary, TableMeta]:
     """Read every record under ``results_dir/runs`` into the tidy table (not written).
 
     Returns:
-        (table, summary, index of the record files read: name → [size, mtime_ns], the task
-        descriptions: the newest record's of each task, else the previous table's).
+        (table, summary, the metadata to store with it).
     """
     results_dir = Path(results_dir)
     summary = CollectSummary(path=results_dir / TABLE_NAME)
-    old_index, old_table, infos = _previous(results_dir) if incremental else ({}, None, {})
-    newest: dict[str, str] = {}  # task → created_at of the record its description came from
-    reused_ids: list[str] = []
-    index: dict[str, list[int]] = {}
-    rows: list[dict] = []
+    old, old_table = _previous(results_dir) if incremental else (TableMeta(), None)
+    meta = TableMeta(tasks=dict(old.tasks), code=dict(old.code))
+    newest_info: dict[str, str] = {}  # task → created_at of the record its description came from
+    loaded: dict[str, Record] = {}
     for path in sorted(runs_dir(results_dir).glob("*.json")):
+        if path.is_symlink() or not path.is_file():
+            summary.skipped.append(f"{path}: not a regular file")
+            warnings.warn(f"skipping {path}: not a regular file", stacklevel=2)
+            continue
         stamp = _stamp(path)
-        if old_table is not None and old_index.get(path.name) == stamp:
-            reused_ids.append(path.stem)
-            index[path.name] = stamp
-            summary.n_records += 1
+        earlier = old.files.get(path.name)
+        if old_table is not None and earlier and (earlier.size, earlier.mtime_ns) == stamp:
+            meta.files[path.name] = earlier
             continue
         try:
             record = read_record(path)
-        except RecordSchemaError as exc:
-            summary.skipped.append(str(path))
-            warnings.warn(str(exc), stacklevel=2)
+        except NewerSchemaError as exc:
+            summary.newer.append(str(path))
+            warnings.warn(f"left untouched: {exc}", stacklevel=2)
             continue
-        except (OSError, ValueError, TypeError) as exc:
-            summary.skipped.append(str(path))
-            warnings.warn(f"skipping unreadable record {path}: {exc}", stacklevel=2)
+        except (RecordSchemaError, OSError, ValueError) as exc:  # ValueError: JSON, fields
+            summary.skipped.append(f"{path.name}: {exc}")
+            warnings.warn(
+                f"skipping {exc}" if str(path) in str(exc) else f"skipping {path}: {exc}",
+                stacklevel=2,
+            )
             continue
-        rows.extend(record_rows(record))
-        if record.task_info and record.created_at >= newest.get(record.task, ""):
-            infos[record.task] = TaskInfo.from_dict(record.task_info)
-            newest[record.task] = record.created_at
-        index[path.name] = stamp
-        summary.n_records += 1
+        loaded[path.name] = record
+        meta.files[path.name] = FileEntry(
+            *stamp, record.run_id, record.status, record.created_at, record.code_fingerprint
+        )
+        if record.code_fingerprint:
+            meta.code[record.code_fingerprint] = record.code_modules
+        if record.task_info and record.created_at >= newest_info.get(record.task, ""):
+            meta.tasks[record.task] = TaskInfo.from_dict(record.task_info)
+            newest_info[record.task] = record.created_at
+
+    by_run: dict[str, list[str]] = {}
+    for name, entry in meta.files.items():
+        by_run.setdefault(entry.run_id, []).append(name)
+    rows: list[dict] = []
+    reused: set[str] = set()
+    attempts: dict[str, int] = {}
+    latest: dict[str, str] = {}
+    for run_id, names in sorted(by_run.items()):
+        primary = _best(names, meta.files)
+        meta.primary[run_id] = primary
+        distinct = {(meta.files[n].created_at, meta.files[n].status) for n in names}
+        attempts[run_id] = len(distinct)
+        latest[run_id] = max(distinct, key=lambda a: (a[0], -STATUS_RANK.get(a[1], 9)))[1]
+        if primary not in loaded and old.primary.get(run_id) == primary:
+            reused.add(run_id)
+            continue
+        record = loaded.get(primary)
+        if record is None:  # unchanged, but it gives the rows now (its sibling went away)
+            try:
+                record = read_record(runs_dir(results_dir) / primary)
+            except (OSError, ValueError) as exc:  # changed since it was listed
+                summary.skipped.append(f"{primary}: {exc}")
+                warnings.warn(f"skipping {primary}: {exc}", stacklevel=2)
+                continue
+        rows.extend(record_rows(record, primary))
     parts = [pd.DataFrame(rows, columns=COLUMNS)]
-    if reused_ids:
-        parts.insert(0, old_table[old_table["run_id"].isin(set(reused_ids))])
-        summary.n_reused = len(reused_ids)
+    if reused and old_table is not None:
+        parts.insert(0, old_table[old_table["run_id"].isin(reused)])
+        summary.n_reused = len(reused)
     frame = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+    frame["attempts"] = frame["run_id"].map(attempts)
+    frame["latest_status"] = frame["run_id"].map(latest)
+    frame["current"] = _mark_current(frame, meta.code)
     frame = frame.astype(DTYPES)
+    current = frame[frame["current"]]
     fits = [
-        row
-        for task, info in sorted(infos.items())
+        {**row, "current": True, "attempts": 0}
+        for task, info in sorted(meta.tasks.items())
         for fit in info.scaling_fits
-        for row in fit_rows(frame, task, fit)
+        for row in fit_rows(current, task, fit)
     ]
     if fits:
         frame = pd.concat([frame, pd.DataFrame(fits, columns=COLUMNS)], ignore_index=True)
     frame = frame.astype(DTYPES)
+    summary.n_records = len(by_run)
+    summary.n_stale = int(frame.loc[~frame["current"], "run_id"].nunique())
     summary.n_rows = len(frame)
-    return frame, summary, index, infos
+    return frame, summary, meta
 
 
-def write_table(frame: pd.DataFrame, path: Path, infos: dict[str, TaskInfo] | None = None) -> None:
+def write_table(frame: pd.DataFrame, path: Path, meta: TableMeta | None = None) -> None:
     """Write ``frame`` as parquet atomically (temporary file in the same folder, then rename),
-    with the task descriptions ``infos`` in its metadata."""
+    with ``meta`` (task descriptions and the collection's memory) in its metadata."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     table = pa.Table.from_pandas(frame, preserve_index=False)
-    meta = {"tasks": {name: info.to_dict() for name, info in sorted((infos or {}).items())}}
     table = table.replace_schema_metadata(
-        {**(table.schema.metadata or {}), METADATA_KEY: json.dumps(meta).encode()}
+        {**(table.schema.metadata or {}), METADATA_KEY: (meta or TableMeta()).to_json().encode()}
     )
     try:
         pq.write_table(table, tmp)
@@ -244,13 +451,19 @@ def write_table(frame: pd.DataFrame, path: Path, infos: dict[str, TaskInfo] | No
 def collect(results_dir: str | os.PathLike = "results", incremental: bool = True) -> CollectSummary:
     """Consolidate the run records of ``results_dir`` into ``results_dir/results.parquet``.
 
+    Holds ``results_dir/.collect.lock`` from reading the last table to writing the new one, so
+    that two collectors (two sweeps ending together) take turns and neither loses the other's
+    records.
+
     Args:
         results_dir: Folder holding ``runs/``.
         incremental: Reuse the rows of record files unchanged since the last collection.
     """
-    frame, summary, index, infos = results_frame(results_dir, incremental)
-    write_table(frame, summary.path, infos)
-    atomic_write_text(Path(results_dir) / INDEX_NAME, json.dumps(index))
+    results_dir = Path(results_dir)
+    results_dir.mkdir(parents=True, exist_ok=True)
+    with FileLock(results_dir / LOCK_NAME):
+        frame, summary, meta = results_frame(results_dir, incremental)
+        write_table(frame, summary.path, meta)
     return summary
 
 

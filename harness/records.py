@@ -1,8 +1,14 @@
-"""Run records: one JSON file per job, written atomically, read back with a schema check.
+"""Run records: one JSON file per job, written atomically, read back with a field-by-field check.
 
-Layout: ``<results_dir>/runs/<run_id>.json``. ``run_id`` is a stable hash of the resolved job
-config (task, variant, their parameters, seed, device, dtype), so re-running a sweep finds the
-records it already has.
+Layout: ``<results_dir>/runs/<run_id>.json``. ``run_id`` is a hash of the job's identity: what
+determines its measurement (task, variant, their parameters, seed, device, dtype, thread count,
+hardware, and the fingerprint of the code that ran it, `harness.fingerprint`), so re-running a
+sweep finds the records it already has, and a change of code, threads or machine runs anew.
+
+Records are history: none is ever overwritten by a worse one. `write_record` keeps an existing
+`ok` record in its place when a re-run fails (the failure is kept beside it, as an attempt file
+``<run_id>.<time>.json``), moves an older record of the same run to such an attempt file when a
+newer one takes its place, and never touches a file it cannot read (a record of a newer schema).
 """
 
 from __future__ import annotations
@@ -10,18 +16,49 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import os
+import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 2  # 2: task_info (the task's self-description) and env.code_source
+log = logging.getLogger(__name__)
+
+# 2: task_info and env.code_source; 3: threads, hardware and the code fingerprint in the identity
+SCHEMA_VERSION = 3
 STATUSES = ("ok", "failed", "oom", "timeout", "unsupported")
+RUN_ID_PATTERN = re.compile(r"[0-9a-f]{16}")  # what `make_run_id` makes; safe as a file name
+IDENTITY_FIELDS = (
+    "task",
+    "task_params",
+    "variant",
+    "variant_params",
+    "seed",
+    "device",
+    "dtype",
+    "threads",
+    "hardware",
+    "code_fingerprint",
+)
+
+
+def is_run_id(text: object) -> bool:
+    """Whether ``text`` is a run_id as `make_run_id` makes them (16 lowercase hex digits)."""
+    return isinstance(text, str) and RUN_ID_PATTERN.fullmatch(text) is not None
 
 
 class RecordSchemaError(ValueError):
-    """A record cannot be read by this version of attnbench."""
+    """A file is not a record this version of attnbench can read (foreign, or a newer schema)."""
+
+
+class NewerSchemaError(RecordSchemaError):
+    """A record written by a newer attnbench: left untouched, and reported."""
+
+
+class RecordFieldError(ValueError):
+    """A record's field is missing or of the wrong type; the message names the file and field."""
 
 
 @dataclass
@@ -29,12 +66,17 @@ class Record:
     """Everything one job produced and everything needed to reproduce it.
 
     Attributes:
-        run_id: Hash of the job identity (see `make_run_id`).
+        run_id: Hash of the job identity (`identity`, `make_run_id`).
         status: One of `STATUSES`.
         error: Error text when status is not "ok".
         task, variant: Registered names.
         task_params, variant_params: Resolved hyperparameters.
         seed, device, dtype: Job settings (device resolved, e.g. "cpu" rather than "auto").
+        threads: CPU threads the job ran with (resolved: never 0).
+        hardware: The CPU model (device cpu) or GPU name (device cuda) it ran on.
+        code_fingerprint: Digest of `code_modules` (`harness.fingerprint.combined_digest`).
+        code_modules: {module: SHA-256 of its source} of the variant's and task's modules and the
+            project modules they use; collection compares them with the installed code.
         metrics: Metric points: dicts with metric, value, x_name, x_value, higher_is_better.
         env: Versions, commit, machine, threads (see `harness.env.environment`).
         created_at: ISO-8601 UTC time the job finished.
@@ -62,7 +104,15 @@ class Record:
     duration_s: float = 0.0
     details: dict[str, Any] = field(default_factory=dict)
     task_info: dict[str, Any] = field(default_factory=dict)
+    threads: int = 0
+    hardware: str = ""
+    code_fingerprint: str = ""
+    code_modules: dict[str, str] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
+
+    def identity(self) -> dict[str, Any]:
+        """The fields its run_id hashes (`IDENTITY_FIELDS`)."""
+        return {name: getattr(self, name) for name in IDENTITY_FIELDS}
 
     def to_json(self) -> str:
         """The record as indented JSON text (non-finite floats are written as null)."""
@@ -81,7 +131,10 @@ def runs_dir(results_dir: str | os.PathLike) -> Path:
 
 
 def record_path(results_dir: str | os.PathLike, run_id: str) -> Path:
-    """Where the record of ``run_id`` lives."""
+    """Where the record of ``run_id`` lives; a ``run_id`` that is not one is refused, so that no
+    text from a record or a config ever becomes a path."""
+    if not is_run_id(run_id):
+        raise ValueError(f"run_id {run_id!r} is not 16 lowercase hex digits")
     return runs_dir(results_dir) / f"{run_id}.json"
 
 
@@ -104,31 +157,153 @@ def atomic_write_text(path: Path, text: str) -> None:
         raise
 
 
+def _attempt_path(record_file: Path, created_at: str) -> Path:
+    """A free file name beside ``record_file`` for a kept attempt: ``<run_id>.<time>[-k].json``."""
+    stamp = re.sub(r"[^0-9T]", "", created_at.split("+")[0])[:15] or "unknown"
+    for k in range(1, 10_000):
+        suffix = f"{stamp}Z" if k == 1 else f"{stamp}Z-{k}"
+        candidate = record_file.with_name(f"{record_file.stem}.{suffix}.json")
+        if not candidate.exists():
+            return candidate
+    raise FileExistsError(f"no free attempt file name beside {record_file}")
+
+
 def write_record(results_dir: str | os.PathLike, record: Record) -> Path:
-    """Atomically write ``record`` to its place under ``results_dir``; returns the path."""
+    """Write ``record`` under ``results_dir`` atomically, never destroying an earlier record.
+
+    The run's file ``runs/<run_id>.json`` holds its best record. If that file exists:
+
+    - it holds an `ok` record and ``record`` is not ok: the `ok` record stays, and ``record`` is
+      written beside it as an attempt (the leaderboard says that the latest attempt failed);
+    - it cannot be read (a newer schema, or not a record): it is left untouched, reported, and
+      ``record`` is written beside it as an attempt;
+    - otherwise the earlier record moves to an attempt file and ``record`` takes its place.
+
+    Returns:
+        The path ``record`` was written to.
+    """
     path = record_path(results_dir, record.run_id)
+    if path.exists():
+        try:
+            earlier = read_record(path)
+        except (OSError, ValueError) as exc:
+            beside = _attempt_path(path, record.created_at)
+            log.warning("left %s untouched (%s); wrote the new record to %s", path, exc, beside)
+            atomic_write_text(beside, record.to_json())
+            return beside
+        if earlier.status == "ok" and record.status != "ok":
+            beside = _attempt_path(path, record.created_at)
+            atomic_write_text(beside, record.to_json())
+            return beside
+        os.replace(path, _attempt_path(path, earlier.created_at))  # history, kept
     atomic_write_text(path, record.to_json())
     return path
 
 
-def read_record(path: Path) -> Record:
-    """Read one record.
+def _type_name(expected: type | tuple[type, ...]) -> str:
+    types = expected if isinstance(expected, tuple) else (expected,)
+    return " or ".join("null" if t is type(None) else t.__name__ for t in types)
+
+
+def _check_type(where: str, name: str, value: Any, expected: type | tuple[type, ...]) -> None:
+    types = expected if isinstance(expected, tuple) else (expected,)
+    ok = isinstance(value, types) and not (isinstance(value, bool) and bool not in types)
+    if not ok:
+        raise RecordFieldError(
+            f"{where}: field {name} must be {_type_name(expected)}, "
+            f"not {type(value).__name__} ({json.dumps(value, default=str)[:60]})"
+        )
+
+
+FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
+    "run_id": str,
+    "status": str,
+    "task": str,
+    "variant": str,
+    "task_params": dict,
+    "variant_params": dict,
+    "seed": int,
+    "device": str,
+    "dtype": str,
+    "error": (str, type(None)),
+    "metrics": list,
+    "env": dict,
+    "created_at": str,
+    "duration_s": (int, float, type(None)),  # null: written from a non-finite value
+    "details": dict,
+    "task_info": dict,
+    "threads": int,
+    "hardware": str,
+    "code_fingerprint": str,
+    "code_modules": dict,
+    "schema_version": int,
+}
+POINT_TYPES: dict[str, type | tuple[type, ...]] = {
+    "metric": str,
+    "value": (int, float, type(None)),  # null: a non-finite value (a failed job has no points)
+    "x_name": (str, type(None)),
+    "x_value": (int, float, type(None)),
+    "higher_is_better": (bool, type(None)),
+}
+REQUIRED = ("run_id", "status", "task", "variant", "task_params", "variant_params", "seed")
+
+
+def _upgrade(data: dict[str, Any]) -> dict[str, Any]:
+    """Fill what older schemas lacked: threads and hardware from the environment they recorded.
+    (Their code fingerprint stays empty: collection marks such records stale.)"""
+    env = data.get("env") if isinstance(data.get("env"), dict) else {}
+    if data.get("schema_version", 0) < 3:
+        data.setdefault("threads", env.get("threads") or 0)
+        data.setdefault("hardware", env.get("device_name") or "")
+    return data
+
+
+def record_from_data(data: Any, where: str) -> Record:
+    """A `Record` from parsed JSON, every field checked for its type.
 
     Raises:
-        RecordSchemaError: the file is not an attnbench record, or was written by a newer schema.
-        json.JSONDecodeError, OSError: the file is unreadable.
+        RecordSchemaError: not an attnbench record; `NewerSchemaError`: one of a newer schema.
+        RecordFieldError: a field is missing or mistyped; the message names ``where`` and it.
     """
-    data = json.loads(path.read_text(encoding="utf-8"))
     if not isinstance(data, dict) or "run_id" not in data or "schema_version" not in data:
-        raise RecordSchemaError(f"{path} is not an attnbench run record")
+        raise RecordSchemaError(f"{where} is not an attnbench run record")
     version = data["schema_version"]
-    if not isinstance(version, int) or version > SCHEMA_VERSION:
-        raise RecordSchemaError(
-            f"{path} has record schema version {version}, newer than this attnbench reads "
+    if not isinstance(version, int) or isinstance(version, bool) or version > SCHEMA_VERSION:
+        raise NewerSchemaError(
+            f"{where} has record schema version {version}, newer than this attnbench reads "
             f"({SCHEMA_VERSION}); upgrade attnbench (pip install -U attnbench) to read it."
         )
+    data = _upgrade(dict(data))
+    for name in REQUIRED:
+        if name not in data:
+            raise RecordFieldError(f"{where}: field {name} is missing")
+    for name, expected in FIELD_TYPES.items():
+        if name in data:
+            _check_type(where, name, data[name], expected)
+    if not is_run_id(data["run_id"]):
+        raise RecordFieldError(f"{where}: field run_id {data['run_id']!r} is not a run id")
+    if data["status"] not in STATUSES:
+        raise RecordFieldError(
+            f"{where}: field status {data['status']!r} is not one of {', '.join(STATUSES)}"
+        )
+    for i, point in enumerate(data.get("metrics", [])):
+        _check_type(where, f"metrics[{i}]", point, dict)
+        for name, expected in POINT_TYPES.items():
+            _check_type(where, f"metrics[{i}].{name}", point.get(name), expected)
+    for module, digest in data.get("code_modules", {}).items():
+        _check_type(where, f"code_modules[{module}]", digest, str)
     known = {f.name for f in dataclasses.fields(Record)}
     return Record(**{k: v for k, v in data.items() if k in known})
+
+
+def read_record(path: Path) -> Record:
+    """Read and check one record (see `record_from_data`).
+
+    Raises:
+        RecordSchemaError, RecordFieldError: see `record_from_data`.
+        json.JSONDecodeError (a ValueError), OSError, UnicodeDecodeError: the file is unreadable.
+    """
+    return record_from_data(json.loads(path.read_text(encoding="utf-8")), str(path))
 
 
 def find_ok_record(results_dir: str | os.PathLike, run_id: str) -> Record | None:
@@ -140,7 +315,7 @@ def find_ok_record(results_dir: str | os.PathLike, run_id: str) -> Record | None
         record = read_record(path)
     except (OSError, ValueError):
         return None
-    return record if record.status == "ok" else None
+    return record if record.status == "ok" and record.run_id == run_id else None
 
 
 def _finite_or_none(obj: Any) -> Any:

@@ -33,9 +33,9 @@ from attnbench.harness.discovery import load_plugins
 from attnbench.harness.env import environment
 from attnbench.harness.memory import release_probe, reuse_freed_memory
 from attnbench.harness.metrics import MetricPoint, TaskResult
-from attnbench.harness.records import Record, find_ok_record, make_run_id, write_record
+from attnbench.harness.records import Record, find_ok_record, write_record
 from attnbench.harness.task_api import JobContext, NonFiniteError, Task
-from attnbench.harness.validation import DTYPES, prepare_job
+from attnbench.harness.validation import DTYPES, PreparedJob, prepare_job
 from attnbench.harness.variant_api import VARIANTS, UnsupportedError
 
 log = logging.getLogger(__name__)
@@ -104,13 +104,12 @@ def run(cfg: DictConfig) -> Record:
         ConfigError: for values no job could run with, before any work or record.
     """
     load_plugins()
-    ident, task = prepare_job(cfg)
-    run_id = make_run_id(ident)
-    done = _finished_earlier(cfg, ident, run_id)
+    job = prepare_job(cfg)
+    done = _finished_earlier(cfg, job.identity, job.run_id)
     if done is not None:
         return done
-    outcome = _execute(task, ident, cfg)
-    return _record(cfg.results_dir, run_id, ident, task, outcome)
+    outcome = _execute(job.task, job.identity, cfg)
+    return _record(cfg.results_dir, job, outcome)
 
 
 def _finished_earlier(cfg: DictConfig, ident: dict[str, Any], run_id: str) -> Record | None:
@@ -152,7 +151,7 @@ def _job_context(cfg: DictConfig, ident: dict[str, Any]) -> tuple[JobContext, di
     record, like any other failure of the job.
     """
     device = torch.device(ident["device"])
-    threads = int(cfg.threads) or torch.get_num_threads()
+    threads = ident["threads"]  # resolved by prepare_job: part of the job's identity
     torch.set_num_threads(threads)
     settings = {
         "threads": threads,
@@ -226,26 +225,25 @@ def _execute(task: Task, ident: dict[str, Any], cfg: DictConfig) -> _Outcome:
     return outcome
 
 
-def _record(
-    results_dir: str, run_id: str, ident: dict[str, Any], task: Task, outcome: _Outcome
-) -> Record:
-    """Write the job's record: its identity, outcome, environment, the variant's registry facts
-    and the task's self-description.
+def _record(results_dir: str, job: PreparedJob, outcome: _Outcome) -> Record:
+    """Write the job's record: its identity, code modules, outcome, environment, the variant's
+    registry facts and the task's self-description.
 
     The variant's family, cost and origin go into the details, and the task's description
     (`Task.describe`) into ``task_info``, so that collection and the leaderboard can describe
     both without importing them.
     """
+    ident = job.identity
     entry = VARIANTS.entry(ident["variant"])
     env = environment(torch.device(ident["device"]))
     env.update(outcome.settings)
     record = Record(
-        run_id=run_id,
+        run_id=job.run_id,
         status=outcome.status,
         error=outcome.error,
         metrics=outcome.points,
         env=env,
-        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        created_at=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
         duration_s=outcome.duration_s,
         details={
             **outcome.details,
@@ -253,7 +251,8 @@ def _record(
             "variant_cost": entry.obj.cost,
             "variant_origin": entry.origin,
         },
-        task_info=task.describe().to_dict(),
+        task_info=job.task.describe().to_dict(),
+        code_modules=job.code_modules,
         **ident,
     )
     path = write_record(results_dir, record)

@@ -26,6 +26,7 @@ import difflib
 import functools
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,9 @@ from omegaconf.errors import OmegaConfBaseException
 
 import attnbench.conf
 from attnbench.harness.config import AttnbenchConfig, option_schema
+from attnbench.harness.env import device_name
+from attnbench.harness.fingerprint import code_modules, combined_digest
+from attnbench.harness.records import make_run_id
 from attnbench.harness.registry import Registry
 from attnbench.harness.task_api import TASKS, Task, build_task
 from attnbench.harness.variant_api import VARIANTS, VariantShape, build_variant
@@ -206,8 +210,18 @@ def _plain(node: Any) -> Any:
     return node.value if hasattr(node, "value") else node
 
 
+# torch's own default, read before any job of this process sets another (``threads=0`` means it)
+DEFAULT_THREADS = torch.get_num_threads()
+
+
+def resolve_threads(choice: int) -> int:
+    """``threads=0`` → torch's default thread count for this process; else the count asked for."""
+    return int(choice) or DEFAULT_THREADS
+
+
 def job_identity(cfg: DictConfig) -> dict[str, Any]:
-    """The fields that define a job (and its run_id): names, parameters, seed, device, dtype."""
+    """What determines a job's measurement, except its code: names, parameters, seed, device,
+    dtype, thread count and hardware (`prepare_job` adds the code fingerprint)."""
     variant = _plain(cfg.variant)
     task = _plain(cfg.task)
     device = resolve_device(_plain(cfg.device))
@@ -219,7 +233,17 @@ def job_identity(cfg: DictConfig) -> dict[str, Any]:
         "seed": int(cfg.seed),
         "device": str(device),
         "dtype": resolve_dtype(_plain(cfg.dtype), device),
+        "threads": resolve_threads(cfg.threads),
+        "hardware": device_name(device),
     }
+
+
+def code_identity(task: Task, variant_name: str) -> tuple[str, dict[str, str]]:
+    """(fingerprint, {module: source digest}) of the code a job runs: the task's and the
+    variant's modules and the project modules they use (`harness.fingerprint`)."""
+    roots = [type(task).__module__, VARIANTS.get(variant_name).__module__]
+    modules = code_modules(roots)
+    return combined_digest(modules), modules
 
 
 NOMINAL_SHAPE = VariantShape(n_heads=2, head_dim=16, max_len=64)  # for checking hyperparameters
@@ -238,8 +262,29 @@ def check_dtype_runs(dtype: torch.dtype, device: torch.device) -> None:
         raise ConfigError(f"dtype={name} cannot run on {device} ({reason}); use float32.") from None
 
 
-def prepare_job(cfg: DictConfig) -> tuple[dict[str, Any], Task]:
-    """Validate one composed job; return its identity and its task. `ConfigError` for bad values.
+@dataclass
+class PreparedJob:
+    """A checked job, ready to run.
+
+    Attributes:
+        identity: What determines its measurement (`harness.records.IDENTITY_FIELDS`); its hash
+            is the run_id.
+        task: The task, built and checked.
+        code_modules: {module: source digest} of the code it runs; ``identity`` holds their
+            combined digest as ``code_fingerprint``.
+    """
+
+    identity: dict[str, Any]
+    task: Task
+    code_modules: dict[str, str]
+
+    @property
+    def run_id(self) -> str:
+        return make_run_id(self.identity)
+
+
+def prepare_job(cfg: DictConfig) -> PreparedJob:
+    """Validate one composed job and return it with its identity. `ConfigError` for bad values.
 
     Checks what the schema cannot: the device and dtype exist here, the task's sizes and
     relations (its `Task.check`), and the variant's hyperparameters (its constructor).
@@ -258,4 +303,5 @@ def prepare_job(cfg: DictConfig) -> tuple[dict[str, Any], Task]:
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"{kind} {ident[kind]}: {exc}") from None
     check_dtype_runs(DTYPES[ident["dtype"]], torch.device(ident["device"]))
-    return ident, built["task"]
+    ident["code_fingerprint"], modules = code_identity(built["task"], ident["variant"])
+    return PreparedJob(ident, built["task"], modules)

@@ -1,12 +1,23 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 
 import pandas as pd
 import pytest
 
 from attnbench.harness.collect import COLUMNS, collect, main
-from attnbench.harness.records import Record, write_record
+from attnbench.harness.fingerprint import combined_digest, module_digest
+from attnbench.harness.records import SCHEMA_VERSION, Record, make_run_id, write_record
+
+# the code of these hand-made records: one real module of the installed package, as it is now
+MODULES = {"attnbench.harness.metrics": module_digest("attnbench.harness.metrics")}
+
+
+def rid(name: str) -> str:
+    """A run_id for a readable test name."""
+    return make_run_id({"test": name})
+
 
 DESIGN_COLUMNS = [
     "run_id",
@@ -33,24 +44,32 @@ DESIGN_COLUMNS = [
 ]
 
 
-def _write(tmp_path, run_id, status="ok", metrics=None, error=None):
-    write_record(
-        tmp_path,
-        Record(
-            run_id=run_id,
-            status=status,
-            error=error,
-            task="throughput",
-            variant="softmax",
-            task_params={"seq_len": 8},
-            variant_params={"temperature": 1.0},
-            seed=0,
-            device="cpu",
-            dtype="float32",
-            metrics=metrics or [],
-            env={"torch_version": "x", "device_name": "cpu0"},
-        ),
+def _record(name, status="ok", metrics=None, error=None, **kw):
+    modules = kw.pop("code_modules", MODULES)
+    kw.setdefault("created_at", datetime.now(timezone.utc).isoformat(timespec="microseconds"))
+    return Record(
+        run_id=rid(name),
+        status=status,
+        error=error,
+        task="throughput",
+        variant="softmax",
+        task_params={"seq_len": 8},
+        variant_params={"temperature": 1.0},
+        seed=0,
+        device="cpu",
+        dtype="float32",
+        metrics=metrics or [],
+        env={"torch_version": "x", "device_name": "cpu0"},
+        threads=1,
+        hardware="cpu0",
+        code_modules=modules,
+        code_fingerprint=combined_digest(modules) if modules else "",
+        **kw,
     )
+
+
+def _write(tmp_path, name, status="ok", metrics=None, error=None, **kw):
+    return write_record(tmp_path, _record(name, status, metrics, error, **kw))
 
 
 def test_design_columns_present():
@@ -80,10 +99,10 @@ def test_tidy_rows_and_failed_runs_kept(tmp_path):
     frame = pd.read_parquet(tmp_path / "results.parquet")
     assert summary.n_records == 2 and len(frame) == 3
     assert list(frame.columns) == COLUMNS
-    ok = frame[frame.run_id == "a"].set_index("metric")
+    ok = frame[frame.run_id == rid("a")].set_index("metric")
     assert ok.loc["fwd_ms", "value"] == 2.0 and not ok.loc["fwd_ms", "higher_is_better"]
     assert json.loads(ok.loc["gflops", "variant_params"]) == {"temperature": 1.0}
-    failed = frame[frame.run_id == "b"].iloc[0]
+    failed = frame[frame.run_id == rid("b")].iloc[0]
     assert failed.status == "failed" and failed.error == "RuntimeError: boom"
     assert pd.isna(failed.metric)
 
@@ -119,22 +138,133 @@ def test_incremental_collection_equals_a_full_one(tmp_path):
     again = collect(tmp_path)
     assert again.n_reused == 5 and "5 unchanged" in again.describe()
 
-    _write(tmp_path, "r1", status="failed", error="boom")  # changed
+    _write(tmp_path, "r1", status="failed", error="boom")  # a failed attempt beside the ok one
+    _write(tmp_path, "r3", metrics=_point(30.0), created_at="2030-01-01T00:00:00+00:00")  # newer
     _write(tmp_path, "r9", metrics=_point(9.0))  # new
-    (tmp_path / "runs" / "r2.json").unlink()  # removed
+    (tmp_path / "runs" / f"{rid('r2')}.json").unlink()  # removed
     incremental = collect(tmp_path)
-    assert incremental.n_records == 5 and incremental.n_reused == 3
+    assert incremental.n_records == 5 and incremental.n_reused == 3  # r0, r1 (its ok), r4
     table = _sorted(pd.read_parquet(tmp_path / "results.parquet"))
-    assert sorted(table.run_id.unique()) == ["r0", "r1", "r3", "r4", "r9"]
-    assert table[table.run_id == "r1"].status.tolist() == ["failed"]
+    assert sorted(table.run_id.unique()) == sorted(rid(n) for n in ["r0", "r1", "r3", "r4", "r9"])
+    r1 = table[table.run_id == rid("r1")]
+    assert r1.status.tolist() == ["ok"] and r1.latest_status.tolist() == ["failed"]
+    assert r1.attempts.tolist() == [2]
+    assert table[table.run_id == rid("r3")].value.tolist() == [30.0]
     collect(tmp_path, incremental=False)
     full = _sorted(pd.read_parquet(tmp_path / "results.parquet"))
     pd.testing.assert_frame_equal(table, full)
 
 
-def test_unusable_index_means_a_full_collection(tmp_path):
+def test_unusable_table_means_a_full_collection(tmp_path):
     _write(tmp_path, "a", metrics=_point(1.0))
     collect(tmp_path)
-    (tmp_path / ".collected.json").write_text("[not an index")
+    (tmp_path / "results.parquet").write_text("not a table")
     summary = collect(tmp_path)
     assert summary.n_records == 1 and summary.n_reused == 0
+    assert len(pd.read_parquet(tmp_path / "results.parquet")) == 1
+
+
+def _table(tmp_path):
+    return pd.read_parquet(tmp_path / "results.parquet")
+
+
+def test_rows_are_keyed_by_run_id_not_by_file_name(tmp_path):
+    for name in ("a", "b"):
+        _write(tmp_path, name, metrics=_point(1.0))
+    collect(tmp_path)
+    runs = tmp_path / "runs"
+    (runs / f"{rid('a')}.json").rename(runs / "renamed.json")
+    (runs / "b (copy).json").write_bytes((runs / f"{rid('b')}.json").read_bytes())
+    for incremental in (True, False):
+        summary = collect(tmp_path, incremental=incremental)
+        table = _table(tmp_path)
+        assert summary.n_records == 2 and len(table) == 2  # nothing lost, nothing duplicated
+        assert sorted(table.run_id) == sorted([rid("a"), rid("b")])
+        assert table.attempts.tolist() == [1, 1]  # a copy is not another attempt
+        assert set(table.record_file) == {"renamed.json", f"{rid('b')}.json"}
+
+
+def test_a_mistyped_record_is_skipped_naming_its_file_and_field(tmp_path):
+    _write(tmp_path, "good", metrics=_point(1.0))
+    bad = _write(tmp_path, "bad", metrics=_point(2.0))
+    data = json.loads(bad.read_text())
+    data["metrics"] = "fwd_ms=2"
+    bad.write_text(json.dumps(data))
+    with pytest.warns(UserWarning, match=rf"{bad.name}.*field metrics must be list"):
+        summary = collect(tmp_path)
+    assert summary.n_records == 1 and _table(tmp_path).run_id.tolist() == [rid("good")]
+    assert "skipped 1 invalid files" in summary.describe()
+
+
+def test_a_symlinked_record_is_not_followed(tmp_path):
+    outside = tmp_path / "outside"
+    _write(outside, "x", metrics=_point(1.0))
+    _write(tmp_path / "r", "y", metrics=_point(1.0))
+    (tmp_path / "r" / "runs" / "link.json").symlink_to(outside / "runs" / f"{rid('x')}.json")
+    with pytest.warns(UserWarning, match="not a regular file"):
+        summary = collect(tmp_path / "r")
+    assert summary.n_records == 1
+
+
+def test_a_record_of_a_newer_schema_is_reported_and_left_untouched(tmp_path):
+    _write(tmp_path, "a", metrics=_point(1.0))
+    newer = tmp_path / "runs" / "future.json"
+    text = json.dumps({"run_id": rid("f"), "schema_version": SCHEMA_VERSION + 1})
+    newer.write_text(text)
+    with pytest.warns(UserWarning, match="left untouched.*upgrade attnbench"):
+        summary = collect(tmp_path)
+    assert summary.newer == [str(newer)] and newer.read_text() == text
+    assert "left 1 records of a newer schema untouched" in summary.describe()
+
+
+def test_records_of_older_code_are_history_not_current(tmp_path):
+    _write(tmp_path, "now", metrics=_point(1.0))
+    _write(tmp_path, "edited", metrics=_point(2.0), code_modules={"attnbench.harness.metrics": "0"})
+    _write(tmp_path, "removed", metrics=_point(3.0), code_modules={"attnbench.gone": "0"})
+    _write(tmp_path, "unfingerprinted", metrics=_point(4.0), code_modules={})
+    summary = collect(tmp_path)
+    current = _table(tmp_path).set_index("run_id")["current"]
+    assert current[rid("now")]
+    for name in ("edited", "removed", "unfingerprinted"):
+        assert not current[rid(name)], name
+    assert summary.n_stale == 3 and "3 of older code kept as history" in summary.describe()
+
+
+def test_records_of_a_plugin_not_installed_here_are_current_unless_superseded(tmp_path):
+    elsewhere = {"some_plugin_not_installed.variant": "d1"}
+    _write(
+        tmp_path,
+        "old",
+        metrics=_point(1.0),
+        code_modules=elsewhere,
+        created_at="2026-01-01T00:00:00+00:00",
+    )
+    collect(tmp_path)
+    assert _table(tmp_path)["current"].tolist() == [True]  # cannot tell: the only record
+    newer_code = {"some_plugin_not_installed.variant": "d2"}
+    _write(
+        tmp_path,
+        "new",
+        metrics=_point(2.0),
+        code_modules=newer_code,
+        created_at="2026-01-02T00:00:00+00:00",
+    )  # same job (same JOB columns), newer code
+    collect(tmp_path)
+    current = _table(tmp_path).set_index("run_id")["current"]
+    assert current[rid("new")] and not current[rid("old")]
+
+
+def test_concurrent_collectors_take_turns(tmp_path):
+    import threading
+
+    from filelock import FileLock
+
+    _write(tmp_path, "a", metrics=_point(1.0))
+    with FileLock(tmp_path / ".collect.lock"):
+        worker = threading.Thread(target=collect, args=(tmp_path,))
+        worker.start()
+        worker.join(timeout=0.5)
+        assert worker.is_alive()  # waits for the lock
+        assert not (tmp_path / "results.parquet").exists()
+    worker.join(timeout=30)
+    assert not worker.is_alive() and len(_table(tmp_path)) == 1

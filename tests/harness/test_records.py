@@ -6,18 +6,23 @@ import os
 import pytest
 
 from attnbench.harness.records import (
+    IDENTITY_FIELDS,
     SCHEMA_VERSION,
     Record,
+    RecordFieldError,
     RecordSchemaError,
     atomic_write_text,
     find_ok_record,
     make_run_id,
     read_record,
+    record_path,
     write_record,
 )
 
+RUN = "0123456789abcdef"
 
-def _record(run_id="abc", status="ok", **kw) -> Record:
+
+def _record(run_id=RUN, status="ok", **kw) -> Record:
     return Record(
         run_id=run_id,
         status=status,
@@ -54,9 +59,9 @@ def test_write_read_roundtrip(tmp_path):
         ]
     )
     path = write_record(tmp_path, rec)
-    assert path == tmp_path / "runs" / "abc.json"
+    assert path == tmp_path / "runs" / f"{RUN}.json"
     assert read_record(path) == rec
-    assert find_ok_record(tmp_path, "abc") == rec
+    assert find_ok_record(tmp_path, RUN) == rec
     assert list((tmp_path / "runs").iterdir()) == [path]  # no temporary files left
 
 
@@ -67,7 +72,7 @@ def test_non_finite_values_are_written_as_null(tmp_path):
 
 def test_failed_record_is_not_a_finished_run(tmp_path):
     write_record(tmp_path, _record(status="failed", error="boom"))
-    assert find_ok_record(tmp_path, "abc") is None
+    assert find_ok_record(tmp_path, RUN) is None
 
 
 def test_atomic_write_keeps_old_file_when_writing_fails(tmp_path, monkeypatch):
@@ -86,7 +91,7 @@ def test_atomic_write_keeps_old_file_when_writing_fails(tmp_path, monkeypatch):
 
 def test_newer_schema_is_refused_with_advice(tmp_path):
     path = tmp_path / "r.json"
-    path.write_text(json.dumps({"run_id": "x", "schema_version": SCHEMA_VERSION + 1}))
+    path.write_text(json.dumps({"run_id": RUN, "schema_version": SCHEMA_VERSION + 1}))
     with pytest.raises(RecordSchemaError, match="upgrade attnbench"):
         read_record(path)
 
@@ -130,3 +135,118 @@ def test_process_killed_mid_write_leaves_no_partial_record(tmp_path):
     from attnbench.harness.collect import collect
 
     assert collect(tmp_path).n_records == 0  # … and the collector does not see it
+
+
+def test_identity_holds_what_determines_the_measurement():
+    assert set(IDENTITY_FIELDS) == {
+        "task",
+        "task_params",
+        "variant",
+        "variant_params",
+        "seed",
+        "device",
+        "dtype",
+        "threads",
+        "hardware",
+        "code_fingerprint",
+    }
+    base = _record(threads=1, hardware="cpu A", code_fingerprint="f1").identity()
+    for field, other in [("threads", 2), ("hardware", "cpu B"), ("code_fingerprint", "f2")]:
+        assert make_run_id({**base, field: other}) != make_run_id(base), field
+
+
+@pytest.mark.parametrize("run_id", ["abc", "../../etc/passwd", "0123456789ABCDEF", RUN + "0"])
+def test_a_run_id_that_is_not_a_hash_never_becomes_a_path(tmp_path, run_id):
+    with pytest.raises(ValueError, match="not 16 lowercase hex digits"):
+        record_path(tmp_path, run_id)
+
+
+def _files(tmp_path):
+    return sorted(p.name for p in (tmp_path / "runs").iterdir())
+
+
+def test_a_failed_rerun_never_replaces_an_ok_record(tmp_path):
+    ok = _record(created_at="2026-01-01T00:00:00+00:00")
+    write_record(tmp_path, ok)
+    failed = _record(status="timeout", error="slow", created_at="2026-01-02T00:00:00+00:00")
+    beside = write_record(tmp_path, failed)
+    assert read_record(tmp_path / "runs" / f"{RUN}.json") == ok  # the ok record stays in place
+    assert beside.name == f"{RUN}.20260102T000000Z.json" and read_record(beside) == failed
+    assert find_ok_record(tmp_path, RUN) == ok
+
+
+def test_a_newer_record_of_the_same_run_keeps_the_earlier_one_as_history(tmp_path):
+    first = _record(status="failed", error="x", created_at="2026-01-01T00:00:00+00:00")
+    second = _record(created_at="2026-01-02T00:00:00+00:00")
+    third = _record(duration_s=2.0, created_at="2026-01-03T00:00:00+00:00")
+    for record in (first, second, third):
+        write_record(tmp_path, record)
+    assert read_record(tmp_path / "runs" / f"{RUN}.json") == third
+    assert _files(tmp_path) == [
+        f"{RUN}.20260101T000000Z.json",
+        f"{RUN}.20260102T000000Z.json",
+        f"{RUN}.json",
+    ]
+    # the same second twice: a free name, nothing overwritten
+    write_record(tmp_path, _record(status="failed", error="y", created_at=third.created_at))
+    assert f"{RUN}.20260103T000000Z.json" in _files(tmp_path)
+    assert len(_files(tmp_path)) == 4
+
+
+def test_a_record_of_a_newer_schema_is_left_untouched(tmp_path, caplog):
+    path = tmp_path / "runs" / f"{RUN}.json"
+    path.parent.mkdir()
+    newer = json.dumps({"run_id": RUN, "schema_version": SCHEMA_VERSION + 1, "future": 1})
+    path.write_text(newer)
+    beside = write_record(tmp_path, _record(created_at="2026-01-01T00:00:00+00:00"))
+    assert path.read_text() == newer
+    assert beside != path and read_record(beside).run_id == RUN
+    assert "left" in caplog.text and "untouched" in caplog.text
+
+
+def _data(**changes):
+    data = json.loads(_record().to_json())
+    data.update(changes)
+    return data
+
+
+@pytest.mark.parametrize(
+    "changes, field",
+    [
+        ({"metrics": "fwd_ms=1"}, "field metrics must be list"),
+        ({"metrics": [{"metric": "m", "value": "1.5"}]}, "field metrics[0].value must be"),
+        ({"metrics": [{"metric": 3, "value": 1.5}]}, "field metrics[0].metric must be str"),
+        ({"seed": "0"}, "field seed must be int"),
+        ({"seed": True}, "field seed must be int"),
+        ({"task_params": [1]}, "field task_params must be dict"),
+        ({"status": "great"}, "field status 'great' is not one of"),
+        ({"run_id": "../x"}, "field run_id '../x' is not a run id"),
+        ({"env": None}, "field env must be dict"),
+        ({"code_modules": {"m": 1}}, "field code_modules[m] must be str"),
+    ],
+)
+def test_a_mistyped_field_is_named_with_its_file(tmp_path, changes, field):
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(_data(**changes)))
+    with pytest.raises(RecordFieldError) as info:
+        read_record(path)
+    assert str(path) in str(info.value) and field in str(info.value)
+
+
+def test_a_missing_required_field_is_named(tmp_path):
+    data = _data()
+    del data["task"]
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(RecordFieldError, match="field task is missing"):
+        read_record(path)
+
+
+def test_schema_2_records_read_with_threads_and_hardware_from_their_environment(tmp_path):
+    data = _data(schema_version=2, env={"threads": 4, "device_name": "Some CPU"})
+    for key in ("threads", "hardware", "code_fingerprint", "code_modules"):
+        del data[key]
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(data))
+    record = read_record(path)
+    assert (record.threads, record.hardware, record.code_fingerprint) == (4, "Some CPU", "")

@@ -1,0 +1,154 @@
+"""A fingerprint of the code that produced a measurement: the modules a variant and a task use.
+
+A job's identity must change when the code that determines its numbers changes, and only then.
+The git commit is not enough: it misses uncommitted edits, and an installed wheel has none. So a
+job's identity carries a digest of the source of the variant's module and the task's module, and
+of every project module they import, transitively (`code_modules`); a change to one variant's
+module re-runs that module's jobs only, while an edit to shared engine code the modules import
+(the variant contract, the training loop) re-runs every job that uses it.
+
+The import graph is read statically (`ast`) from the source files, without importing anything:
+collection recomputes the digests of a record's modules to tell whether the record is still
+current for the installed code, and the leaderboard's collection must not need torch or the
+plugins. "Project" modules are those in the ``attnbench`` package and in the top-level package of
+each root module (a plugin's own package); imports inside functions count too (conservative: a
+lazily imported helper is still code the job may run). Names imported from the public API
+(``from attnbench import X``) are followed to the module that defines them.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import importlib.util
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+PROJECT = "attnbench"
+
+
+@functools.cache
+def _package_dirs(top: str) -> tuple[Path, ...]:
+    """The folders of top-level package ``top`` (several for a namespace package); () if absent.
+
+    `importlib.util.find_spec` on a top-level name locates it without importing it.
+    """
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return ()
+    if spec is None:
+        return ()
+    if spec.submodule_search_locations is not None:
+        return tuple(Path(p) for p in spec.submodule_search_locations)
+    return (Path(spec.origin).parent,) if spec.origin else ()
+
+
+def module_file(name: str) -> Path | None:
+    """The source file of module ``name`` (``pkg/sub/mod.py`` or ``pkg/sub/__init__.py``), found
+    without importing it; None when there is none here."""
+    top, *rest = name.split(".")
+    for base in _package_dirs(top):
+        if not rest:
+            candidates = [base / "__init__.py"]
+        else:
+            stem = base.joinpath(*rest)
+            candidates = [stem.with_suffix(".py"), stem / "__init__.py"]
+        for path in candidates:
+            if path.is_file():
+                return path
+    if not rest:  # a top-level single-file module
+        try:
+            spec = importlib.util.find_spec(top)
+        except (ImportError, ValueError):
+            return None
+        if spec is not None and spec.origin and spec.origin.endswith(".py"):
+            return Path(spec.origin)
+    return None
+
+
+@functools.cache
+def _public_exports() -> dict[str, str]:
+    """The public API's name → defining module map (``attnbench._EXPORTS``), read from source."""
+    path = module_file(PROJECT)
+    if path is None:
+        return {}
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.AnnAssign | ast.Assign):
+            targets = [node.target] if isinstance(node, ast.AnnAssign) else node.targets
+            if any(isinstance(t, ast.Name) and t.id == "_EXPORTS" for t in targets):
+                return dict(ast.literal_eval(node.value))
+    return {}
+
+
+def _imported(name: str, source: str, tops: frozenset[str]) -> set[str]:
+    """Project modules that module ``name`` imports (at any depth of its source)."""
+    found: set[str] = set()
+    path = module_file(name)
+    is_package = path is not None and path.name == "__init__.py"
+    package = name if is_package else name.rpartition(".")[0]  # what relative imports start from
+
+    def add(module: str) -> None:
+        if module.split(".")[0] in tops and module_file(module) is not None:
+            found.add(module)
+
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                add(alias.name)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{parent}.{base}" if base else parent
+            for alias in node.names:
+                if base == PROJECT:
+                    defining = _public_exports().get(alias.name)
+                    if defining:
+                        add(defining)
+                elif module_file(f"{base}.{alias.name}") is not None:
+                    add(f"{base}.{alias.name}")  # a submodule: from pkg import mod
+                else:
+                    add(base)
+    found.discard(PROJECT)  # the public API only re-exports; its names were followed above
+    return found
+
+
+def module_closure(roots: Iterable[str]) -> list[str]:
+    """``roots`` and every project module they import, transitively, sorted."""
+    roots = list(roots)
+    tops = frozenset({PROJECT, *(r.split(".")[0] for r in roots)})
+    seen: set[str] = set()
+    todo = [r for r in roots if module_file(r) is not None]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        source = module_file(name).read_text(encoding="utf-8")  # type: ignore[union-attr]
+        todo.extend(_imported(name, source, tops) - seen)
+    return sorted(seen)
+
+
+def module_digest(name: str) -> str | None:
+    """SHA-256 of module ``name``'s source bytes; None when the module is not found here."""
+    path = module_file(name)
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path is not None else None
+
+
+def combined_digest(modules: dict[str, str]) -> str:
+    """One 16-hex-digit digest of a {module: source digest} map (order does not matter)."""
+    text = json.dumps(modules, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def code_modules(roots: Iterable[str]) -> dict[str, str]:
+    """{module: source digest} of ``roots`` and the project modules they use."""
+    modules = {}
+    for name in module_closure(roots):
+        digest = module_digest(name)
+        if digest is not None:
+            modules[name] = digest
+    return modules
