@@ -26,19 +26,20 @@ POINT = [
 SPREAD_SUFFIX = "_iqr"
 
 
-def point_stats(table: pd.DataFrame) -> pd.DataFrame:
-    """One row per metric point of the ok rows of ``table``: the POINT columns, ``mean``, ``n``
-    (seeds), ``spread`` and ``higher_is_better``. Missing curve positions become x_name "" and
-    x_value −1, so that points without a curve still match across tables."""
+def point_stats(table: pd.DataFrame, point: list[str] = POINT) -> pd.DataFrame:
+    """One row per metric point of the ok rows of ``table``: the ``point`` columns (default
+    POINT; the leaderboard keys points by machine instead of device), ``mean``, ``n`` (seeds),
+    ``spread`` and ``higher_is_better``. Missing curve positions become x_name "" and x_value −1,
+    so that points without a curve still match across tables."""
     ok = table[(table["status"] == "ok") & table["metric"].notna()].copy()
     ok["x_value"] = ok["x_value"].fillna(-1.0)  # NaN never equals NaN in a merge or groupby
     ok["x_name"] = ok["x_name"].fillna("")
-    stats = ok.groupby(POINT, dropna=False)["value"].agg(mean="mean", std="std", n="count")
+    stats = ok.groupby(point, dropna=False)["value"].agg(mean="mean", std="std", n="count")
     stats = stats.reset_index()
     iqr = stats[stats["metric"].str.endswith(SPREAD_SUFFIX)].copy()
     iqr["metric"] = iqr["metric"].str.removesuffix(SPREAD_SUFFIX)
-    iqr = iqr[POINT + ["mean"]].rename(columns={"mean": "iqr"})
-    stats = stats.merge(iqr, on=POINT, how="left")
+    iqr = iqr[point + ["mean"]].rename(columns={"mean": "iqr"})
+    stats = stats.merge(iqr, on=point, how="left")
     stats["spread"] = np.where(stats["n"] > 1, stats["std"], stats["iqr"]).astype(float)
     directions = ok.groupby("metric")["higher_is_better"].first()
     stats["higher_is_better"] = stats["metric"].map(directions)

@@ -123,8 +123,9 @@ def fit_rows(frame: pd.DataFrame, task: str, fit: ScalingFit) -> list[dict[str, 
     if rows.empty:
         return []
     rows = rows.assign(setting=_setting_without(rows["task_params"], fit.axis))
-    keys = ["variant", "variant_params", "device", "device_name", "dtype", "setting"]
-    rows = rows.assign(device_name=rows["device_name"].fillna(""))
+    # one fit per machine (hardware and threads): timings of different machines never mix
+    keys = ["variant", "variant_params", "device", "hardware", "threads", "dtype", "setting"]
+    rows = rows.assign(hardware=rows["hardware"].fillna(""), threads=rows["threads"].fillna(0))
     fits = {}
     for key, group in rows.groupby(keys):
         curve = group.groupby("x_value")["value"].mean()
@@ -133,13 +134,9 @@ def fit_rows(frame: pd.DataFrame, task: str, fit: ScalingFit) -> list[dict[str, 
     directions = {m["name"]: m["higher_is_better"] for m in fit.metrics()}
     out = []
     for key, (slope, intercept, low, high) in fits.items():
-        variant, variant_params, device, device_name, dtype, setting = key
+        variant, variant_params, device, hardware, threads, dtype, setting = key
         reference = next(
-            (
-                f
-                for k, f in fits.items()
-                if k[0] == fit.reference_variant and k[2:] == (device, device_name, dtype, setting)
-            ),
+            (f for k, f in fits.items() if k[0] == fit.reference_variant and k[2:] == key[2:]),
             None,
         )
         values = {fit.name: slope, f"{fit.name}_ci_low": low, f"{fit.name}_ci_high": high}
@@ -147,7 +144,7 @@ def fit_rows(frame: pd.DataFrame, task: str, fit: ScalingFit) -> list[dict[str, 
             values[fit.crossover_name] = math.exp(
                 (intercept - reference[1]) / (reference[0] - slope)
             )
-        ident = json.dumps([task, fit.to_dict(), *key], sort_keys=True)
+        ident = json.dumps([task, fit.to_dict(), *key], sort_keys=True, default=str)
         run_id = hashlib.sha256(ident.encode()).hexdigest()[:16]
         for metric, value in values.items():
             out.append(
@@ -160,7 +157,8 @@ def fit_rows(frame: pd.DataFrame, task: str, fit: ScalingFit) -> list[dict[str, 
                     "variant_params": variant_params,
                     "task_params": setting,
                     "device": device,
-                    "device_name": device_name or None,
+                    "hardware": hardware or None,
+                    "threads": threads,
                     "dtype": dtype,
                     "metric": metric,
                     "value": value,

@@ -6,18 +6,60 @@ import os
 import shutil
 import subprocess
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 import torch
 
 from attnbench.harness.discovery import load_plugins
+from attnbench.harness.fingerprint import combined_digest, module_digest
+from attnbench.harness.records import Record, make_run_id
 from attnbench.testing import random_qkv  # noqa: F401  (one helper: the tests import it from here)
 
 load_plugins()
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
+
+
+# the code of hand-made records: one real module of the installed package, as it is now, so that
+# collection counts them as current (records of other code are history, left off the board)
+CURRENT_MODULES = {"attnbench.harness.metrics": module_digest("attnbench.harness.metrics")}
+
+
+def test_run_id(name: str) -> str:
+    """A valid run_id for a readable name in a test."""
+    return make_run_id({"test": name})
+
+
+test_run_id.__test__ = False  # a helper, not a test
+
+
+def make_record(name: str, **fields) -> Record:
+    """A hand-made record of the installed code: run_id from ``name``, throughput on one CPU
+    thread unless ``fields`` say otherwise; ``code_modules`` (default `CURRENT_MODULES`) sets the
+    code fingerprint."""
+    modules = fields.pop("code_modules", CURRENT_MODULES)
+    defaults = {
+        "status": "ok",
+        "task": "throughput",
+        "variant": "softmax",
+        "task_params": {},
+        "variant_params": {},
+        "seed": 0,
+        "device": "cpu",
+        "dtype": "float32",
+        "threads": 1,
+        "hardware": "cpu0",
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="microseconds"),
+    }
+    return Record(
+        run_id=test_run_id(name),
+        code_modules=modules,
+        code_fingerprint=combined_digest(modules) if modules else "",
+        **{**defaults, **fields},
+    )
 
 
 def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None, timeout: float = 300):

@@ -68,7 +68,7 @@ def curve_figure(
     others = [c for c in varying(params) if c != f"task.{x_name}"]
     vparams = expand_params(rows, "variant_params", "variant")
     vothers = varying(vparams, within=rows["variant"])
-    line_keys = ["variant", *vothers, "device", "dtype", *others]
+    line_keys = ["variant", *vothers, "machine", "dtype", *others]
     rows = key_columns(pd.concat([rows, params[others], vparams[vothers]], axis=1), line_keys)
     fig = go.Figure()
     for key, group in rows.groupby(line_keys, sort=True):

@@ -1,4 +1,4 @@
-"""The overview table: one row per variant (per device and dtype), one column per task's headline.
+"""The overview table: one row per variant (per machine and dtype), one column per task's headline.
 
 Rendering only: the numbers (values, spreads, win rates, ranks) come from
 `harness.leaderboard.ranking.standings`; this module turns them into cells with text, sort keys
@@ -21,7 +21,7 @@ class Overview:
     """The overview table plus, per row, the attributes the page filters on."""
 
     table: Table
-    filters: list[dict[str, str]] = field(default_factory=list)  # device, dtype, family per row
+    filters: list[dict[str, str]] = field(default_factory=list)  # machine, dtype, family per row
     options: dict[str, list[str]] = field(default_factory=dict)  # distinct values per filter
 
 
@@ -42,10 +42,10 @@ def overview(
     value_cols, rank_cols = computed.values, computed.task_ranks
 
     columns = [
-        Column("rank", "rank", "Rank by mean win rate within device and dtype", True),
+        Column("rank", "rank", "Rank by mean win rate within machine and dtype", True),
         Column("variant", "variant"),
         Column("family", "family"),
-        Column("device", "device"),
+        Column("machine", "machine", "Hardware (CPU model or GPU) and, on CPU, threads"),
         Column("dtype", "dtype"),
         Column(
             "win_rate",
@@ -70,14 +70,14 @@ def overview(
     table = Table(columns=columns)
     result = Overview(table=table)
     for key in computed.entries:
-        variant, params, device, dtype = key
+        variant, params, machine, dtype = key
         rank = overall.get(key, math.nan)
         rate = aggregate.get(key, math.nan)
         cells = [
             Cell(_rank_text(rank), _sort(rank), rank == 1),
             Cell(_label(variant, params, int(configs[variant])), variant),
             Cell(families.get(variant, ""), families.get(variant, "")),
-            Cell(device, device),
+            Cell(machine, machine),
             Cell(dtype, dtype),
             Cell(
                 "–" if math.isnan(rate) else f"{rate:.3f} ({int(n_tasks.get(key, 0))} tasks)",
@@ -99,9 +99,9 @@ def overview(
             cells.append(Cell(text, _sort(r) if h.task in rank_cols else _sort(v), r == 1))
         table.rows.append(cells)
         result.filters.append(
-            {"device": device, "dtype": dtype, "family": families.get(variant, "")}
+            {"machine": machine, "dtype": dtype, "family": families.get(variant, "")}
         )
-    for name in ("device", "dtype", "family"):
+    for name in ("machine", "dtype", "family"):
         result.options[name] = sorted({f[name] for f in result.filters})
     return result
 

@@ -1,11 +1,14 @@
-"""The overview: one row per variant (per device and dtype), one column per task's headline metric.
+"""The overview: one row per variant (per machine and dtype), one column per task's headline metric.
+
+A *machine* is the hardware a run was measured on (CPU model or GPU name, `machine_labels`), with
+the thread count on CPU: a laptop's timings never compete with a server's.
 
 Ranking is by **mean win rate**. A *contest* is one task setting (task parameters and curve
-position, on one device and dtype) of a task whose headline metric has a direction. In a contest
+position, on one machine and dtype) of a task whose headline metric has a direction. In a contest
 every pair of entries that both ran it is compared on their seed-averaged headline value: the
 better one scores 1, a tie (equal to 1e-9 relative) scores ½ each. An entry's win rate in a task is
 its mean score over the task's contests, each contest's score divided by the number of opponents;
-its aggregate is the mean of its task win rates. Ranks are within a device and dtype ("min" method:
+its aggregate is the mean of its task win rates. Ranks are within a machine and dtype ("min" method:
 ties share a rank).
 Headline metrics without a direction (e.g. concentration's S(x)) are shown but not ranked.
 Values and their spread (seed std, else the recorded IQR) come from `harness.metric_points`.
@@ -23,12 +26,29 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from attnbench.harness.metric_points import point_stats
+from attnbench.harness.metric_points import POINT, point_stats
 
 TIE_RTOL = 1e-9
-ENTRY = ["variant", "variant_params", "device", "dtype"]
+MACHINE = "machine"  # the column `machine_labels` fills
+ENTRY = ["variant", "variant_params", MACHINE, "dtype"]
 SETTING = ["task_params", "x_name", "x_value"]
-CONTEST = ["device", "dtype", *SETTING]  # entries compete only on the same hardware and dtype
+CONTEST = [MACHINE, "dtype", *SETTING]  # entries compete only on the same machine and dtype
+MACHINE_POINT = [MACHINE if c == "device" else c for c in POINT]
+
+
+def machine_labels(frame: pd.DataFrame) -> pd.Series:
+    """Each row's machine: its hardware (CPU model or GPU name; the device type when unknown),
+    with the thread count on CPU, where timings depend on it."""
+    hardware = frame["hardware"].where(frame["hardware"].fillna("") != "", frame["device"])
+    threads = pd.to_numeric(frame["threads"], errors="coerce")
+    on_cpu = (frame["device"] == "cpu") & threads.notna()
+    suffix = threads.map(lambda t: "" if pd.isna(t) else f" · {int(t)} threads")
+    return hardware.astype(str) + suffix.where(on_cpu, "")
+
+
+def with_machine(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` (a collected results table) with its ``machine`` column, as the page uses it."""
+    return frame.assign(**{MACHINE: machine_labels(frame)})
 
 
 @dataclass
@@ -81,7 +101,7 @@ class Standings:
         task_ranks: task → rank by win rate (ranked tasks only).
         aggregate: Mean of the task win rates.
         n_tasks: How many ranked tasks each aggregate averages.
-        overall: Rank by the aggregate within device and dtype.
+        overall: Rank by the aggregate within machine and dtype.
     """
 
     entries: pd.MultiIndex
@@ -96,7 +116,7 @@ class Standings:
 def standings(frame: pd.DataFrame, headlines: list[Headline]) -> Standings | None:
     """Win rates and ranks of the ok run rows of ``frame`` (see the module docstring); None when
     no headline has results."""
-    stats = point_stats(frame[~frame["derived"].astype(bool)])
+    stats = point_stats(frame[~frame["derived"].astype(bool)], MACHINE_POINT)
     headlines = [
         h for h in headlines if ((stats["task"] == h.task) & (stats["metric"] == h.metric)).any()
     ]
@@ -131,8 +151,8 @@ def standings(frame: pd.DataFrame, headlines: list[Headline]) -> Standings | Non
 
 
 def rank_within_hardware(scores: pd.Series) -> pd.Series:
-    """Rank 1 = highest score, within each device and dtype; ties share the lower rank."""
+    """Rank 1 = highest score, within each machine and dtype; ties share the lower rank."""
     if scores.empty:
         return scores
-    groups = scores.groupby(level=["device", "dtype"])
+    groups = scores.groupby(level=[MACHINE, "dtype"])
     return groups.rank(method="min", ascending=False)

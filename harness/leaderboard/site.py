@@ -28,7 +28,7 @@ from attnbench.harness.leaderboard.charts import (
     scatter_figure,
 )
 from attnbench.harness.leaderboard.overview import overview
-from attnbench.harness.leaderboard.ranking import Headline
+from attnbench.harness.leaderboard.ranking import MACHINE, Headline, with_machine
 from attnbench.harness.leaderboard.tables import Table, task_table, unfinished_table
 from attnbench.harness.records import atomic_write_text, runs_dir
 from attnbench.harness.task_info import TaskInfo
@@ -227,8 +227,8 @@ def _quality_vs_cost(
     cost_task, cost_metric = axis
     ok = frame[(frame["status"] == "ok") & ~frame["derived"]]
     cost = ok[(ok["task"] == cost_task) & (ok["metric"] == cost_metric)]
-    device, dtype = cost.groupby(["device", "dtype"]).size().idxmax()
-    cost = cost[(cost["device"] == device) & (cost["dtype"] == dtype)]
+    machine, dtype = cost.groupby([MACHINE, "dtype"]).size().idxmax()
+    cost = cost[(cost[MACHINE] == machine) & (cost["dtype"] == dtype)]
     x_name = cost["x_name"].dropna().iloc[0] if cost["x_name"].notna().any() else None
     if x_name is not None:
         lengths = cost.groupby("x_value")["variant"].nunique()
@@ -247,7 +247,7 @@ def _quality_vs_cost(
         quality = ok[
             (ok["task"] == h.task)
             & (ok["metric"] == h.metric)
-            & (ok["device"] == device)
+            & (ok[MACHINE] == machine)
             & (ok["dtype"] == dtype)
         ]
         quality = quality.groupby("variant")["value"].mean()
@@ -257,7 +257,7 @@ def _quality_vs_cost(
         arrow = "↑" if h.higher_is_better else "↓"
         fig = scatter_figure(
             both.rename_axis("label").reset_index(),
-            f"{cost_task} {cost_metric}{where} ({unit}{device}, {dtype})",
+            f"{cost_task} {cost_metric}{where} ({unit}{machine}, {dtype})",
             f"{h.metric} {arrow}",
             f"{h.task}: {h.metric} against cost",
         )
@@ -299,10 +299,26 @@ def _environment() -> jinja2.Environment:
     )
 
 
+def _shown(frame: pd.DataFrame, include_stale: bool) -> tuple[pd.DataFrame, int]:
+    """The rows the page shows, with their machine (`ranking.machine_labels`), and how many
+    runs of older code it leaves out: by default only records of the installed code
+    (collection's ``current``), so that old code's numbers never mix with new ones."""
+    stale = frame.loc[~frame["current"] & ~frame["derived"], "run_id"].nunique()
+    if not include_stale:
+        frame = frame[frame["current"]]
+    return with_machine(frame), 0 if include_stale else stale
+
+
 def build_site(
-    results_dir: str | os.PathLike = "results", out_dir: str | os.PathLike | None = None
+    results_dir: str | os.PathLike = "results",
+    out_dir: str | os.PathLike | None = None,
+    include_stale: bool = False,
 ) -> Path:
     """Write the leaderboard for ``results_dir`` into ``out_dir`` (default RESULTS_DIR/leaderboard).
+
+    Args:
+        include_stale: Show the records of older code too (history; default: only current ones,
+            and the page says how many it left out). The published table holds all of them.
 
     Returns:
         The path of ``index.html``. With no results, the page says how to produce some.
@@ -321,6 +337,9 @@ def build_site(
         shutil.copyfile(table_path, out / "results.parquet")
         frame.to_csv(out / "results.csv", index=False)
         _copy_records(results_dir, out / "runs")
+    n_stale = 0
+    if not frame.empty:
+        frame, n_stale = _shown(frame, include_stale)
     headlines = _headlines(frame, infos) if not frame.empty else []
     families = (
         frame.groupby("variant")["variant_family"].first().dropna().to_dict()
@@ -339,6 +358,7 @@ def build_site(
             unfinished=unfinished_table(frame) if not frame.empty else None,
             provenance=_provenance(frame) if not frame.empty else None,
             n_runs=frame.loc[~frame["derived"], "run_id"].nunique() if not frame.empty else 0,
+            n_stale=n_stale,
             plotly_js=PLOTLY_JS,
         )
     )
@@ -361,8 +381,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "-o", "--out", default=None, help="output folder (default: RESULTS_DIR/leaderboard)"
     )
+    parser.add_argument(
+        "--include-stale",
+        action="store_true",
+        help="also show runs of older code (default: only runs of the installed code)",
+    )
     args = parser.parse_args(argv)
-    index = build_site(args.results_dir, args.out)
+    index = build_site(args.results_dir, args.out, include_stale=args.include_stale)
     if not (Path(args.results_dir) / TABLE_NAME).exists():
         print(
             f"attnbench-leaderboard: no results yet in {args.results_dir}; run "

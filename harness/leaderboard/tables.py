@@ -119,12 +119,12 @@ def task_table(
     metric_info: dict[str, tuple[str, bool | None]],
     run_link: str | None = None,
 ) -> Table:
-    """One row per (variant, its parameters, device, dtype, task setting); one column per metric.
+    """One row per (variant, its parameters, machine, dtype, task setting); one column per metric.
 
     Values are means over seeds. A point whose curve coordinate is the job's own setting (e.g.
     throughput's seq_len) is a plain value; a metric reported along a curve (e.g. error by number
     of examples) is shown as its mean over the curve, and its header says so. The best value of
-    each metric among rows that share a setting (same task parameters, device and dtype) is marked.
+    each metric among rows that share a setting (same task parameters, machine and dtype) is marked.
 
     Args:
         ok: Rows of one task with status ok.
@@ -138,7 +138,7 @@ def task_table(
     setting_cols = varying(task_params)
     vparam_cols = varying(variant_params, within=ok["variant"])
     frame = pd.concat([ok, task_params[setting_cols], variant_params[vparam_cols]], axis=1)
-    keys = ["variant", *vparam_cols, "device", "dtype", *setting_cols]
+    keys = ["variant", *vparam_cols, "machine", "dtype", *setting_cols]
     frame = key_columns(frame, keys)
     frame["metric"] = _column_names(ok, task_params)
     wide = frame.pivot_table(index=keys, columns="metric", values="value", aggfunc="mean")
@@ -160,7 +160,7 @@ def task_table(
     if run_link is not None:
         columns.append(Column("runs", "runs", "The run records behind this row (click to open)"))
     wide = wide.reset_index().sort_values(keys, key=_numbers_first, ignore_index=True)
-    group_keys = ["device", "dtype", *setting_cols]
+    group_keys = ["machine", "dtype", *setting_cols]
     best: dict[str, set[int]] = {}
     for m in metrics:
         direction = info(m)[1]
@@ -197,12 +197,22 @@ def _column_names(ok: pd.DataFrame, task_params: pd.DataFrame) -> pd.Series:
 
 
 def unfinished_table(frame: pd.DataFrame) -> Table:
-    """Runs whose status is not ok: what failed, and why."""
-    bad = frame[frame["status"] != "ok"].drop_duplicates("run_id")
-    keys = ["task", "variant", "status", "error", "device", "dtype", "task_params", "run_id"]
+    """Runs whose status is not ok, and ok runs whose latest attempt failed (collection keeps
+    the ok record and counts the failed re-run beside it): what failed, and why."""
+    runs = frame[~frame["derived"]].drop_duplicates("run_id")
+    failed_again = (runs["status"] == "ok") & ~runs["latest_status"].isin(["ok", "unsupported"])
+    bad = runs[(runs["status"] != "ok") | failed_again]
+    keys = ["task", "variant", "status", "error", "machine", "dtype", "task_params", "run_id"]
     table = Table(columns=[Column(k, k) for k in keys])
-    for _, row in bad.iterrows():
-        table.rows.append([Cell(str(row[k]), str(row[k])) for k in keys])
+    for i, row in bad.iterrows():
+        text = {k: str(row[k]) for k in keys}
+        if failed_again[i]:
+            text["status"] = f"ok, latest attempt {row['latest_status']}"
+            text["error"] = (
+                f"a re-run ({row['attempts']} attempts) ended {row['latest_status']}; the ok "
+                f"record is shown, the failed one sits beside it in runs/{row['run_id']}.*.json"
+            )
+        table.rows.append([Cell(text[k], text[k]) for k in keys])
     return table
 
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from conftest import make_record
 
 from attnbench.harness.collect import collect
-from attnbench.harness.records import Record, write_record
+from attnbench.harness.records import write_record
 
 N_RECORDS = 1000
 
@@ -26,8 +27,8 @@ def sweep_dir(tmp_path_factory):
     for i in range(N_RECORDS):
         write_record(
             root,
-            Record(
-                run_id=f"{i:016x}",
+            make_record(
+                f"run {i}",
                 status="ok",
                 task="throughput",
                 variant=("softmax", "linear", "window", "decay")[i % 4],

@@ -1,23 +1,13 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
 
 import pandas as pd
 import pytest
+from conftest import make_record, test_run_id
 
 from attnbench.harness.collect import COLUMNS, collect, main
-from attnbench.harness.fingerprint import combined_digest, module_digest
-from attnbench.harness.records import SCHEMA_VERSION, Record, make_run_id, write_record
-
-# the code of these hand-made records: one real module of the installed package, as it is now
-MODULES = {"attnbench.harness.metrics": module_digest("attnbench.harness.metrics")}
-
-
-def rid(name: str) -> str:
-    """A run_id for a readable test name."""
-    return make_run_id({"test": name})
-
+from attnbench.harness.records import SCHEMA_VERSION, write_record
 
 DESIGN_COLUMNS = [
     "run_id",
@@ -44,26 +34,19 @@ DESIGN_COLUMNS = [
 ]
 
 
+def rid(name: str) -> str:
+    return test_run_id(name)
+
+
 def _record(name, status="ok", metrics=None, error=None, **kw):
-    modules = kw.pop("code_modules", MODULES)
-    kw.setdefault("created_at", datetime.now(timezone.utc).isoformat(timespec="microseconds"))
-    return Record(
-        run_id=rid(name),
+    return make_record(
+        name,
         status=status,
         error=error,
-        task="throughput",
-        variant="softmax",
         task_params={"seq_len": 8},
         variant_params={"temperature": 1.0},
-        seed=0,
-        device="cpu",
-        dtype="float32",
         metrics=metrics or [],
         env={"torch_version": "x", "device_name": "cpu0"},
-        threads=1,
-        hardware="cpu0",
-        code_modules=modules,
-        code_fingerprint=combined_digest(modules) if modules else "",
         **kw,
     )
 

@@ -1,11 +1,13 @@
 from __future__ import annotations
 
 import pandas as pd
+from conftest import make_record, test_run_id
 
 from attnbench.harness.collect import collect
 from attnbench.harness.leaderboard import build_site
+from attnbench.harness.leaderboard.ranking import with_machine
 from attnbench.harness.leaderboard.tables import task_table
-from attnbench.harness.records import Record, write_record
+from attnbench.harness.records import write_record
 from attnbench.tasks.throughput import Throughput
 
 HOSTILE = "<img src=x onerror=alert(1)>"
@@ -32,8 +34,8 @@ def _write(tmp_path, run_id, variant, seq_len, fwd_ms, status="ok", error=None):
     )
     write_record(
         tmp_path,
-        Record(
-            run_id=run_id,
+        make_record(
+            run_id,
             status=status,
             error=error,
             task="throughput",
@@ -45,7 +47,6 @@ def _write(tmp_path, run_id, variant, seq_len, fwd_ms, status="ok", error=None):
             dtype="float32",
             metrics=metrics,
             env={"device_name": "cpu0"},
-            created_at="2026-01-01",
             task_info=Throughput.describe().to_dict(),  # as every run record carries it
             details={"variant_family": variant},
         ),
@@ -59,9 +60,11 @@ def test_best_value_is_marked_per_setting(tmp_path):
     _write(tmp_path, "d", "linear", 128, 4.0)
     collect(tmp_path)
     frame = pd.read_parquet(tmp_path / "results.parquet")
-    table = task_table(frame, {"fwd_ms": ("latency", False), "gflops": ("speed", True)})
+    table = task_table(
+        with_machine(frame), {"fwd_ms": ("latency", False), "gflops": ("speed", True)}
+    )
     headers = [c.header for c in table.columns]
-    assert headers == ["variant", "device", "dtype", "task.seq_len", "fwd_ms", "gflops"]
+    assert headers == ["variant", "machine", "dtype", "task.seq_len", "fwd_ms", "gflops"]
     best = {(r[0].text, r[3].text): (r[4].best, r[5].best) for r in table.rows}
     assert best == {
         ("linear", "64"): (True, True),
@@ -88,7 +91,7 @@ def test_rows_sort_numerically_by_setting(tmp_path):
     collect(tmp_path)
     frame = pd.read_parquet(tmp_path / "results.parquet")
     runs = frame[~frame["derived"]]  # the page shows fits apart
-    table = task_table(runs, {})
+    table = task_table(with_machine(runs), {})
     assert [r[3].text for r in table.rows] == ["256", "512", "1024"]
     html = build_site(tmp_path).read_text()
     assert "Scaling fits" in html and "scaling_exponent" in html
@@ -100,8 +103,8 @@ def test_every_variant_keeps_its_row_whatever_parameters_others_have(tmp_path):
     def write(run_id, variant, params, fwd):
         write_record(
             tmp_path,
-            Record(
-                run_id=run_id,
+            make_record(
+                run_id,
                 status="ok",
                 task="throughput",
                 variant=variant,
@@ -120,7 +123,8 @@ def test_every_variant_keeps_its_row_whatever_parameters_others_have(tmp_path):
     write("c", "window", {"window": 32, "block": 0}, 3.0)
     write("d", "linear", {"feature_map": "elu1"}, 4.0)
     collect(tmp_path)
-    table = task_table(pd.read_parquet(tmp_path / "results.parquet"), {"fwd_ms": ("", False)})
+    frame = with_machine(pd.read_parquet(tmp_path / "results.parquet"))
+    table = task_table(frame, {"fwd_ms": ("", False)})
     headers = [c.header for c in table.columns]
     assert headers[:2] == ["variant", "variant.window"]  # swept within window; block is not
     rows = sorted((r[0].text, r[1].text) for r in table.rows)
@@ -152,9 +156,10 @@ def _two_variant_page(tmp_path) -> str:
 
 def test_rows_link_their_records_which_sit_beside_the_page(tmp_path):
     html = _two_variant_page(tmp_path)
-    assert 'href="runs/a.json"' in html and 'href="runs/b.json"' in html
-    assert (tmp_path / "leaderboard" / "runs" / "a.json").read_text() == (
-        tmp_path / "runs" / "a.json"
+    a, b = test_run_id("a"), test_run_id("b")
+    assert f'href="runs/{a}.json"' in html and f'href="runs/{b}.json"' in html
+    assert (tmp_path / "leaderboard" / "runs" / f"{a}.json").read_text() == (
+        tmp_path / "runs" / f"{a}.json"
     ).read_text()
 
 
@@ -186,7 +191,7 @@ def test_throughput_chart_marks_oom_and_shows_the_fitted_exponent(tmp_path):
 def test_overview_with_its_filters_is_on_the_page(tmp_path):
     html = _two_variant_page(tmp_path)
     assert 'id="overview-table"' in html and 'data-filter="family"' in html
-    assert 'data-family="linear"' in html and 'data-device="cpu"' in html
+    assert 'data-family="linear"' in html and 'data-machine="cpu0 · 1 threads"' in html
 
 
 def test_curve_chart_draws_bands_and_reference_lines():
@@ -213,7 +218,7 @@ def test_curve_chart_draws_bands_and_reference_lines():
                     }
                 )
             rows.append({**rows[-1], "metric": "mse_least_squares", "value": 0.5 / n})
-    frame = pd.DataFrame(rows, columns=COLUMNS)
+    frame = pd.DataFrame(rows, columns=COLUMNS).assign(machine="cpu0 · 1 threads")
     extras = CurveExtras(band=("mse_q05", "mse_q95"), references={"mse_least_squares": "LS"})
     fig = curve_figure(frame, "mse", "icl", extras=extras)
     names = [t.name for t in fig.data]
@@ -258,8 +263,8 @@ def test_board_builds_from_the_table_alone_without_torch_or_the_plugin(tmp_path)
     for run_id, variant, score in (("p1", "plugin_variant", 0.9), ("p2", "other", 0.5)):
         write_record(
             tmp_path,
-            Record(
-                run_id=run_id,
+            make_record(
+                run_id,
                 status="ok",
                 task="plugin_task",
                 variant=variant,
@@ -282,3 +287,57 @@ def test_board_builds_from_the_table_alone_without_torch_or_the_plugin(tmp_path)
     assert 'title="How well it went' in html  # the metric's description, from the table
     assert "plugin_task: score" in html and 'data-family="plugin_family"' in html
     assert "2 runs" in html
+
+
+def test_runs_of_older_code_are_left_out_and_counted(tmp_path):
+    _write(tmp_path, "a", "softmax", 64, 2.0)
+    write_record(
+        tmp_path,
+        make_record(
+            "old",
+            variant="linear",
+            task_params={"seq_len": 64},
+            metrics=[_point("fwd_ms", 9.0, 64, False)],
+            task_info=Throughput.describe().to_dict(),
+            code_modules={"attnbench.harness.metrics": "an older digest"},
+        ),
+    )
+    collect(tmp_path)
+    html = build_site(tmp_path).read_text()
+    assert "1 runs." in html and "1 runs of older code are left out" in html
+    assert ">linear<" not in html  # its numbers are not on the page
+    everything = build_site(tmp_path, include_stale=True).read_text()
+    assert "2 runs." in everything and "older code are left out" not in everything
+    assert ">linear<" in everything
+
+
+def test_an_ok_run_whose_latest_attempt_failed_says_so(tmp_path):
+    _write(tmp_path, "a", "softmax", 64, 2.0)
+    _write(tmp_path, "a", "softmax", 64, 2.0, status="timeout", error="too slow")  # a re-run
+    collect(tmp_path)
+    html = build_site(tmp_path).read_text()
+    assert "ok, latest attempt timeout" in html
+    assert "fwd_ms" in html  # the ok record's numbers are still shown
+
+
+def test_the_overview_groups_by_machine_not_by_device(tmp_path):
+    for name, hardware, threads, ms in (
+        ("laptop", "Laptop CPU", 4, 3.0),
+        ("server", "Server CPU", 4, 1.0),
+        ("server-1t", "Server CPU", 1, 2.0),
+    ):
+        write_record(
+            tmp_path,
+            make_record(
+                name,
+                task_params={"seq_len": 64},
+                hardware=hardware,
+                threads=threads,
+                metrics=[_point("fwd_ms", ms, 64, False)],
+                task_info=Throughput.describe().to_dict(),
+            ),
+        )
+    collect(tmp_path)
+    html = build_site(tmp_path).read_text()
+    for machine in ("Laptop CPU · 4 threads", "Server CPU · 4 threads", "Server CPU · 1 threads"):
+        assert f'data-machine="{machine}"' in html

@@ -12,6 +12,7 @@ from attnbench.harness.leaderboard.ranking import (
     SETTING,
     Headline,
     contest_scores,
+    machine_labels,
     task_win_rates,
 )
 from attnbench.harness.metric_points import point_stats
@@ -35,6 +36,8 @@ def _row(task, metric, variant, value, setting="s1", seed=0, device="cpu"):
         task_params=f'{{"setting": "{setting}"}}',
         seed=seed,
         device=device,
+        hardware={"cpu": "Some CPU", "cuda": "Some GPU"}[device],
+        threads=2,
         dtype="float32",
         metric=metric,
         value=value,
@@ -60,6 +63,8 @@ FRAME = pd.DataFrame(
     ],
     columns=COLUMNS,
 )
+FRAME = FRAME.assign(machine=machine_labels(FRAME))
+CPU, GPU = "Some CPU · 2 threads", "Some GPU"
 
 
 def test_contest_scores_count_ties_as_half():
@@ -72,7 +77,9 @@ def test_contest_scores_count_ties_as_half():
 
 def test_task_win_rates_average_over_contests():
     stats = point_stats(FRAME)
-    points = stats[(stats.task == "t_up") & (stats.device == "cpu")]
+    points = stats[(stats.task == "t_up") & (stats.device == "cpu")].rename(
+        columns={"device": "machine"}
+    )
     rates = task_win_rates(points.set_index([*ENTRY, *SETTING])["mean"], True)
     by_variant = {k[0]: v for k, v in rates.items()}
     assert by_variant == pytest.approx({"A": 0.875, "B": 0.375, "C": 0.0})
@@ -86,7 +93,7 @@ def _rows(result):
 def test_overview_ranks_aggregate_and_ties():
     result = overview(FRAME, HEADLINES, FAMILIES)
     rows = _rows(result)
-    a, b, c = rows[("A", "cpu")], rows[("B", "cpu")], rows[("C", "cpu")]
+    a, b, c = rows[("A", CPU)], rows[("B", CPU)], rows[("C", CPU)]
     # aggregate: A (0.875 + 0.5) / 2 = 0.6875 = B (0.375 + 1) / 2: a tie, both rank 1
     assert a["win_rate"].text.startswith("0.688") and b["win_rate"].text.startswith("0.688")
     assert (a["rank"].text, b["rank"].text, c["rank"].text) == ("#1", "#1", "#3")
@@ -95,10 +102,10 @@ def test_overview_ranks_aggregate_and_ties():
     assert b["t_down"].text == "5 · #1" and b["t_down"].best
     assert "±" in a["t_up"].text  # two seeds: a spread
     assert a["t_none"].text == "0.3" and "#" not in a["t_none"].text  # shown, not ranked
-    alone = rows[("A", "cuda")]  # the only entry on its device: no opponent, no rank
+    alone = rows[("A", GPU)]  # the only entry on its machine: no opponent, no rank
     assert alone["rank"].text == "–" and alone["t_up"].text == "0.1"
     assert c["family"].text == "sparse"
-    assert result.options["device"] == ["cpu", "cuda"]
+    assert result.options["machine"] == [CPU, GPU]
 
 
 def test_overview_without_headline_points_is_none():

@@ -164,3 +164,94 @@ def test_job_over_its_time_budget_is_recorded_as_timeout(tmp_path):
         assert read_record(record_path(tmp_path, record.run_id)).status == "timeout"
     finally:
         VARIANTS.unregister("test_slow")
+
+
+def test_thread_count_and_hardware_are_part_of_the_identity(tmp_path):
+    from attnbench.harness.env import device_name
+
+    one = run(_cfg(tmp_path, "variant=softmax", "threads=1"))
+    two = run(_cfg(tmp_path, "variant=softmax", "threads=2"))
+    assert one.run_id != two.run_id  # both ran: neither was skipped as the other
+    assert (one.threads, two.threads) == (1, 2) and one.env["threads"] == 1
+    assert one.hardware == device_name(torch.device("cpu"))
+    default = run(_cfg(tmp_path, "variant=softmax"))  # threads=0: torch's default, resolved
+    assert default.threads >= 1
+
+
+SCRATCH = """
+from dataclasses import dataclass
+from attnbench import AttentionVariant, register_variant
+
+@dataclass
+class ScratchParams:
+    gain: float = 1.0  # multiplies the values
+
+@register_variant("test_scratch")
+class Scratch(AttentionVariant):
+    family = "test"
+    cost = "n"
+    supports_causal = True
+    Params = ScratchParams
+
+    def forward(self, q, k, v, causal=False):
+        return v * self.params.gain
+"""
+
+
+def test_editing_a_variant_module_reruns_exactly_its_jobs(tmp_path, monkeypatch):
+    """The code fingerprint comes from the source files: an uncommitted edit of one variant's
+    module gives its jobs a new identity; the other variants' jobs are still finished."""
+    import importlib
+    import sys
+
+    plugin = tmp_path / "plugin"
+    plugin.mkdir()
+    module = plugin / "scratch_variant_mod.py"
+    module.write_text(SCRATCH)
+    monkeypatch.syspath_prepend(str(plugin))
+    importlib.import_module("scratch_variant_mod")
+    store_configs()
+    try:
+        results = tmp_path / "results"
+        first = {v: run(_cfg(results, f"variant={v}")) for v in ("softmax", "test_scratch")}
+        assert "scratch_variant_mod" in first["test_scratch"].code_modules
+        assert "scratch_variant_mod" not in first["softmax"].code_modules
+        stamps = {v: record_path(results, r.run_id).stat().st_mtime_ns for v, r in first.items()}
+
+        module.write_text(SCRATCH + "\n# an edit that changes the source\n")
+        again = {v: run(_cfg(results, f"variant={v}")) for v in ("softmax", "test_scratch")}
+        assert again["softmax"].run_id == first["softmax"].run_id  # unrelated: still finished
+        path = record_path(results, first["softmax"].run_id)
+        assert path.stat().st_mtime_ns == stamps["softmax"]
+        assert again["test_scratch"].run_id != first["test_scratch"].run_id  # re-ran
+        assert again["test_scratch"].created_at > first["test_scratch"].created_at
+        assert record_path(results, first["test_scratch"].run_id).exists()  # history kept
+
+        import pandas as pd
+
+        from attnbench.harness.collect import collect
+
+        collect(results)
+        table = pd.read_parquet(results / "results.parquet")
+        current = table.drop_duplicates("run_id").set_index("run_id")["current"]
+        assert not current[first["test_scratch"].run_id]  # older code: history
+        assert current[again["test_scratch"].run_id] and current[first["softmax"].run_id]
+    finally:
+        VARIANTS.unregister("test_scratch")
+        sys.modules.pop("scratch_variant_mod", None)
+
+
+def test_a_failed_overwrite_keeps_the_ok_record(tmp_path, monkeypatch):
+    from attnbench.tasks.throughput import Throughput
+
+    ok = run(_cfg(tmp_path, "variant=softmax"))
+
+    def broken(self, ctx):
+        raise RuntimeError("the machine was busy")
+
+    monkeypatch.setattr(Throughput, "run", broken)
+    failed = run(_cfg(tmp_path, "variant=softmax", "overwrite=true"))
+    assert failed.status == "failed" and failed.run_id == ok.run_id
+    assert find_ok_record(tmp_path, ok.run_id) == ok  # still in its place
+    attempts = sorted((tmp_path / "runs").glob(f"{ok.run_id}.*.json"))
+    assert len(attempts) == 1 and read_record(attempts[0]) == failed  # kept beside it

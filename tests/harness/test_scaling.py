@@ -5,9 +5,10 @@ import math
 
 import numpy as np
 import pytest
+from conftest import make_record
 
 from attnbench.harness.collect import collect, read_table
-from attnbench.harness.records import Record, write_record
+from attnbench.harness.records import write_record
 from attnbench.harness.scaling import ScalingFit, fit_loglog
 from attnbench.harness.task_info import TaskInfo
 
@@ -33,8 +34,8 @@ def test_fit_recovers_exponents_and_interval_brackets_them():
 def _write(tmp_path, variant, seq_len, ms, causal=False, info=DECLARED):
     write_record(
         tmp_path,
-        Record(
-            run_id=f"{variant}-{seq_len}-{causal}",
+        make_record(
+            f"{variant}-{seq_len}-{causal}",
             status="ok",
             task="speedtask",
             variant=variant,
