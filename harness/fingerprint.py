@@ -83,8 +83,26 @@ def _public_exports() -> dict[str, str]:
     return {}
 
 
-def _imported(name: str, source: str, tops: frozenset[str]) -> set[str]:
-    """Project modules that module ``name`` imports (at any depth of its source)."""
+def _stamp(path: Path) -> tuple[str, int, int]:
+    stat = path.stat()
+    return str(path), stat.st_mtime_ns, stat.st_size
+
+
+@functools.lru_cache(maxsize=4096)
+def _read(stamp: tuple[str, int, int]) -> tuple[bytes, str]:
+    """(bytes, SHA-256) of a source file, cached by its path, modification time and size: a
+    sweep checks every job's code, and most jobs share most modules. (An edit that keeps the size
+    within one tick of the file system's clock would go unseen by this process; a new process,
+    which every sweep is, reads the file afresh.)"""
+    data = Path(stamp[0]).read_bytes()
+    return data, hashlib.sha256(data).hexdigest()
+
+
+@functools.lru_cache(maxsize=4096)
+def _imported(name: str, stamp: tuple[str, int, int], tops: frozenset[str]) -> frozenset[str]:
+    """Project modules that module ``name`` (its file at ``stamp``) imports, at any depth of its
+    source."""
+    source = _read(stamp)[0].decode("utf-8")
     found: set[str] = set()
     path = module_file(name)
     is_package = path is not None and path.name == "__init__.py"
@@ -113,7 +131,7 @@ def _imported(name: str, source: str, tops: frozenset[str]) -> set[str]:
                 else:
                     add(base)
     found.discard(PROJECT)  # the public API only re-exports; its names were followed above
-    return found
+    return frozenset(found)
 
 
 def module_closure(roots: Iterable[str]) -> list[str]:
@@ -127,15 +145,14 @@ def module_closure(roots: Iterable[str]) -> list[str]:
         if name in seen:
             continue
         seen.add(name)
-        source = module_file(name).read_text(encoding="utf-8")  # type: ignore[union-attr]
-        todo.extend(_imported(name, source, tops) - seen)
+        todo.extend(_imported(name, _stamp(module_file(name)), tops) - seen)  # type: ignore[arg-type]
     return sorted(seen)
 
 
 def module_digest(name: str) -> str | None:
     """SHA-256 of module ``name``'s source bytes; None when the module is not found here."""
     path = module_file(name)
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path is not None else None
+    return _read(_stamp(path))[1] if path is not None else None
 
 
 def combined_digest(modules: dict[str, str]) -> str:

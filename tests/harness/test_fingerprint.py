@@ -1,0 +1,86 @@
+"""harness.fingerprint: which code a job's identity covers, read from the source files."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from attnbench.harness.fingerprint import (
+    code_modules,
+    combined_digest,
+    module_closure,
+    module_digest,
+    module_file,
+)
+from attnbench.harness.task_api import TASKS
+from attnbench.harness.variant_api import VARIANTS
+
+VARIANT_MODULES = {VARIANTS.get(name).__module__ for name in VARIANTS.names()}
+
+
+@pytest.mark.parametrize("variant", VARIANTS.names())
+@pytest.mark.parametrize("task", TASKS.names())
+def test_a_job_covers_its_own_modules_and_no_other_variants(variant, task):
+    """A change to an unrelated variant's module never re-runs this job; a change to the job's
+    own variant or task module always does."""
+    own = VARIANTS.get(variant).__module__
+    task_module = TASKS.get(task).__module__
+    modules = module_closure([own, task_module])
+    assert own in modules and task_module in modules
+    assert set(modules) & VARIANT_MODULES == {own}
+
+
+def test_public_api_names_are_followed_to_their_defining_modules():
+    modules = module_closure(["attnbench.variants.softmax"])
+    assert "attnbench.harness.variant_api" in modules  # from attnbench import AttentionVariant
+    assert "attnbench.harness.registry" in modules  # which variant_api imports
+    assert "attnbench.variants.masking" in modules
+    assert "attnbench" not in modules  # the API only re-exports
+    assert "attnbench.harness.leaderboard.site" not in modules  # not used by a job
+
+
+def test_relative_imports_and_function_level_imports_of_a_plugin_count(tmp_path, monkeypatch):
+    pkg = tmp_path / "fp_plugin"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "variant.py").write_text(
+        "from .helpers import gain\n"
+        "def forward():\n"
+        "    from fp_plugin import lazy\n"
+        "    return gain\n"
+    )
+    (pkg / "helpers.py").write_text(
+        "import math\nfrom attnbench.harness import metrics\ngain = 2\n"
+    )
+    (pkg / "lazy.py").write_text("")
+    (pkg / "unused.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert module_closure(["fp_plugin.variant"]) == [
+        "attnbench.harness.metrics",
+        "fp_plugin.helpers",
+        "fp_plugin.lazy",
+        "fp_plugin.variant",
+    ]
+    before = code_modules(["fp_plugin.variant"])
+    (pkg / "helpers.py").write_text(
+        "import math\nfrom attnbench.harness import metrics\ngain = 3\n"
+    )
+    after = code_modules(["fp_plugin.variant"])
+    assert after["fp_plugin.helpers"] != before["fp_plugin.helpers"]
+    assert after["fp_plugin.variant"] == before["fp_plugin.variant"]
+    assert combined_digest(after) != combined_digest(before)
+
+
+def test_digest_is_the_source_sha256_and_none_for_a_missing_module():
+    path = module_file("attnbench.harness.metrics")
+    assert (
+        module_digest("attnbench.harness.metrics") == hashlib.sha256(path.read_bytes()).hexdigest()
+    )
+    assert module_digest("attnbench.no_such_module") is None
+    assert module_digest("no_such_package_anywhere.x") is None
+
+
+def test_combined_digest_ignores_order():
+    assert combined_digest({"a": "1", "b": "2"}) == combined_digest({"b": "2", "a": "1"})
+    assert combined_digest({"a": "1"}) != combined_digest({"a": "2"})
