@@ -11,6 +11,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,6 +74,18 @@ def make_run_id(identity: dict[str, Any]) -> str:
     """Stable 16-hex-digit hash of a job identity (key order does not matter)."""
     canonical = json.dumps(identity, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+# The form of every run_id `make_run_id` produces (and of the fit rows' ids). A string of this
+# form is safe as a file name and inside a link; anything else read from a table or a folder
+# (``../../etc/passwd``, quotes, a trailing newline) must not become either. \A…\Z, not ^…$:
+# ``$`` also matches before a trailing newline.
+RUN_ID_PATTERN = re.compile(r"\A[0-9a-f]{16}\Z")
+
+
+def is_run_id(text: object) -> bool:
+    """Whether ``text`` is a string of the run_id form (16 lowercase hex digits)."""
+    return isinstance(text, str) and RUN_ID_PATTERN.match(text) is not None
 
 
 def runs_dir(results_dir: str | os.PathLike) -> Path:

@@ -11,6 +11,7 @@ from attnbench.harness.records import (
     RecordSchemaError,
     atomic_write_text,
     find_ok_record,
+    is_run_id,
     make_run_id,
     read_record,
     write_record,
@@ -130,3 +131,18 @@ def test_process_killed_mid_write_leaves_no_partial_record(tmp_path):
     from attnbench.harness.collect import collect
 
     assert collect(tmp_path).n_records == 0  # … and the collector does not see it
+
+
+def test_run_ids_have_one_form_that_is_safe_as_a_name_and_a_link():
+    assert is_run_id(make_run_id({"task": "recall", "seed": 3}))
+    for bad in (
+        "../../etc/passwd",
+        "0123456789ABCDEF",  # upper case: not what the hash produces
+        "0123456789abcdef\n",  # `$` would let this through
+        "0123456789abcde",
+        "0123456789abcdef0",
+        'abc"def0123456789',
+        None,
+        1234567890123456,
+    ):
+        assert not is_run_id(bad), bad
