@@ -368,7 +368,10 @@ def main(argv: list[str] | None = None) -> int:
         help="folder with results.parquet / runs/ (default: results)",
     )
     parser.add_argument(
-        "-o", "--out", default=None, help="output folder (default: RESULTS_DIR/leaderboard)"
+        "-o",
+        "--out",
+        default=None,
+        help="site folder, not the results folder or its runs/ (default RESULTS_DIR/leaderboard)",
     )
     args = parser.parse_args(argv)
     try:
