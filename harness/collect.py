@@ -484,7 +484,15 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
-    summary = collect(args.results_dir, incremental=not args.full)
+    try:
+        summary = collect(args.results_dir, incremental=not args.full)
+    except OSError as exc:
+        print(
+            f"attnbench-collect: cannot write the table in {args.results_dir} "
+            f"({exc.strerror or exc}); make the folder writable.",
+            file=sys.stderr,
+        )
+        return 2
     print(summary.describe())
     return 0
 

@@ -1,58 +1,182 @@
-"""The ``attnbench-compare OLD NEW`` command: which metrics got worse between two results tables.
+"""The ``attnbench-compare OLD NEW`` command: what got worse, or went away, between two tables.
 
-A metric point is matched across the tables by task, variant, their parameters, device, dtype,
-metric and curve position (seeds are averaged). It is a regression when it moved in its bad
-direction (declared by the task) by more than ``--threshold`` (relative) *and* by more than the
-spread of the two measurements (`harness.metric_points`: the standard deviation over seeds, else
-the interquartile range the task recorded, else nothing). Metrics without a direction are not
-judged.
+A metric point is one (task, variant, their parameters, device, dtype, metric, curve position),
+its seeds averaged (`harness.metric_points`). Everything OLD had is accounted for in NEW, and each
+kind of loss is a regression of its own:
+
+- ``WORSE``: a point in both tables moved in its bad direction (declared by the task) by more
+  than ``--threshold`` (relative) *and* by more than the spread of the two measurements (the
+  standard deviation over seeds, else the interquartile range the task recorded, else nothing).
+  Metrics without a direction are not judged.
+- ``FAILED``: a job (a setting and a seed) that ends ``failed``, ``oom`` or ``timeout`` in NEW
+  where OLD ran the setting ok (unless OLD's run of that very job failed too).
+- ``MISSING``: OLD's points of which NEW has no ok value, grouped as coarsely as is true: a whole
+  ``variant`` of a task, a ``setting`` (task and variant parameters, device, dtype), a ``metric``
+  of a setting, or single ``point`` s of a curve. A setting NEW recorded as ``unsupported`` is
+  missing, with that status noted. Points of a FAILED job's setting are not listed again.
+- ``EMPTY``: NEW has no runs at all (also when OLD has none).
+
+Points and jobs only in NEW are listed as ``NEW`` and are not regressions. Which rows count:
+
+- Derived rows (column ``derived`` true: the scaling fits of `harness.scaling`) are left out.
+  They are not measurements but functions of the runs they summarise, which are compared point
+  by point; their presence follows from how many lengths a variant ran at, and their intervals
+  are not a spread of the kind used here.
+- Where a table has the column ``current``, only its current rows are compared: the others are
+  history, records of code older than what collected the table. Tables without it (older
+  layouts, CSV exports) are compared whole.
 
     attnbench-compare results_old/ results/ --threshold 0.05 --fail
 
-exits 1 with ``--fail`` when anything regressed, so an author can gate a change on it.
+exits 1 with ``--fail`` when there is any regression of any kind, so an author can gate a change
+on it, and 2 (one sentence on stderr) when a table cannot be read.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from attnbench.harness.collect import TABLE_NAME
 from attnbench.harness.metric_points import POINT, point_stats
+from attnbench.harness.table_file import TableError, load
+
+FAILURES = ("failed", "oom", "timeout")  # not `unsupported`: that is a declaration, not a crash
+SETTING = ["task", "variant", "variant_params", "task_params", "device", "dtype"]
+JOB = [*SETTING, "seed"]
+REQUIRED = list(dict.fromkeys([*JOB, *POINT, "status", "value", "higher_is_better"]))
+# How missing points are grouped, coarsest first: a point is reported at the first level whose
+# whole key the other table lacks.
+LEVELS = [
+    ("variant", ["task", "variant"]),
+    ("setting", SETTING),
+    ("metric", [*SETTING, "metric"]),
+    ("point", POINT),
+]
+MAX_ERROR = 120  # characters of a failed job's error text in its report line
 
 
-def read_table(source: str | Path) -> pd.DataFrame:
-    """A results table from a parquet or CSV file, or from a results folder holding one."""
-    path = Path(source)
-    if path.is_dir():
-        path = path / TABLE_NAME
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"{path} does not exist; give a results folder or its {TABLE_NAME} "
-            "(attnbench-collect writes it)."
+def _flag(column: pd.Series) -> pd.Series:
+    """A boolean column as booleans, also when read from CSV (text, or missing values)."""
+    return column.astype("string").str.lower().isin(["true", "1", "1.0"])
+
+
+def runs(table: pd.DataFrame) -> pd.DataFrame:
+    """The rows compare judges: runs (not derived fit rows), and only current ones where the
+    table says which are current."""
+    keep = pd.Series(True, index=table.index)
+    if "derived" in table.columns:
+        keep &= ~_flag(table["derived"])
+    if "current" in table.columns:
+        keep &= _flag(table["current"])
+    rows = table[keep].copy()
+    # One dtype per key column whichever way the table was read (parquet, CSV with empty
+    # columns, a table with no rows), so that the two tables' keys can be matched.
+    for col in ("value", "x_value", "seed"):
+        rows[col] = pd.to_numeric(rows[col], errors="coerce").astype(float)
+    for col in {*JOB, *POINT} - {"x_value", "seed"}:
+        rows[col] = rows[col].astype(object).where(rows[col].notna(), None)
+    return rows
+
+
+def _split(frame: pd.DataFrame, other: pd.DataFrame, cols: list[str]) -> tuple[pd.DataFrame, ...]:
+    """(rows of ``frame`` whose ``cols`` key ``other`` lacks, the rest). Missing values in a key
+    match each other, as in every pandas merge."""
+    marked = frame.merge(other[cols].drop_duplicates(), on=cols, how="left", indicator=True)
+    absent = marked["_merge"] == "left_only"
+    marked = marked.drop(columns="_merge")
+    return marked[absent], marked[~absent]
+
+
+def points(table: pd.DataFrame) -> pd.DataFrame:
+    """Seed-averaged points of the runs of ``table`` with at least one value, every metric."""
+    stats = point_stats(runs(table))
+    stats["spread"] = stats["spread"].fillna(0.0)  # unknown spread counts as none
+    return stats[stats["n"] > 0]
+
+
+def jobs(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per job (setting and seed) of the runs of ``table``: ``ok`` (any run of it
+    finished) and, for jobs with no ok run, the ``status`` and ``error`` of a failing one."""
+    rows = runs(table)
+    rows = rows.assign(ok=rows["status"] == "ok", failing=rows["status"].isin(FAILURES))
+    rows = rows.sort_values(["ok", "failing"], ascending=False)  # ok first, then failures
+    first = rows.groupby(JOB, dropna=False, sort=False).first().reset_index()
+    error = first["error"] if "error" in first.columns else pd.Series(None, index=first.index)
+    return first.assign(error=error)[[*JOB, "ok", "failing", "status", "error"]]
+
+
+def gaps(ours: pd.DataFrame, theirs: pd.DataFrame, their_runs: pd.DataFrame) -> pd.DataFrame:
+    """The points of ``ours`` that ``theirs`` lacks, grouped by `LEVELS`: one row per gap with
+    ``kind``, its key columns (the finer ones empty), ``n_points``, and ``note``: the statuses
+    ``their_runs`` recorded for that key instead of a value (e.g. "unsupported")."""
+    rest, _ = _split(ours, theirs, POINT)
+    not_ok = their_runs[their_runs["status"] != "ok"]
+    out = []
+    for kind, cols in LEVELS:
+        gone, rest = _split(rest, theirs, cols)
+        if gone.empty:
+            continue
+        grouped = gone.groupby(cols, dropna=False, sort=True).size().reset_index(name="n_points")
+        notes = not_ok.groupby(cols, dropna=False)["status"].agg(
+            lambda s: ", ".join(sorted(set(s)))
         )
-    return pd.read_csv(path) if path.suffix == ".csv" else pd.read_parquet(path)
+        grouped = grouped.merge(notes.rename("note").reset_index(), on=cols, how="left")
+        out.append(grouped.assign(kind=kind))
+    columns = ["kind", *POINT, "n_points", "note"]
+    frame = pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=columns)
+    text = {c: object for c in columns if c not in ("x_value", "n_points")}
+    return frame.reindex(columns=columns).astype(text)
 
 
-def summarise(table: pd.DataFrame) -> pd.DataFrame:
-    """Mean and spread per metric point (`harness.metric_points`), directed metrics only; an
-    unknown spread counts as 0."""
-    stats = point_stats(table)
-    stats["spread"] = stats["spread"].fillna(0.0)
-    return stats[stats["higher_is_better"].notna()]
+@dataclass
+class Comparison:
+    """What `compare` found.
 
-
-def compare(old: pd.DataFrame, new: pd.DataFrame, threshold: float = 0.05) -> pd.DataFrame:
-    """One row per metric point found in both tables, with ``worse_by`` and ``regressed``.
-
-    ``worse_by`` is the relative change in the metric's bad direction (negative: it improved).
+    Attributes:
+        matched: One row per directed metric point in both tables: the POINT columns, ``mean``,
+            ``spread`` and ``n`` (``_old`` / ``_new``), ``worse_by`` (relative change in the bad
+            direction; negative: it improved) and ``regressed``.
+        missing: OLD's points NEW lacks, grouped (see `gaps`); each row is one MISSING line.
+        failed: NEW's failing jobs where OLD ran the setting ok: JOB columns, status, error.
+        new: NEW's points OLD lacks, grouped like ``missing`` (not regressions).
+        new_failed: NEW's failing jobs in settings OLD did not run ok, except jobs that failed
+            in OLD too (not regressions).
+        new_is_empty: NEW has no runs.
+        old_is_empty: OLD has no runs (nothing to hold NEW to; said, not a regression).
     """
-    merged = summarise(old).merge(summarise(new), on=POINT, suffixes=("_old", "_new"))
-    sign = np.where(merged["higher_is_better_old"].astype(bool), -1.0, 1.0)
+
+    matched: pd.DataFrame
+    missing: pd.DataFrame
+    failed: pd.DataFrame
+    new: pd.DataFrame
+    new_failed: pd.DataFrame
+    new_is_empty: bool
+    old_is_empty: bool
+
+    def counts(self) -> dict[str, int]:
+        """Regressions per kind (MISSING in metric points, FAILED in jobs)."""
+        return {
+            "WORSE": int(self.matched["regressed"].sum()),
+            "MISSING": int(self.missing["n_points"].sum()),
+            "FAILED": len(self.failed),
+            "EMPTY": int(self.new_is_empty),
+        }
+
+    @property
+    def regressed(self) -> bool:
+        """Whether anything of any kind regressed."""
+        return any(self.counts().values())
+
+
+def _judge(old: pd.DataFrame, new: pd.DataFrame, threshold: float) -> pd.DataFrame:
+    """The directed points of both tables with ``worse_by`` and ``regressed``."""
+    directed = [p[p["higher_is_better"].notna()] for p in (old, new)]
+    merged = directed[0].merge(directed[1], on=POINT, suffixes=("_old", "_new"))
+    sign = np.where(_flag(merged["higher_is_better_old"]), -1.0, 1.0)
     delta = merged["mean_new"] - merged["mean_old"]
     scale = merged["mean_old"].abs().replace(0.0, np.nan)
     merged["worse_by"] = sign * delta / scale
@@ -61,22 +185,97 @@ def compare(old: pd.DataFrame, new: pd.DataFrame, threshold: float = 0.05) -> pd
     return merged
 
 
-def format_report(result: pd.DataFrame, threshold: float) -> str:
-    """Text report: the regressions, then a one-line count."""
+def compare(old: pd.DataFrame, new: pd.DataFrame, threshold: float = 0.05) -> Comparison:
+    """Hold the table ``new`` to everything the table ``old`` had (see the module docstring)."""
+    old_runs, new_runs = runs(old), runs(new)
+    old_points, new_points = points(old), points(new)
+    old_jobs, new_jobs = jobs(old), jobs(new)
+
+    failing = new_jobs[~new_jobs["ok"] & new_jobs["failing"]]
+    ok_before, _ = _split(failing, old_jobs[old_jobs["ok"]], SETTING)  # setting never ok in OLD
+    failed_before = old_jobs[~old_jobs["ok"] & old_jobs["failing"]]
+    regressions, _ = _split(failing, pd.concat([ok_before[JOB], failed_before[JOB]]), JOB)
+    first_failures, _ = _split(ok_before, failed_before, JOB)  # not failing already in OLD
+
+    unexplained, _ = _split(old_points, regressions, SETTING)  # a FAILED line explains the rest
+    return Comparison(
+        matched=_judge(old_points, new_points, threshold),
+        missing=gaps(unexplained, new_points, new_runs),
+        failed=regressions.reset_index(drop=True),
+        new=gaps(new_points, old_points, old_runs),
+        new_failed=first_failures.reset_index(drop=True),
+        new_is_empty=new_runs.empty,
+        old_is_empty=old_runs.empty,
+    )
+
+
+def _setting_text(r: pd.Series) -> str:
+    return (
+        f"{r['task']} × {r['variant']} {r['variant_params']} {r['task_params']} "
+        f"{r['device']} {r['dtype']}"
+    )
+
+
+def _gap_line(label: str, r: pd.Series, side: str) -> str:
+    """One MISSING or NEW line; ``side`` is the table that lacks the points."""
+    n = int(r["n_points"])
+    count = f"{n} metric point{'s' if n != 1 else ''} not in {side}"
+    note = f"; {side} recorded: {r['note']}" if isinstance(r["note"], str) else ""
+    if r["kind"] == "variant":
+        return f"{label} variant {r['task']} × {r['variant']}: {count}{note}"
+    if r["kind"] == "setting":
+        return f"{label} setting {_setting_text(r)}: {count}{note}"
+    if r["kind"] == "metric":
+        return f"{label} metric {_setting_text(r)}: {r['metric']} ({count}){note}"
+    where = f" at {r['x_name']}={r['x_value']:g}" if r["x_name"] else ""
+    return f"{label} point {_setting_text(r)}: {r['metric']}{where}{note}"
+
+
+def _job_line(label: str, r: pd.Series, what: str) -> str:
+    lines = str(r["error"]).strip().splitlines() if isinstance(r["error"], str) else []
+    error = f" ({lines[0][:MAX_ERROR]})" if lines else ""
+    seed = f"{r['seed']:g}" if pd.api.types.is_number(r["seed"]) else str(r["seed"])
+    return f"{label} {_setting_text(r)} seed {seed}: {r['status']} {what}{error}"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def format_report(result: Comparison, threshold: float) -> str:
+    """Text report: one line per regression (WORSE, FAILED, MISSING, EMPTY), the NEW lines, then
+    a one-line count of each kind."""
     lines = []
-    regressed = result[result["regressed"]].sort_values("worse_by", ascending=False)
-    for _, r in regressed.iterrows():
+    matched = result.matched
+    for _, r in matched[matched["regressed"]].sort_values("worse_by", ascending=False).iterrows():
         where = f" at {r['x_name']}={r['x_value']:g}" if r["x_name"] else ""
         lines.append(
             f"WORSE {r['task']} × {r['variant']} {r['variant_params']}: {r['metric']}{where} "
             f"{r['mean_old']:.4g} → {r['mean_new']:.4g} ({100 * r['worse_by']:+.1f}%, "
             f"spread {r['spread_old']:.2g} / {r['spread_new']:.2g})"
         )
-    improved = int(((result["worse_by"] < -threshold) & ~result["regressed"]).sum())
-    lines.append(
-        f"{len(result)} metric points compared: {len(regressed)} worse by more than "
-        f"{100 * threshold:g}% and outside the spread, {improved} better."
+    lines += [_job_line("FAILED", r, "in NEW, ok in OLD") for _, r in result.failed.iterrows()]
+    lines += [_gap_line("MISSING", r, "NEW") for _, r in result.missing.iterrows()]
+    if result.new_is_empty:
+        lines.append("EMPTY NEW has no runs (no run rows, or none marked current).")
+    lines += [_gap_line("NEW", r, "OLD") for _, r in result.new.iterrows()]
+    lines += [
+        _job_line("NEW", r, "in NEW, a setting OLD did not run ok")
+        for _, r in result.new_failed.iterrows()
+    ]
+    if result.old_is_empty:
+        lines.append("NOTE OLD has no runs: nothing to hold NEW to.")
+    counts = result.counts()
+    better = int(((matched["worse_by"] < -threshold) & ~matched["regressed"]).sum())
+    n_new = int(result.new["n_points"].sum())
+    summary = (
+        f"{_plural(len(matched), 'metric point')} compared: {counts['WORSE']} worse by more "
+        f"than {100 * threshold:g}% and outside the spread, {better} better; "
+        f"{_plural(counts['MISSING'], 'metric point')} missing in NEW, "
+        f"{_plural(counts['FAILED'], 'job')} failed in NEW"
     )
+    summary += "; NEW is empty" if result.new_is_empty else ""
+    lines.append(summary + f"; {_plural(n_new, 'metric point')} new in NEW.")
     return "\n".join(lines)
 
 
@@ -88,18 +287,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--threshold", type=float, default=0.05, help="relative change that counts (default 0.05)"
     )
-    parser.add_argument("--fail", action="store_true", help="exit 1 if anything got worse")
+    parser.add_argument(
+        "--fail",
+        action="store_true",
+        help="exit 1 on any regression: worse, missing, failed, or an empty NEW",
+    )
     args = parser.parse_args(argv)
     if not args.threshold >= 0:
         parser.error(f"--threshold must be >= 0, got {args.threshold}.")
     try:
-        old, new = read_table(args.old), read_table(args.new)
-    except (FileNotFoundError, ValueError, OSError) as exc:
+        old, _, _ = load(args.old, REQUIRED)
+        new, _, _ = load(args.new, REQUIRED)
+    except TableError as exc:
         print(f"attnbench-compare: {exc}", file=sys.stderr)
         return 2
     result = compare(old, new, args.threshold)
     print(format_report(result, args.threshold))
-    return 1 if args.fail and bool(result["regressed"].any()) else 0
+    return 1 if args.fail and result.regressed else 0
 
 
 if __name__ == "__main__":

@@ -29,7 +29,10 @@ log = logging.getLogger(__name__)
 # 2: task_info and env.code_source; 3: threads, hardware and the code fingerprint in the identity
 SCHEMA_VERSION = 3
 STATUSES = ("ok", "failed", "oom", "timeout", "unsupported")
-RUN_ID_PATTERN = re.compile(r"[0-9a-f]{16}")  # what `make_run_id` makes; safe as a file name
+# The form of every run_id `make_run_id` produces (and of the fit rows' ids). A string of this
+# form is safe as a file name and inside a link; anything else read from a table or a folder
+# (``../../etc/passwd``, quotes, a trailing newline) must not become either (use fullmatch).
+RUN_ID_PATTERN = re.compile(r"[0-9a-f]{16}")
 IDENTITY_FIELDS = (
     "task",
     "task_params",

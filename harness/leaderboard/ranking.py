@@ -39,11 +39,18 @@ MACHINE_POINT = [MACHINE if c == "device" else c for c in POINT]
 def machine_labels(frame: pd.DataFrame) -> pd.Series:
     """Each row's machine: its hardware (CPU model or GPU name; the device type when unknown),
     with the thread count on CPU, where timings depend on it."""
-    hardware = frame["hardware"].where(frame["hardware"].fillna("") != "", frame["device"])
-    threads = pd.to_numeric(frame["threads"], errors="coerce")
-    on_cpu = (frame["device"] == "cpu") & threads.notna()
-    suffix = threads.map(lambda t: "" if pd.isna(t) else f" · {int(t)} threads")
-    return hardware.astype(str) + suffix.where(on_cpu, "")
+
+    def label(hardware: object, device: object, threads: object) -> str:
+        name = str(hardware) if isinstance(hardware, str) and hardware else str(device)
+        if device == "cpu" and isinstance(threads, int | float) and threads == threads and threads:
+            return f"{name} · {int(threads)} threads"
+        return name
+
+    labels = [
+        label(h, d, t)
+        for h, d, t in zip(frame["hardware"], frame["device"], frame["threads"], strict=True)
+    ]
+    return pd.Series(labels, index=frame.index, dtype=object)
 
 
 def with_machine(frame: pd.DataFrame) -> pd.DataFrame:

@@ -3,6 +3,11 @@
 Everything shown comes from the table and the task descriptions in its metadata
 (`harness.collect.read_table`): no task or variant is imported, so the page builds where the
 plugins that produced the results are not installed, and without torch.
+
+Bad input is refused before anything is written, in one sentence with exit status 2: a missing
+results folder, a site folder that cannot or must not be written (`publish.check_paths`), and a
+table that is corrupt or of an older layout (`harness.table_file`). A results folder with no
+records yet still gets a page that says how to produce some.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import jinja2
 import pandas as pd
 from plotly.offline import get_plotlyjs
 
-from attnbench.harness.collect import TABLE_NAME, collect, read_table
+from attnbench.harness.collect import COLUMNS, TABLE_NAME, collect
 from attnbench.harness.leaderboard.charts import (
     CurveExtras,
     curve_figure,
@@ -28,14 +33,16 @@ from attnbench.harness.leaderboard.charts import (
     scatter_figure,
 )
 from attnbench.harness.leaderboard.overview import overview
+from attnbench.harness.leaderboard.publish import SiteError, check_paths, copy_records
 from attnbench.harness.leaderboard.ranking import MACHINE, Headline, with_machine
 from attnbench.harness.leaderboard.tables import Table, task_table, unfinished_table
 from attnbench.harness.records import atomic_write_text, runs_dir
+from attnbench.harness.table_file import TableError, load
 from attnbench.harness.task_info import TaskInfo
 
 PLOTLY_JS = "plotly.min.js"
 MAX_LABEL_PARAMS = 3  # a chart title names at most this many of the parameters that differ
-RUN_LINK = "runs/{run_id}.json"  # each run's record, copied beside the page
+RUN_LINK = "runs/{run_id}.json"  # each run's record, copied beside the page (`publish`)
 
 
 @dataclass
@@ -165,7 +172,9 @@ def _fits_note(info: TaskInfo | None) -> str:
     return "; ".join(parts)
 
 
-def _sections(frame: pd.DataFrame, infos: dict[str, TaskInfo]) -> list[TaskSection]:
+def _sections(
+    frame: pd.DataFrame, infos: dict[str, TaskInfo], published: set[str]
+) -> list[TaskSection]:
     sections = []
     ok = frame[(frame["status"] == "ok") & frame["metric"].notna()]
     for task in sorted(ok["task"].unique()):
@@ -176,7 +185,7 @@ def _sections(frame: pd.DataFrame, infos: dict[str, TaskInfo]) -> list[TaskSecti
             TaskSection(
                 name=task,
                 description=info.description if info else "",
-                table=task_table(rows[~derived], _metric_info(info), RUN_LINK),
+                table=task_table(rows[~derived], _metric_info(info), RUN_LINK, published),
                 charts=_task_charts(frame, task, rows, info),
                 n_runs=rows.loc[~derived, "run_id"].nunique(),
                 fits=task_table(rows[derived], _metric_info(info)) if derived.any() else None,
@@ -284,13 +293,6 @@ def _provenance(frame: pd.DataFrame) -> dict[str, str]:
     }
 
 
-def _copy_records(results_dir: Path, out: Path) -> None:
-    """Copy the run records beside the page, so every table row links to its records."""
-    out.mkdir(parents=True, exist_ok=True)
-    for record in runs_dir(results_dir).glob("*.json"):
-        shutil.copyfile(record, out / record.name)
-
-
 def _environment() -> jinja2.Environment:
     return jinja2.Environment(
         loader=jinja2.PackageLoader("attnbench.harness.leaderboard", "."),
@@ -322,21 +324,34 @@ def build_site(
 
     Returns:
         The path of ``index.html``. With no results, the page says how to produce some.
+
+    Raises:
+        SiteError: no results folder, or ``out_dir`` cannot or must not be written.
+        TableError: the results table is corrupt or of an older layout.
     """
     results_dir = Path(results_dir)
     out = Path(out_dir) if out_dir is not None else results_dir / "leaderboard"
-    out.mkdir(parents=True, exist_ok=True)
+    check_paths(results_dir, out)
     table_path = results_dir / TABLE_NAME
     if not table_path.exists() and runs_dir(results_dir).is_dir():
-        collect(results_dir)
-    frame, infos = read_table(table_path) if table_path.exists() else (pd.DataFrame(), {})
+        try:
+            collect(results_dir)
+        except OSError as exc:
+            raise SiteError(
+                f"{results_dir} has records but no table, and collecting them failed "
+                f"({exc.strerror or exc}); run attnbench-collect {results_dir} where it can write."
+            ) from None
+    frame, infos = load(table_path, COLUMNS)[:2] if table_path.exists() else (pd.DataFrame(), {})
 
+    out.mkdir(parents=True, exist_ok=True)
     if not (out / PLOTLY_JS).exists():
         atomic_write_text(out / PLOTLY_JS, get_plotlyjs())
+    published: set[str] = set()
     if not frame.empty:
         shutil.copyfile(table_path, out / "results.parquet")
         frame.to_csv(out / "results.csv", index=False)
-        _copy_records(results_dir, out / "runs")
+        runs = set(frame.loc[~frame["derived"].astype(bool), "run_id"].dropna())
+        published = copy_records(results_dir, out / "runs", runs)
     n_stale = 0
     if not frame.empty:
         frame, n_stale = _shown(frame, include_stale)
@@ -352,7 +367,7 @@ def build_site(
         .render(
             empty=frame.empty,
             results_dir=str(results_dir),
-            sections=_sections(frame, infos) if not frame.empty else [],
+            sections=_sections(frame, infos, published) if not frame.empty else [],
             overview=overview(frame, headlines, families) if not frame.empty else None,
             cost_charts=_quality_vs_cost(frame, headlines, infos) if not frame.empty else [],
             unfinished=unfinished_table(frame) if not frame.empty else None,
@@ -379,7 +394,10 @@ def main(argv: list[str] | None = None) -> int:
         help="folder with results.parquet / runs/ (default: results)",
     )
     parser.add_argument(
-        "-o", "--out", default=None, help="output folder (default: RESULTS_DIR/leaderboard)"
+        "-o",
+        "--out",
+        default=None,
+        help="site folder, not the results folder or its runs/ (default RESULTS_DIR/leaderboard)",
     )
     parser.add_argument(
         "--include-stale",
@@ -387,7 +405,11 @@ def main(argv: list[str] | None = None) -> int:
         help="also show runs of older code (default: only runs of the installed code)",
     )
     args = parser.parse_args(argv)
-    index = build_site(args.results_dir, args.out, include_stale=args.include_stale)
+    try:
+        index = build_site(args.results_dir, args.out, include_stale=args.include_stale)
+    except (SiteError, TableError) as exc:
+        print(f"attnbench-leaderboard: {exc}", file=sys.stderr)
+        return 2
     if not (Path(args.results_dir) / TABLE_NAME).exists():
         print(
             f"attnbench-leaderboard: no results yet in {args.results_dir}; run "

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 import pandas as pd
+
+from attnbench.harness.records import is_run_id
 
 ARROWS = {True: "↑", False: "↓"}
 
@@ -118,6 +121,7 @@ def task_table(
     ok: pd.DataFrame,
     metric_info: dict[str, tuple[str, bool | None]],
     run_link: str | None = None,
+    linked: Collection[str] | None = None,
 ) -> Table:
     """One row per (variant, its parameters, machine, dtype, task setting); one column per metric.
 
@@ -131,6 +135,9 @@ def task_table(
         metric_info: metric → (description, higher_is_better), in display order.
         run_link: Format of a link to a run's record (``{run_id}``); adds a "runs" column whose
             cell links every run behind the row (config, seed, commit, versions, machine).
+        linked: The run_ids whose records are there to link (default: all). Whatever the
+            default, only a run_id of the hash form becomes a link (`harness.records.is_run_id`):
+            the table is input, and ``../../x`` or a quote must not become a path or an href.
     """
     ok = ok[ok["metric"].notna()]
     task_params = expand_params(ok, "task_params", "task")
@@ -176,7 +183,11 @@ def task_table(
         ]
         if run_link is not None:
             ids = sorted(runs.loc[tuple(row[k] for k in keys) if len(keys) > 1 else row[keys[0]]])
-            links = [(run_link.format(run_id=r), r[:8]) for r in ids]
+            links = [
+                (run_link.format(run_id=r), r[:8])
+                for r in ids
+                if is_run_id(r) and (linked is None or r in linked)
+            ]
             cells.append(Cell(f"{len(ids)}:", len(ids), links=links))
         table.rows.append(cells)
     return table

@@ -251,3 +251,15 @@ def test_concurrent_collectors_take_turns(tmp_path):
         assert not (tmp_path / "results.parquet").exists()
     worker.join(timeout=30)
     assert not worker.is_alive() and len(_table(tmp_path)) == 1
+
+
+def test_a_results_folder_that_cannot_be_written_is_one_sentence(tmp_path, capsys, monkeypatch):
+    _write(tmp_path, "a", metrics=_point(1.0))
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr("attnbench.harness.collect.FileLock", refuse)
+    assert main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot write the table" in err and "Traceback" not in err

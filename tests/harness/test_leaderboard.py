@@ -147,6 +147,9 @@ def test_rows_with_gaps_still_sort_numbers_numerically():
     assert list(col.iloc[_numbers_first(col).argsort()]) == ["256", "512", "1024", "–"]
 
 
+RUN_A, RUN_B = test_run_id("a"), test_run_id("b")  # run_ids of the hash form link
+
+
 def _two_variant_page(tmp_path) -> str:
     _write(tmp_path, "a", "softmax", 64, 2.0)
     _write(tmp_path, "b", "linear", 64, 1.0)
@@ -156,10 +159,9 @@ def _two_variant_page(tmp_path) -> str:
 
 def test_rows_link_their_records_which_sit_beside_the_page(tmp_path):
     html = _two_variant_page(tmp_path)
-    a, b = test_run_id("a"), test_run_id("b")
-    assert f'href="runs/{a}.json"' in html and f'href="runs/{b}.json"' in html
-    assert (tmp_path / "leaderboard" / "runs" / f"{a}.json").read_text() == (
-        tmp_path / "runs" / f"{a}.json"
+    assert f'href="runs/{RUN_A}.json"' in html and f'href="runs/{RUN_B}.json"' in html
+    assert (tmp_path / "leaderboard" / "runs" / f"{RUN_A}.json").read_text() == (
+        tmp_path / "runs" / f"{RUN_A}.json"
     ).read_text()
 
 
@@ -186,6 +188,22 @@ def test_throughput_chart_marks_oom_and_shows_the_fitted_exponent(tmp_path):
     assert any(n.startswith("linear") and "seq_len^1.00" in n for n in names)
     (marks,) = [t for t in figures["chart-throughput-fwd_ms-seq_len"]["data"] if "oom" in t["name"]]
     assert marks["x"] == [512] and marks["text"] == ["linear: oom"]  # unsupported: not marked
+
+
+def test_the_header_counts_jobs_not_the_scaling_fit_rows(tmp_path):
+    """Six finished jobs, one oom, one unsupported: 8 runs, although the two fits (softmax and
+    linear, each over three lengths) add rows with run_ids of their own."""
+    for i, n in enumerate((64, 128, 256)):
+        _write(tmp_path, f"s{i}", "softmax", n, n * n / 1e4)
+        _write(tmp_path, f"l{i}", "linear", n, n / 1e2)
+    _write(tmp_path, "oom", "linear", 512, 0.0, status="oom", error="out of memory")
+    _write(tmp_path, "uns", "sinkhorn", 512, 0.0, status="unsupported", error="no causal")
+    collect(tmp_path)
+    frame = pd.read_parquet(tmp_path / "results.parquet")
+    assert frame["run_id"].nunique() == 10 and frame.loc[frame["derived"], "run_id"].nunique() == 2
+    html = build_site(tmp_path).read_text()
+    assert "measured. 8 runs." in html
+    assert "(6 runs; best value per setting" in html  # the task's table: its finished runs
 
 
 def test_overview_with_its_filters_is_on_the_page(tmp_path):

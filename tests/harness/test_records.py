@@ -13,6 +13,7 @@ from attnbench.harness.records import (
     RecordSchemaError,
     atomic_write_text,
     find_ok_record,
+    is_run_id,
     make_run_id,
     read_record,
     record_path,
@@ -250,3 +251,18 @@ def test_schema_2_records_read_with_threads_and_hardware_from_their_environment(
     path.write_text(json.dumps(data))
     record = read_record(path)
     assert (record.threads, record.hardware, record.code_fingerprint) == (4, "Some CPU", "")
+
+
+def test_run_ids_have_one_form_that_is_safe_as_a_name_and_a_link():
+    assert is_run_id(make_run_id({"task": "recall", "seed": 3}))
+    for bad in (
+        "../../etc/passwd",
+        "0123456789ABCDEF",  # upper case: not what the hash produces
+        "0123456789abcdef\n",  # `$` would let this through
+        "0123456789abcde",
+        "0123456789abcdef0",
+        'abc"def0123456789',
+        None,
+        1234567890123456,
+    ):
+        assert not is_run_id(bad), bad

@@ -1,0 +1,163 @@
+"""What the leaderboard may write, and which run records it publishes beside the page.
+
+A leaderboard folder is meant to be uploaded as it is, so what lands in it is decided here:
+
+- **Where.** The site folder must be a folder of its own that can be written: not the results
+  folder itself and not inside its ``runs/`` (the site's ``runs/`` would mix with, or its clean-up
+  delete, the records), not an existing file, not read-only, and its ``runs/`` not a link.
+  `check_paths` says what is wrong in one sentence (`SiteError`) before anything is written.
+- **Which records.** `copy_records` publishes a file of ``results/runs/`` only if it is a regular
+  file (a link could publish any file the builder can read), named ``<run_id>.json`` with a
+  run_id of the hash form (`harness.records.is_run_id`), a valid record
+  (`harness.records.read_record`) whose own run_id is that name, and a run of the table being
+  published. The bytes checked are the bytes published: the file is opened once without
+  following links and its contents are validated in the site folder before they take the
+  record's name. A ``runs/`` folder that links out of the results folder is not read at all.
+  Published records of earlier builds that this build did not publish are removed, so the
+  folder holds exactly the records the page links.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+from attnbench.harness.records import is_run_id, read_record, runs_dir
+
+log = logging.getLogger(__name__)
+
+
+class SiteError(ValueError):
+    """The leaderboard cannot be written where it was asked to; one sentence naming the path and
+    the fix."""
+
+
+def _is_within(path: Path, folder: Path) -> bool:
+    """Whether ``path`` is ``folder`` or inside it (both resolved, so links count where they
+    lead)."""
+    path, folder = path.resolve(), folder.resolve()
+    return path == folder or folder in path.parents
+
+
+def check_paths(results_dir: Path, out: Path) -> None:
+    """Raise `SiteError` unless a leaderboard of ``results_dir`` can be written to ``out``.
+
+    Nothing is created: writability is probed with a temporary file in ``out`` or, if it does
+    not exist yet, in its nearest existing parent (a probe, not ``os.access``, because a
+    read-only mount or a root user makes permission bits say the wrong thing).
+    """
+    if not results_dir.is_dir():
+        if results_dir.exists():
+            raise SiteError(
+                f"{results_dir} is a file, not a results folder; give the folder that holds runs/."
+            )
+        raise SiteError(
+            f"no results folder {results_dir}; run a sweep first "
+            f"(attnbench -m sweep=quick results_dir={results_dir})."
+        )
+    where = f"the site folder {out}"
+    fix = "choose another with -o OUT_DIR"
+    if out.resolve() == results_dir.resolve():
+        raise SiteError(f"{where} is the results folder itself; {fix}.")
+    if _is_within(out, runs_dir(results_dir)):
+        raise SiteError(f"{where} is inside the run records {runs_dir(results_dir)}; {fix}.")
+    if out.exists() and not out.is_dir():
+        raise SiteError(f"{where} is an existing file, not a folder; {fix}.")
+    records = out / "runs"
+    if records.is_symlink() or (records.exists() and not records.is_dir()):
+        raise SiteError(
+            f"{records} is a link or a file, where the site keeps its copies of the records; "
+            f"remove it or {fix}."
+        )
+    existing = out
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise SiteError(f"{where} cannot be created: {existing} is a file; {fix}.")
+    try:
+        with tempfile.TemporaryFile(dir=existing, prefix=".attnbench-write-check-"):
+            pass
+    except OSError as exc:
+        raise SiteError(f"{where} is not writable ({exc.strerror or exc}); {fix}.") from None
+
+
+def _read_regular(path: Path) -> bytes:
+    """The contents of ``path`` if it is a regular file, opened without following a link.
+
+    Raises:
+        OSError: a link (ELOOP from O_NOFOLLOW), not a regular file, or unreadable.
+    """
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO or device would block or never end
+            raise OSError(f"{path} is not a regular file")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read()
+    finally:
+        os.close(fd)
+
+
+def _publish(source: Path, dest: Path, run_id: str) -> bool:
+    """Copy the record ``source`` to ``dest`` if it is the valid record of ``run_id``; the
+    contents are validated as written beside ``dest``, then renamed into place."""
+    try:
+        data = _read_regular(source)
+    except OSError:
+        return False
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        if read_record(Path(tmp)).run_id != run_id:
+            return False
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, dest)
+        return True
+    except (OSError, ValueError, TypeError):  # read_record's errors for anything not a record
+        return False
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def copy_records(results_dir: Path, out: Path, run_ids: set[str]) -> set[str]:
+    """Publish the records of the runs ``run_ids`` from ``results_dir/runs`` into ``out`` (see
+    the module docstring) and remove the ones earlier builds left there; returns the run_ids
+    published. What is left out is counted in one warning."""
+    out.mkdir(parents=True, exist_ok=True)
+    source = runs_dir(results_dir)
+    published: set[str] = set()
+    left_out = 0
+    if source.is_symlink() and not _is_within(source, results_dir):
+        log.warning(
+            "attnbench-leaderboard: %s links out of the results folder; no record was published.",
+            source,
+        )
+    elif source.is_dir():
+        for entry in sorted(os.scandir(source), key=lambda e: e.name):
+            if not entry.name.endswith(".json"):
+                continue
+            run_id = entry.name.removesuffix(".json")
+            if (
+                is_run_id(run_id)
+                and run_id in run_ids
+                and _publish(Path(entry.path), out / entry.name, run_id)
+            ):
+                published.add(run_id)
+            else:
+                left_out += 1
+    for entry in os.scandir(out):
+        run_id = entry.name.removesuffix(".json")
+        stale = entry.name.endswith(".json") and is_run_id(run_id) and run_id not in published
+        if stale and not entry.is_dir(follow_symlinks=False):
+            os.unlink(entry.path)
+    if left_out:
+        log.warning(
+            "attnbench-leaderboard: left out %d file(s) of %s that are not valid records of the "
+            "table's runs (links, other files, invalid records, records of other runs).",
+            left_out,
+            source,
+        )
+    return published

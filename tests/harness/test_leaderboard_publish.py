@@ -1,0 +1,248 @@
+"""attnbench-leaderboard's input and output: refused paths and tables (one sentence, exit 2,
+nothing written), and which run records it publishes beside the page."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import make_record, run_cli, test_run_id
+
+from attnbench.harness.collect import COLUMNS, collect, write_table
+from attnbench.harness.leaderboard import build_site, main
+from attnbench.harness.leaderboard.ranking import with_machine
+from attnbench.harness.leaderboard.site import RUN_LINK
+from attnbench.harness.leaderboard.tables import task_table
+from attnbench.harness.records import Record, record_path, write_record
+
+RUN = {name: test_run_id(name) for name in ["a", "b", "c", "d", "e", "f"]}
+NAME = {run_id: name for name, run_id in RUN.items()}
+
+
+def _record(run_id: str, variant: str = "softmax", fwd_ms: float = 1.0) -> Record:
+    return make_record(
+        NAME[run_id],
+        variant=variant,
+        task_params={"seq_len": 64},
+        metrics=[
+            {
+                "metric": "fwd_ms",
+                "value": fwd_ms,
+                "x_name": "seq_len",
+                "x_value": 64,
+                "higher_is_better": False,
+            }
+        ],
+        env={"device_name": "cpu0"},
+    )
+
+
+def _results(tmp_path: Path, *names: str) -> Path:
+    results = tmp_path / "results"
+    for i, name in enumerate(names):
+        write_record(results, _record(RUN[name], variant=f"v{i}", fwd_ms=1.0 + i))
+    return results
+
+
+def _tree(root: Path) -> dict[str, bytes | None]:
+    """Every path under ``root`` with its contents (None: a folder or a link)."""
+    return {
+        str(p.relative_to(root)): None if p.is_dir() or p.is_symlink() else p.read_bytes()
+        for p in sorted(root.rglob("*"))
+    }
+
+
+def _refused(capsys, argv: list[str], root: Path, *words: str) -> None:
+    """``main(argv)`` exits 2 with one line on stderr holding ``words``, and writes nothing."""
+    before = _tree(root)
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    (line,) = captured.err.splitlines()
+    assert line.startswith("attnbench-leaderboard: ") and captured.out == ""
+    for word in words:
+        assert word in line, line
+    assert _tree(root) == before
+
+
+# --- what is refused ---------------------------------------------------------------------------
+
+
+def test_a_missing_results_folder_is_one_sentence_and_no_page(tmp_path):
+    proc = run_cli("attnbench-leaderboard", str(tmp_path / "nowhere"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    (line,) = proc.stderr.splitlines()
+    assert f"no results folder {tmp_path / 'nowhere'}; run a sweep first" in line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_results_path_that_is_a_file_is_refused(tmp_path, capsys):
+    (tmp_path / "results").write_text("not a folder")
+    _refused(capsys, [str(tmp_path / "results")], tmp_path, "is a file, not a results folder")
+
+
+def _unwritable(tmp_path: Path) -> Path | None:
+    """A folder this process cannot write in: a read-only one, or for root (whom permission
+    bits do not stop) one of sysfs; None where there is neither."""
+    folder = tmp_path / "read_only"
+    folder.mkdir()
+    folder.chmod(0o555)
+    for candidate in (folder, Path("/sys")):
+        try:
+            (candidate / ".probe").mkdir()
+        except OSError:
+            return candidate
+        (candidate / ".probe").rmdir()
+    return None
+
+
+def test_bad_output_folders_are_refused_before_anything_is_written(tmp_path, capsys):
+    results = _results(tmp_path, "a", "b")  # records, no table yet: a build would collect
+    (tmp_path / "file.html").write_text("mine")
+    (tmp_path / "site").mkdir()
+    os.symlink(results / "runs", tmp_path / "site" / "runs")  # its clean-up would delete records
+    cases = [
+        (results, "is the results folder itself"),
+        (results / "runs", "is inside the run records"),
+        (results / "runs" / "deeper", "is inside the run records"),
+        (tmp_path / "file.html", "is an existing file, not a folder"),
+        (tmp_path / "file.html" / "sub", "cannot be created"),
+        (tmp_path / "site", "is a link or a file"),
+    ]
+    for out, what in cases:
+        _refused(capsys, [str(results), "-o", str(out)], tmp_path, str(out), what, "-o OUT_DIR")
+    assert not (results / "results.parquet").exists()
+    unwritable = _unwritable(tmp_path)
+    if unwritable is None:
+        pytest.skip("no folder here that this user cannot write")
+    out = unwritable / "site"
+    _refused(capsys, [str(results), "-o", str(out)], tmp_path, str(out), "is not writable")
+
+
+def test_a_corrupt_or_old_table_is_one_sentence_naming_it_and_the_fix(tmp_path, capsys):
+    results = _results(tmp_path, "a")
+    table = results / "results.parquet"
+    table.write_bytes(b"PAR1 cut short")
+    fix = f"attnbench-collect --full {results}"
+    _refused(capsys, [str(results)], tmp_path, f"{table} is not a readable parquet", fix)
+    write_table(pd.DataFrame({"run_id": [RUN["a"]], "value": [1.0]}), table)  # an older layout
+    _refused(capsys, [str(results)], tmp_path, f"{table} lacks the column(s) derived, status", fix)
+    collect(results, incremental=False)
+    assert main([str(results)]) == 0  # the fix works
+
+
+def test_an_existing_folder_without_results_still_gets_the_empty_page(tmp_path, capsys):
+    (tmp_path / "results").mkdir()
+    assert main([str(tmp_path / "results")]) == 0
+    assert "No results yet" in (tmp_path / "results" / "leaderboard" / "index.html").read_text()
+    assert "no results yet in" in capsys.readouterr().err
+
+
+# --- which records are published ---------------------------------------------------------------
+
+
+def test_only_valid_records_of_the_table_runs_are_published(tmp_path, caplog):
+    results = _results(tmp_path, "a", "b", "c")
+    runs = results / "runs"
+    outside = tmp_path / "outside"
+    write_record(outside, _record(RUN["d"], variant="linked"))
+    (tmp_path / "secret.txt").write_text("a private key")
+    os.symlink(record_path(outside, RUN["d"]), runs / f"{RUN['d']}.json")  # a valid record, linked
+    os.symlink(tmp_path / "secret.txt", runs / f"{RUN['e']}.json")
+    (runs / "notes.json").write_text('{"not": "a record"}')
+    (runs / f"{RUN['f']}.json").write_text('{"run_id": "x"}')  # not a record either
+    with pytest.warns(UserWarning):  # collect skips what is not a record, and links
+        collect(results)
+    table = pd.read_parquet(results / "results.parquet")
+    assert RUN["d"] not in set(table["run_id"])  # collection does not follow the link
+    table = pd.concat([table, table.assign(run_id=RUN["d"], variant="linked")])
+    write_table(table, results / "results.parquet")  # a table that has it: publishing must not
+    # after collection: b's file now holds a's record, and a record of a run not in the table
+    record_path(results, RUN["b"]).write_bytes(record_path(results, RUN["a"]).read_bytes())
+    write_record(results, make_record("late", variant="late"))
+    site = tmp_path / "site"
+    (site / "runs").mkdir(parents=True)
+    (site / "runs" / "0000000000000abc.json").write_text("{}")  # an earlier build's record
+    (site / "runs" / "README.txt").write_text("not ours")
+    with caplog.at_level(logging.WARNING):
+        html = build_site(results, site).read_text()
+    published = sorted(p.name for p in (site / "runs").iterdir())
+    assert published == [f"{RUN['a']}.json", f"{RUN['c']}.json", "README.txt"]  # stale one gone
+    assert (site / "runs" / f"{RUN['a']}.json").read_bytes() == record_path(
+        results, RUN["a"]
+    ).read_bytes()
+    assert f'href="runs/{RUN["a"]}.json"' in html and f'href="runs/{RUN["c"]}.json"' in html
+    for name in ("b", "d"):  # in the table, but their records were not published: no dead link
+        assert f"runs/{RUN[name]}.json" not in html
+    # left out: b (a's record under b's name), d and e (links), notes.json and f (not records),
+    # ff (a record, of no run in the table)
+    (message,) = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
+    assert message.startswith("attnbench-leaderboard: left out 6 file(s) of ")
+
+
+def test_a_runs_folder_linking_out_of_the_results_folder_is_not_read(tmp_path, caplog):
+    elsewhere = _results(tmp_path / "elsewhere", "a")
+    results = tmp_path / "results"
+    results.mkdir()
+    os.symlink(elsewhere / "runs", results / "runs")
+    collect(results)
+    with caplog.at_level(logging.WARNING):
+        html = build_site(results).read_text()
+    assert list((results / "leaderboard" / "runs").iterdir()) == []
+    assert "runs/" + RUN["a"] not in html
+    assert any("links out of the results folder" in r.getMessage() for r in caplog.records)
+
+
+def test_a_run_id_that_is_not_a_hash_becomes_neither_a_link_nor_a_file(tmp_path):
+    hostile = ["../../etc/passwd", 'x" onmouseover="alert(1)', "../leaderboard/index"]
+    rows = []
+    for i, run_id in enumerate(hostile):
+        row = dict.fromkeys(COLUMNS)
+        row.update(
+            run_id=run_id,
+            derived=False,
+            current=True,
+            status="ok",
+            task="throughput",
+            variant=f"v{i}",
+            variant_params="{}",
+            task_params='{"seq_len": 64}',
+            seed=0,
+            device="cpu",
+            dtype="float32",
+            metric="fwd_ms",
+            value=1.0 + i,
+            x_name="seq_len",
+            x_value=64.0,
+            higher_is_better=False,
+        )
+        rows.append(row)
+    results = tmp_path / "results"
+    (results / "runs").mkdir(parents=True)
+    (results / "runs" / "passwd.json").write_text("{}")
+    table = pd.DataFrame(rows, columns=COLUMNS).astype({"derived": bool, "current": bool})
+    write_table(table, results / "results.parquet")
+    html = build_site(results).read_text()
+    assert 'href="runs/' not in html and "passwd.json" not in html
+    # the table alone, whatever records there are: only a run_id of the hash form links
+    hashed = with_machine(table.assign(run_id=[RUN["a"], *hostile[1:]]))
+    cells = [row[-1] for row in task_table(hashed, {}, RUN_LINK).rows]
+    links = [link for cell in cells for link in cell.links]
+    assert links == [(f"runs/{RUN['a']}.json", RUN["a"][:8])]
+    assert list((results / "leaderboard" / "runs").iterdir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results"]
+
+
+def test_the_console_script_says_how_many_files_it_left_out_in_one_line(tmp_path):
+    results = _results(tmp_path, "a")
+    (results / "runs" / "notes.json").write_text("[]")
+    proc = run_cli("attnbench-leaderboard", str(results))
+    assert proc.returncode == 0, proc.stderr
+    lines = [x for x in proc.stderr.splitlines() if "left out" in x]
+    assert lines == [
+        f"attnbench-leaderboard: left out 1 file(s) of {results / 'runs'} that are not valid "
+        "records of the table's runs (links, other files, invalid records, records of other runs)."
+    ]
+    assert "Traceback" not in proc.stderr
