@@ -24,8 +24,10 @@ from hydra.test_utils.launcher_common_tests import (
 from attnbench.harness.outcome import OUTCOME, JobFailure
 
 SEARCHPATH = f"hydra.searchpath=[file://{REPO / 'tests' / 'conf'}]"
-# Hydra's test app is no attnbench config: no attnbench job check on it
-GRIDS = ["hydra/sweeper=grids", "hydra.sweeper.job_check=null"]
+# Hydra's test app is no attnbench config: no attnbench job check on it. Hydra's suites expect
+# each job to run in its own output folder, the default before version_base 1.2; other tests set
+# version_base 1.3 process-wide (hydra.initialize), so it is asked for explicitly.
+GRIDS = ["hydra/sweeper=grids", "hydra.sweeper.job_check=null", "hydra.job.chdir=true"]
 
 
 @pytest.mark.parametrize("launcher_name, overrides", [("basic", GRIDS), ("joblib", GRIDS)])
