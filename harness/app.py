@@ -1,38 +1,57 @@
 """The ``attnbench`` command: a thin Hydra app around `harness.run.run`.
 
 Before Hydra composes anything, plugins are loaded and every registered variant and task is put
-into the ConfigStore, the command line is checked against the registries and typed schemas, and
-the results directory is checked for writing (`harness.validation`): bad input gets one sentence
-and exit status 2, not a traceback, and nothing is written.
+into the ConfigStore, the command line is checked against Hydra's grammar, the registries,
+typed schemas and presets, and the results directory is checked for writing
+(`harness.validation`): bad input gets one sentence and exit status 2, not a traceback, and
+nothing is written.
+
+After Hydra returns, the command's outcome (`harness.outcome`) decides the exit status: 1 if a
+job ended without a record or the collection failed (one line each on stderr), 130 after Ctrl-C
+(`harness.interrupt`), else 0.
 """
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 from typing import NoReturn
 
 import hydra
 from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.errors import HydraException
+from hydra.types import RunMode
+from hydra.utils import to_absolute_path
 from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
 
 import attnbench.conf
 from attnbench.harness.config import store_configs
 from attnbench.harness.discovery import load_plugins
+from attnbench.harness.outcome import INTERRUPTED, OUTCOME
 from attnbench.harness.registry import UnknownNameError
 from attnbench.harness.run import run
 from attnbench.harness.validation import (
     ConfigError,
     check_overrides,
+    check_preset,
     check_results_dir,
     prepare_job,
-    results_dir_from,
+    results_dir_of,
 )
 
 # The configs ship inside the package (attnbench.conf), so they are found from any working
 # directory, in a checkout and in an installed wheel alike. An absolute path: Hydra would
 # otherwise resolve a relative one against the calling module.
 CONF_DIR = str(Path(attnbench.conf.__file__).resolve().parent)
+
+MULTIRUN = {"-m", "--multirun"}
+# Hydra's modes that print instead of running; Hydra allows only one of them, without -m
+PRINT_MODES = {"--cfg", "-c", "--info"}
+INFORMATIONAL = PRINT_MODES | {"--help", "-h", "--hydra-help"}
 
 
 def refuse(exc: Exception) -> NoReturn:
@@ -42,39 +61,89 @@ def refuse(exc: Exception) -> NoReturn:
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
-def _hydra_main(cfg: DictConfig) -> str:
+def _hydra_main(cfg: DictConfig) -> str | None:
+    """One job, in whichever process the launcher runs it.
+
+    ``results_dir`` is made absolute against the directory the command started in, so that
+    ``hydra.job.chdir=true`` (which moves the job into its Hydra output folder) still writes
+    records where the callbacks collect them.
+
+    In a sweep, an exception propagates: Hydra stores it in the job's ``JobReturn``, where the
+    `grids` sweeper reads it (the job may run in a worker process, which cannot reach this
+    process's outcome). In a single run, it becomes the command's outcome here.
+    """
+    cfg.results_dir = to_absolute_path(cfg.results_dir)
+    if HydraConfig.get().mode == RunMode.MULTIRUN:
+        return run(cfg).status
     try:
         return run(cfg).status
     except ConfigError as exc:
         refuse(exc)
+    except Exception as exc:  # no record was written: say so, and exit 1 after collecting
+        OUTCOME.job_failed(HydraConfig.get().overrides.task, exc)
+        return None
 
 
-def check_single_job(args: list[str]) -> None:
-    """Compose the one job a non-sweep command line describes and check its values.
+def check_command_line(args: list[str]) -> None:
+    """Check a command line before Hydra starts (`harness.validation`); `ConfigError` if bad.
 
-    Runs before Hydra creates its run directory, so a refused job leaves nothing behind. (Sweeps
-    are checked job by job by the `grids` sweeper before the first job runs.)
+    The config is composed once, without the sweep's values, to read ``results_dir`` exactly as
+    the jobs will; a single job is checked in full (a sweep's jobs are checked by the `grids`
+    sweeper before the first one runs). Runs before Hydra creates its run directory, so a
+    refused command leaves nothing behind.
     """
-    overrides = [a for a in args if "=" in a and not a.startswith(("-", "hydra"))]
+    multirun = bool(MULTIRUN & set(args))
+    informational = bool(INFORMATIONAL & set(args))
+    if multirun and PRINT_MODES & set(args):
+        flag = sorted(PRINT_MODES & set(args))[0]
+        raise ConfigError(
+            f"{flag} prints one job's config and cannot be combined with -m (Hydra refuses it "
+            "too); drop -m and give one job's values (attnbench --cfg job task=recall …), or see "
+            "a preset's grids with attnbench --cfg hydra sweep=NAME."
+        )
+    overrides = check_overrides(args, multirun=multirun or informational)
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        prepare_job(compose("config", overrides=overrides))
+        check_preset(overrides, GlobalHydra.instance().config_loader(), multirun or informational)
+        if informational:
+            return
+        fixed = [o.input_line for o in overrides if not o.is_sweep_override()]
+        try:
+            cfg = compose("config", overrides=fixed)
+        except (HydraException, OmegaConfBaseException) as exc:
+            reason = str(exc).strip().splitlines()[0]
+            raise ConfigError(f"the command line does not compose: {reason}") from None
+        check_results_dir(results_dir_of(cfg))
+        if not multirun:
+            prepare_job(cfg)
+
+
+def _done() -> None:
+    """Ignore Ctrl-C from here on: the command's work is over, and a Ctrl-C while the interpreter
+    shuts down (it joins the memory probe's process, `harness.memory`) would only print a
+    traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def main() -> None:
     """Entry point of the ``attnbench`` console script."""
-    load_plugins()
-    store_configs()
-    args = sys.argv[1:]
-    informational = {"--help", "-h", "--hydra-help", "--info", "--cfg", "-c"}
+    OUTCOME.reset()
     try:
-        check_overrides(args)
-        if not informational & set(args):
-            check_results_dir(results_dir_from(args))
-            if not {"-m", "--multirun"} & set(args):
-                check_single_job(args)
-    except (ConfigError, UnknownNameError) as exc:
-        refuse(exc)
-    _hydra_main()
+        load_plugins()
+        store_configs()
+        try:
+            check_command_line(sys.argv[1:])
+        except (ConfigError, UnknownNameError) as exc:
+            refuse(exc)
+        _hydra_main()
+    except KeyboardInterrupt:  # outside a sweep's jobs (which the sweeper stops cleanly)
+        _done()
+        print("attnbench: interrupted by Ctrl-C.", file=sys.stderr)
+        sys.exit(INTERRUPTED)
+    _done()
+    for line in OUTCOME.report():
+        print(f"attnbench: {line}", file=sys.stderr)
+    if OUTCOME.exit_status():
+        sys.exit(OUTCOME.exit_status())
 
 
 if __name__ == "__main__":

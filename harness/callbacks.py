@@ -9,15 +9,33 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from attnbench.harness.collect import collect
+from attnbench.harness.outcome import OUTCOME, one_line
 
 log = logging.getLogger(__name__)
 
 
 class CollectResults(Callback):
-    """Runs `harness.collect.collect` on ``results_dir`` after a single run and after a multirun."""
+    """Runs `harness.collect.collect` on ``results_dir`` after a single run and after a multirun.
+
+    A failed collection is caught here, logged as one sentence and noted in
+    `harness.outcome.OUTCOME`, so that the ``attnbench`` command exits with status 1: Hydra
+    itself would only turn the exception into a warning and exit 0. The records stay; collecting
+    again (``attnbench-collect``) retries.
+    """
 
     def _collect(self, config: DictConfig) -> None:
-        summary = collect(config.results_dir)
+        results_dir = config.results_dir
+        try:
+            summary = collect(results_dir)
+        except Exception as exc:  # reported, not raised: Hydra would reduce it to a warning
+            message = (
+                f"collecting the records in {results_dir} into the table failed "
+                f"({one_line(exc)}); the records are kept: run attnbench-collect {results_dir} "
+                "to retry."
+            )
+            log.error("%s", message)
+            OUTCOME.collection_failed(message)
+            return
         log.info("%s", summary.describe())
 
     def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:

@@ -26,6 +26,8 @@ import ctypes
 import ctypes.util
 import multiprocessing
 import re
+import signal
+import threading
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -41,8 +43,30 @@ _probe: ProcessPoolExecutor | None = None
 _STDLIB_METHODS = ("fork", "spawn", "forkserver")
 
 
-def _pin_mmap_threshold() -> None:
+def _init_probe() -> None:
+    """The probe's start: pin glibc's mmap threshold, and ignore Ctrl-C.
+
+    A Ctrl-C in a terminal reaches the whole process group, the probe included; the job's own
+    process decides what it means (`harness.interrupt`: finish the running job first), and a
+    probe killed by it would fail that job and print its own traceback.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _mallopt(_M_MMAP_THRESHOLD, PINNED_THRESHOLD)
+
+
+@contextlib.contextmanager
+def _sigint_ignored():
+    """Ignore SIGINT while the probe is spawned, so it starts with SIGINT ignored (an ignored
+    signal stays ignored across exec, and Python keeps it so) rather than only once its
+    initializer runs, after seconds of imports. Main thread only, where signals are set."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 REUSE_MMAP_THRESHOLD = 32 * _MIB  # glibc's largest allowed value on 64-bit
@@ -91,9 +115,13 @@ def isolated_cpu_peak(fn: Callable[..., float | None], *args: Any) -> float | No
             # child cannot set up; the probe needs only the standard library's spawn.
             multiprocessing.set_start_method("spawn", force=True)
         _probe = ProcessPoolExecutor(
-            1, mp_context=multiprocessing.get_context("spawn"), initializer=_pin_mmap_threshold
+            1, mp_context=multiprocessing.get_context("spawn"), initializer=_init_probe
         )
-    return _probe.submit(fn, *args).result()
+        with _sigint_ignored():  # the first submit spawns the process
+            future = _probe.submit(fn, *args)
+    else:
+        future = _probe.submit(fn, *args)
+    return future.result()
 
 
 def release_probe() -> None:

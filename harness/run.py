@@ -147,7 +147,7 @@ def _job_context(cfg: DictConfig, ident: dict[str, Any]) -> tuple[JobContext, di
     Threads, the global seed, and on CPU flush-denormal and glibc's allocator (see
     `harness.memory.reuse_freed_memory`): process-wide state a job's timings depend on, so it is
     set for every job and recorded. Called inside `_execute`'s failure handling: a setting this
-    process refuses (e.g. a negative thread count passed programmatically) becomes a `failed`
+    process refuses (the values were checked, but torch may still refuse) becomes a `failed`
     record, like any other failure of the job.
     """
     device = torch.device(ident["device"])

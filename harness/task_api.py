@@ -8,6 +8,7 @@ builds the `JobContext`, catches failures and writes the record.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -97,6 +98,22 @@ class Task:
             value = getattr(self.params, key)
             if value < 1:
                 raise ValueError(f"task.{key} must be >= 1, got {value}.")
+
+    def require_finite(
+        self, *keys: str, above: float | None = None, at_least: float | None = None
+    ) -> None:
+        """Raise one clear ValueError for the first of ``keys`` that is NaN or infinite, or not
+        above ``above`` / not at least ``at_least`` (a learning rate: ``above=0``).
+
+        NaN compares false with everything, so ``if lr <= 0`` lets it through; this does not.
+        """
+        for key in keys:
+            value = float(getattr(self.params, key))
+            low_ok = (above is None or value > above) and (at_least is None or value >= at_least)
+            if not (math.isfinite(value) and low_ok):
+                bound = f" > {above:g}" if above is not None else ""
+                bound += f" >= {at_least:g}" if at_least is not None else ""
+                raise ValueError(f"task.{key} must be a finite number{bound}, got {value}.")
 
     @classmethod
     def describe(cls) -> TaskInfo:

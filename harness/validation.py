@@ -2,12 +2,19 @@
 
 Three layers, cheapest first:
 
-1. `check_overrides`: the command line against the registries and the typed schemas, without
-   composing anything: unknown ``variant=``/``task=`` names (with "did you mean"), unknown keys
+1. `check_overrides`: the command line against Hydra's override grammar, the registries and the
+   typed schemas, without composing anything: syntax (``task.seq_len=[64``), a key given twice
+   (``seed=1 seed=2``), a sweep without ``-m`` (``variant=a,b``, ``variant=glob(s*)``), a glob that
+   matches nothing, unknown ``variant=``/``task=`` names (with "did you mean"), unknown keys
    (``variant.windw=4``), and values of the wrong type (``task.seq_len=abc``, ``device=gpu``).
-2. `check_results_dir`: the results directory exists or can be made, and takes a file.
-3. `prepare_job`: each composed job's values (sizes ≥ 1, heads dividing the width, a device and
-   dtype this machine can run). The ``attnbench`` command calls it for a single job before Hydra
+   `check_preset` then asks Hydra's config loader whether ``sweep=NAME`` is a preset (an optional
+   config group: Hydra itself would silently run the default job).
+2. `check_results_dir`: the results directory, read from the composed config (`results_dir_of`,
+   so quotes and ``${oc.env:…}`` resolve exactly as in the jobs), is not empty, exists or can be
+   made, and takes a file.
+3. `prepare_job`: each composed job's values (a seed numpy and torch accept, a thread count this
+   process can use, a finite time budget, sizes ≥ 1, heads dividing the width, a device and dtype
+   this machine can run). The ``attnbench`` command calls it for a single job before Hydra
    starts, the `grids` sweeper for every job of a sweep before launching the first one, and
    `harness.run.run` for the job it runs — the one check all three share, kept here with the
    other checks so that `harness.run` only runs jobs.
@@ -23,7 +30,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import errno
 import functools
+import math
 import os
 import tempfile
 from dataclasses import dataclass
@@ -97,7 +106,13 @@ def _selected(group: str, overrides: list[Override]) -> list[str]:
             continue
         value = o.value()
         if isinstance(value, Glob):
-            return value.filter(registry.names())
+            matched = value.filter(registry.names())
+            if not matched:
+                raise ConfigError(
+                    f"{o.input_line} matches no {registry.kind}, and a sweep that matches "
+                    f"nothing is an error; {registry.kind}s: {', '.join(registry.names())}."
+                )
+            return matched
         names = [str(v) for v in _values(o)]
         for name in names:
             if name not in registry:
@@ -128,13 +143,65 @@ def _check_field(schema: type, key: str, values: list[Any], label: str, owner: s
         _check_value(schema, key, value, label)
 
 
-def check_overrides(args: list[str]) -> None:
-    """Raise `ConfigError` for the first bad override on the command line (see module doc)."""
-    candidates = [a for a in args if "=" in a and not a.startswith("-")]
-    try:
-        overrides = OverridesParser.create().parse_overrides(candidates)
-    except HydraException:
-        return  # Hydra reports malformed override syntax itself
+def parse_overrides(args: list[str]) -> list[Override]:
+    """The command line's overrides, parsed by Hydra's own grammar; `ConfigError` naming the first
+    one that does not parse.
+
+    Parsed one at a time so that the sentence can name the culprit: Hydra's own report of a
+    syntax error is several lines about the whole command line.
+    """
+    parser = OverridesParser.create()
+    overrides = []
+    for arg in (a for a in args if "=" in a and not a.startswith("-")):
+        try:
+            overrides.append(parser.parse_override(arg))
+        except HydraException as exc:
+            reason = str(exc).splitlines()[0].rstrip(".")
+            raise ConfigError(
+                f"{arg} is not a valid override ({reason}); check its brackets and quotes, "
+                "and quote a value with spaces or commas as a whole: key='a b'."
+            ) from None
+    return overrides
+
+
+def _check_given_once(overrides: list[Override]) -> None:
+    """A key given twice is refused: Hydra would silently keep the last value."""
+    first: dict[tuple[str, str | None], Override] = {}
+    for o in overrides:
+        key = (o.key_or_group, o.package)
+        if key in first:
+            raise ConfigError(
+                f"{o.get_key_element()} is given twice ({first[key].input_line} and "
+                f"{o.input_line}); give each key once."
+            )
+        first[key] = o
+
+
+def _check_no_sweep(overrides: list[Override]) -> None:
+    """Without ``-m`` a sweep value cannot run: say to add ``-m`` instead of Hydra's traceback."""
+    for o in overrides:
+        if o.is_sweep_override():
+            what = "a glob, which sweeps" if isinstance(o.value(), Glob) else "a sweep"
+            raise ConfigError(
+                f"{o.input_line} is {what}; add -m to run one job per value "
+                f"(attnbench -m {o.input_line} …)."
+            )
+
+
+def check_overrides(args: list[str], multirun: bool = True) -> list[Override]:
+    """Raise `ConfigError` for the first bad override on the command line (see module doc).
+
+    Args:
+        args: the command line (flags are skipped).
+        multirun: whether ``-m`` is given; without it a sweep value is refused.
+
+    Returns:
+        The parsed overrides, for the checks that follow (`check_preset`, composing).
+    """
+    overrides = parse_overrides(args)
+    _check_given_once(overrides)
+    if not multirun:
+        _check_no_sweep(overrides)
     selected = {group: _selected(group, overrides) for group in GROUPS}
     root_fields = [f.name for f in dataclasses.fields(AttnbenchConfig)]
     for o in overrides:
@@ -149,6 +216,11 @@ def check_overrides(args: list[str]) -> None:
         elif head in GROUPS:
             continue
         elif key in root_fields:
+            if key == "results_dir" and o.is_sweep_override():
+                raise ConfigError(
+                    f"{o.input_line} sweeps the results directory, but a sweep collects into "
+                    "one; give one results_dir and run a sweep per directory."
+                )
             for value in _values(o):
                 _check_value(AttnbenchConfig, key, value, key)
         else:
@@ -156,20 +228,73 @@ def check_overrides(args: list[str]) -> None:
                 f"{key} is not a config key.{_did_you_mean(key, root_fields)} Root keys: "
                 f"{', '.join(root_fields)}; variant.<param> and task.<param> set parameters."
             )
+    return overrides
 
 
-def results_dir_from(args: list[str]) -> str:
-    """The ``results_dir`` a command line asks for (the last one wins, as in Hydra)."""
-    given = [a.split("=", 1)[1] for a in args if a.startswith("results_dir=")]
-    return given[-1] if given else AttnbenchConfig.results_dir
+def check_preset(overrides: list[Override], loader: Any, multirun: bool = True) -> None:
+    """Refuse a ``sweep=NAME`` that names no preset, listing the presets, or that lacks ``-m``.
+
+    ``sweep`` is an optional group in conf/config.yaml (``optional sweep: null``), so Hydra
+    silently skips an unknown name and runs the default job; without ``-m`` a preset's grids
+    are ignored just as silently. The presets are asked of Hydra's config loader (``loader``:
+    `hydra.core.config_loader.ConfigLoader`), with the command line's ``hydra.searchpath``, so
+    presets from a search path count too.
+    """
+    searchpath = [o.input_line for o in overrides if o.key_or_group == "hydra.searchpath"]
+    for o in overrides:
+        if o.key_or_group.lstrip("+") != "sweep":
+            continue
+        names = [str(v) for v in _values(o)]
+        if len(names) != 1:
+            raise ConfigError(f"{o.input_line} names several presets; run one preset at a time.")
+        presets = loader.get_group_options("sweep", config_name="config", overrides=searchpath)
+        if names[0] not in presets:
+            raise ConfigError(
+                f"sweep={names[0]} is not a sweep preset.{_did_you_mean(names[0], presets)} "
+                f"Presets: {', '.join(presets)}."
+            )
+        if not multirun:
+            raise ConfigError(
+                f"{o.input_line} selects a sweep preset; add -m to run it (attnbench -m "
+                f"{o.input_line})."
+            )
+
+
+def results_dir_of(cfg: DictConfig) -> str:
+    """The ``results_dir`` of a composed config, resolved as the jobs will resolve it.
+
+    Read from the config Hydra composed rather than from the raw command line, so that quotes
+    (``results_dir='my results'``) and interpolations (``results_dir=${oc.env:HOME}/r``) give
+    the directory the jobs will use, not a literal folder of that text.
+    """
+    try:
+        return str(cfg.results_dir)
+    except OmegaConfBaseException as exc:
+        reason = str(exc).splitlines()[0]
+        raise ConfigError(
+            f"results_dir does not resolve ({reason}); give a path, e.g. results_dir=results."
+        ) from None
 
 
 def check_results_dir(path: str | os.PathLike) -> None:
-    """Raise `ConfigError` unless records can be written under ``path`` (created if missing)."""
-    runs = Path(path) / "runs"
+    """Raise `ConfigError` unless records can be written under ``path``.
+
+    Creates nothing: a temporary file is written and removed in the deepest folder of
+    ``path/runs`` that exists (the jobs create the rest), so that a command refused later, or
+    only checked, leaves no empty folders behind. An empty path is refused: Hydra's run
+    directories (``${results_dir}/hydra/…``) would then land at the filesystem root.
+    """
+    if not str(path).strip():
+        raise ConfigError(
+            "results_dir is empty; give a directory for the records, e.g. results_dir=results."
+        )
+    existing = (Path(path) / "runs").absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
     try:
-        runs.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=runs, prefix=".write-check-"):
+        if not existing.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(existing))
+        with tempfile.NamedTemporaryFile(dir=existing, prefix=".write-check-"):
             pass
     except OSError as exc:
         raise ConfigError(
@@ -246,6 +371,39 @@ def code_identity(task: Task, variant_name: str) -> tuple[str, dict[str, str]]:
     return combined_digest(modules), modules
 
 
+SEED_MAX = 2**32 - 1  # numpy's generators take seeds in 0 … 2**32 - 1
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity mask where the platform has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def check_settings(cfg: DictConfig) -> None:
+    """Refuse root settings no job can honour: ``seed``, ``threads`` and ``timeout_s``.
+
+    A seed outside 0 … 2**32 - 1 is one numpy refuses (and torch would wrap silently); more
+    threads than usable cores would oversubscribe the cores and time the scheduler, not the
+    variant; a NaN or infinite budget is no budget at all.
+    """
+    seed = int(cfg.seed)
+    if not 0 <= seed <= SEED_MAX:
+        raise ConfigError(f"seed={seed} is out of range; use a seed from 0 to {SEED_MAX}.")
+    threads, cores = int(cfg.threads), usable_cores()
+    if not 0 <= threads <= cores:
+        what = "is negative" if threads < 0 else f"is more than the {cores} CPU cores usable here"
+        raise ConfigError(
+            f"threads={threads} {what}; use threads=0 (torch's default) or 1 to {cores}."
+        )
+    budget = float(cfg.timeout_s)
+    if not (math.isfinite(budget) and budget >= 0):
+        raise ConfigError(
+            f"timeout_s={budget} is not a time budget; use seconds >= 0 (0 = no budget)."
+        )
+
+
 NOMINAL_SHAPE = VariantShape(n_heads=2, head_dim=16, max_len=64)  # for checking hyperparameters
 
 
@@ -286,9 +444,11 @@ class PreparedJob:
 def prepare_job(cfg: DictConfig) -> PreparedJob:
     """Validate one composed job and return it with its identity. `ConfigError` for bad values.
 
-    Checks what the schema cannot: the device and dtype exist here, the task's sizes and
-    relations (its `Task.check`), and the variant's hyperparameters (its constructor).
+    Checks what the schema cannot: the root settings (`check_settings`), the device and dtype
+    exist here, the task's sizes and relations (its `Task.check`), and the variant's
+    hyperparameters (its constructor).
     """
+    check_settings(cfg)
     ident = job_identity(cfg)
     built = {}
     for kind, build in (

@@ -118,8 +118,10 @@ class Concentration(Task):
                 f"task.seq_len must be >= 2 and task.head_dim, task.n_batches >= 1; "
                 f"got {p.seq_len}, {p.head_dim}, {p.n_batches}."
             )
-        if any(s <= 0 for s in self.scale_values()):
-            raise ValueError(f"task.scales must all be > 0, got {self.scale_values()}.")
+        if not all(0 < s < math.inf for s in self.scale_values()):
+            raise ValueError(f"task.scales must all be finite and > 0, got {self.scale_values()}.")
+        if p.source == "recall":
+            self.require_positive("recall_steps")
 
     def scale_values(self) -> list[float]:
         """The scales γ to sweep."""

@@ -91,8 +91,10 @@ class SelectiveCopy(Task):
             "steps",
             "batch_size",
             "d_model",
+            "n_layers",
             "n_heads",
         )
+        self.require_finite("lr", above=0)
         self.require_divides("n_heads", "d_model")
         if p.n_to_copy > p.seq_len:
             raise ValueError(

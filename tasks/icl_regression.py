@@ -97,13 +97,16 @@ class IclRegression(Task):
         if p.mode not in MODES:
             raise ValueError(f"task.mode={p.mode!r} is not valid; use one of {', '.join(MODES)}.")
         if p.mode == "prompt":
-            self.require_positive("d_model", "n_heads")
+            self.require_positive("d_model", "n_layers", "n_heads", "bootstrap")
             self.require_divides("n_heads", "d_model")
+            self.require_finite("lr", above=0)
+        else:
+            self.require_finite("x_range", above=0)
         self.require_positive(
             "n_dims", "n_points", "eval_prompts", "steps", "batch_size", "system_runs"
         )
-        if p.noise_std < 0:
-            raise ValueError(f"task.noise_std must be >= 0, got {p.noise_std}.")
+        self.require_finite("noise_std", at_least=0)
+        self.require_finite("ridge_lambda")
 
     def ridge_lambda(self) -> float:
         """λ of the ridge baseline: the given one, or σ² (at least 1e-6)."""

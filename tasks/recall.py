@@ -94,8 +94,10 @@ class Recall(Task):
             "steps",
             "batch_size",
             "d_model",
+            "n_layers",
             "n_heads",
         )
+        self.require_finite("lr", above=0)
         self.require_divides("n_heads", "d_model")
         if 3 * p.n_kv_pairs > p.seq_len:
             raise ValueError(

@@ -75,8 +75,7 @@ class Throughput(Task):
     def check(self) -> None:
         """Refuse sizes below 1 with one sentence."""
         self.require_positive("seq_len", "batch_size", "n_heads", "head_dim", "min_samples")
-        if not self.params.min_run_time > 0:
-            raise ValueError(f"task.min_run_time must be > 0, got {self.params.min_run_time}.")
+        self.require_finite("min_run_time", above=0)
 
     def run(self, ctx: JobContext) -> TaskResult:
         p = self.params

@@ -1,60 +1,124 @@
-"""Bad input through the real CLI: one sentence, exit status 2, nothing written (issue #7).
+"""Bad input: one sentence naming the value and the fix, exit status 2, nothing written.
 
-Each row is a command line and a fragment of the sentence it must print. Two more rows are not
-refusals by design: causal=true for a variant that cannot be causal is a job outcome (a record with
-status `unsupported`), and a window longer than the sequence is clamped to the sequence (the
-documented choice: a window that covers everything is dense attention, exactly).
+Each row is a command line and a fragment of the sentence it must print. `REFUSALS` are refused
+before Hydra starts, so they run in-process through `attnbench.harness.app.main` (the console
+script's own function, seconds faster than a subprocess); `CLI_REFUSALS` go through the real
+command, among them the refusals made inside Hydra by the `grids` sweeper.
+
+`OUTCOMES` are cases that are by design not refusals; each row says why.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 import torch
-from conftest import run_cli
+from conftest import REPO, run_cli
+
+from attnbench.harness import app
+from attnbench.harness.validation import usable_cores
 
 FAST = ["task.seq_len=32", "task.backward=false", "task.min_run_time=0.01"]
+SEARCHPATH = f"hydra.searchpath=[file://{REPO / 'tests' / 'conf'}]"
+CORES = usable_cores()
 
 REFUSALS = [
+    # names: registries, presets, globs
     (["variant=softmx"], "Unknown variant 'softmx'. Did you mean: softmax?"),
     (["task=recal"], "Unknown task 'recal'. Did you mean: recall?"),
     (["-m", "variant=softmax,linaer"], "Unknown variant 'linaer'. Did you mean: linear?"),
+    (["sweep=doesnotexist"], "sweep=doesnotexist is not a sweep preset. Presets: long, paper,"),
+    (["-m", "sweep=quik"], "sweep=quik is not a sweep preset. Did you mean quick? Presets:"),
+    (["sweep=quick"], "sweep=quick selects a sweep preset; add -m to run it"),
+    (["-m", "variant=glob(zzz*)"], "variant=glob(zzz*) matches no variant, and a sweep that"),
+    (["variant=glob(s*)"], "variant=glob(s*) is a glob, which sweeps; add -m"),
+    (["variant=softmax,linear"], "variant=softmax,linear is a sweep; add -m"),
+    # the command line itself
+    (["task.seq_len=[64"], "task.seq_len=[64 is not a valid override (no viable alternative"),
+    (["task.seq_len='64"], "task.seq_len='64 is not a valid override (token recognition error"),
+    (["seed=1", "seed=2"], "seed is given twice (seed=1 and seed=2); give each key once."),
+    (["-m", "--cfg", "job", "sweep=quick"], "--cfg prints one job's config and cannot be combined"),
+    (["hydra/launcher=nope"], "the command line does not compose: In 'hydra/config': Could not"),
+    # keys and types
     (["variant=window", "variant.windw=4"], "variant.windw is not a parameter of variant window."),
     (["task.seq_lenn=4"], "task.seq_lenn is not a parameter of task throughput."),
     (["seeed=1"], "seeed is not a config key. Did you mean seed?"),
     (["task.seq_len=abc"], "task.seq_len=abc is not valid: Value 'abc' of type 'str'"),
     (["seed=1.5"], "seed=1.5 is not valid"),
-    (["task.seq_len=0"], "task.seq_len must be >= 1, got 0."),
-    (["task.batch_size=-2"], "task.batch_size must be >= 1, got -2."),
-    (["task=recall", "task.n_heads=3"], "task.n_heads=3 must divide task.d_model=64"),
-    (["variant=window", "variant.window=0"], "variant window: window must be >= 1, got 0."),
-    (["variant=decay", "variant.decay=1.5"], "variant decay: decay must be in (0, 1]"),
     (["device=gpu"], "device=gpu is not valid: Invalid value 'gpu', expected one of"),
     (["dtype=float64"], "dtype=float64 is not valid: Invalid value 'float64'"),
-    (["-m", "variant=softmax,linear", "task.seq_len=32,0"], "task.seq_len must be >= 1, got 0."),
+    # root settings
+    (["seed=-1"], "seed=-1 is out of range; use a seed from 0 to 4294967295."),
+    (["seed=4294967296"], "seed=4294967296 is out of range; use a seed from 0 to 4294967295."),
+    (["threads=-1"], f"threads=-1 is negative; use threads=0 (torch's default) or 1 to {CORES}."),
+    ([f"threads={CORES + 1}"], f"threads={CORES + 1} is more than the {CORES} CPU cores usable"),
+    (["timeout_s=-1"], "timeout_s=-1.0 is not a time budget; use seconds >= 0 (0 = no budget)."),
+    (["timeout_s=nan"], "timeout_s=nan is not a time budget"),
+    (["results_dir="], "results_dir is empty; give a directory for the records"),
+    (["-m", "variant=softmax,linear", "results_dir=a,b"], "results_dir=a,b sweeps the results"),
+    # task and variant values (their check() and constructors)
+    (["task.seq_len=0"], "task.seq_len must be >= 1, got 0."),
+    (["task.batch_size=-2"], "task.batch_size must be >= 1, got -2."),
+    (["task.min_run_time=inf"], "task.min_run_time must be a finite number > 0, got inf."),
+    (["task=recall", "task.n_heads=3"], "task.n_heads=3 must divide task.d_model=64"),
+    (["task=recall", "task.lr=-1"], "task recall: task.lr must be a finite number > 0, got -1.0."),
+    (["task=copy", "task.lr=nan"], "task copy: task.lr must be a finite number > 0, got nan."),
+    (["task=icl_regression", "task.lr=0"], "task.lr must be a finite number > 0, got 0.0."),
+    (["task=recall", "task.n_layers=0"], "task.n_layers must be >= 1, got 0."),
+    (["task=icl_regression", "task.noise_std=nan"], "task.noise_std must be a finite number >= 0"),
+    (["variant=window", "variant.window=0"], "variant window: window must be >= 1, got 0."),
+    (["variant=decay", "variant.decay=1.5"], "variant decay: decay must be in (0, 1]"),
 ]
 if not torch.cuda.is_available():
     REFUSALS.append((["device=cuda"], "device=cuda was asked for but no CUDA GPU is available"))
 
 
-def _files(root):
-    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+def _ids(x):
+    return " ".join(x) if isinstance(x, list) else None
 
 
-@pytest.mark.parametrize(
-    "args, message", REFUSALS, ids=lambda x: " ".join(x) if isinstance(x, list) else None
-)
-def test_refused_with_one_sentence_and_nothing_written(tmp_path, args, message):
-    results = tmp_path / "results"
-    flags = [a for a in args if a.startswith("-")]
-    rest = [a for a in args if not a.startswith("-")]
-    proc = run_cli("attnbench", *flags, *rest, f"results_dir={results}")
+def _entries(root):
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def _with_results_dir(args, results):
+    given = any(a.startswith("results_dir=") for a in args)
+    return args if given else [*args, f"results_dir={results}"]
+
+
+@pytest.mark.parametrize("args, message", REFUSALS, ids=_ids)
+def test_refused_before_hydra_starts(tmp_path, monkeypatch, capsys, args, message):
+    monkeypatch.chdir(tmp_path)  # a stray folder in the working directory would show too
+    monkeypatch.setattr(sys, "argv", ["attnbench", *_with_results_dir(args, tmp_path / "r")])
+    monkeypatch.setattr(app, "_hydra_main", lambda: pytest.fail("the command reached Hydra"))
+    with pytest.raises(SystemExit) as exit_:
+        app.main()
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2, err
+    assert message in err
+    assert err.startswith("attnbench: ") and len(err.strip().splitlines()) == 1  # one sentence
+    assert _entries(tmp_path) == []  # nothing written, not even an empty folder
+
+
+CLI_REFUSALS = [  # through the console script, and inside Hydra (the sweeper's checks)
+    (["variant=softmx"], "Unknown variant 'softmx'. Did you mean: softmax?"),
+    (["task.seq_len=[64"], "task.seq_len=[64 is not a valid override"),
+    (["-m", "variant=softmax,linear", "task.seq_len=32,0"], "task.seq_len must be >= 1, got 0."),
+    (["-m", "variant=softmax,linear", "seed=-1"], "seed=-1 is out of range"),
+    (["-m", "sweep=grids_test", SEARCHPATH, "task=recall"], "task=recall leaves none of this"),
+]
+
+
+@pytest.mark.parametrize("args, message", CLI_REFUSALS, ids=_ids)
+def test_refused_by_the_command(tmp_path, args, message):
+    proc = run_cli("attnbench", *args, f"results_dir={tmp_path / 'r'}", cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr  # one sentence
-    assert _files(tmp_path) == []  # no record, no partial file, no Hydra run directory
+    assert _entries(tmp_path) == []  # no record, no partial file, no Hydra run directory
 
 
 def test_unwritable_results_dir_is_refused_before_any_job(tmp_path):
@@ -64,24 +128,84 @@ def test_unwritable_results_dir_is_refused_before_any_job(tmp_path):
     assert proc.returncode == 2
     assert f"results_dir={blocker / 'r'} is not writable" in proc.stderr
     assert "Traceback" not in proc.stderr
-    assert _files(tmp_path) == ["not_a_dir"]
+    assert _entries(tmp_path) == ["not_a_dir"]
+
+
+def test_results_dir_is_resolved_as_the_jobs_resolve_it(tmp_path, monkeypatch, capsys):
+    """An interpolation is resolved (here to a path under a file, so refused: the sentence names
+    the resolved path), not taken as the name of a folder in the working directory."""
+    blocker = tmp_path / "not_a_dir"
+    blocker.write_text("a file")
+    monkeypatch.setenv("ATTNBENCH_TEST_ROOT", str(blocker))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["attnbench", "results_dir=${oc.env:ATTNBENCH_TEST_ROOT}/r"])
+    with pytest.raises(SystemExit) as exit_:
+        app.main()
+    assert exit_.value.code == 2
+    assert f"results_dir={blocker}/r is not writable" in capsys.readouterr().err
+    assert _entries(tmp_path) == ["not_a_dir"]
+
+
+def test_quoted_results_dir_and_chdir_write_where_collection_reads(tmp_path):
+    """``results_dir='my results'`` is the folder ``my results``; with ``hydra.job.chdir=true``
+    the jobs run in their Hydra folders, yet records and table land in that folder of the
+    directory the command started in."""
+    proc = run_cli(
+        "attnbench",
+        "-m",
+        "variant=softmax,linear",
+        *FAST,
+        "hydra.job.chdir=true",
+        "results_dir='my results'",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["my results"]
+    results = tmp_path / "my results"
+    assert len(list((results / "runs").glob("*.json"))) == 2
+    assert (results / "results.parquet").is_file()
 
 
 def _records(results):
     return [json.loads(p.read_text()) for p in sorted((results / "runs").glob("*.json"))]
 
 
-OUTCOMES = [  # by design not refusals: the job runs and its record says what happened
-    (["variant=sinkhorn", "task.causal=true"], "unsupported", "does not support causal"),
-    (["variant=window", "variant.window=100000"], "ok", None),  # clamped to the sequence
+OUTCOMES = [  # by design not refusals: (command line, {(task, variant): status}, error, why)
+    (
+        ["variant=sinkhorn", "task.causal=true", *FAST],
+        {("throughput", "sinkhorn"): "unsupported"},
+        "does not support causal",
+        "whether a variant can be causal is a fact about the variant, worth a row in the table",
+    ),
+    (
+        ["variant=window", "variant.window=100000", *FAST],
+        {("throughput", "window"): "ok"},
+        None,
+        "a window covering the whole sequence is clamped to it: dense attention, exactly",
+    ),
+    (
+        ["-m", "sweep=grids_test", SEARCHPATH, "task=concentration"],
+        {("concentration", "softmax"): "ok", ("concentration", "linear"): "ok"},
+        None,
+        "a task on the command line narrows a preset to the grids of that task",
+    ),
 ]
 
 
-@pytest.mark.parametrize("args, status, error", OUTCOMES, ids=lambda x: str(x))
-def test_outcomes_that_are_records_not_refusals(tmp_path, args, status, error):
+@pytest.mark.parametrize(
+    "args, expected, error, why", OUTCOMES, ids=[" ".join(row[0][:3]) for row in OUTCOMES]
+)
+def test_outcomes_that_are_records_not_refusals(tmp_path, args, expected, error, why):
     results = tmp_path / "results"
-    proc = run_cli("attnbench", *args, *FAST, f"results_dir={results}")
+    proc = run_cli("attnbench", *args, f"results_dir={results}")
     assert proc.returncode == 0, proc.stderr
-    (record,) = _records(results)
-    assert record["status"] == status
-    assert error is None or error in record["error"]
+    records = _records(results)
+    assert {(r["task"], r["variant"]): r["status"] for r in records} == expected, why
+    assert error is None or all(error in r["error"] for r in records)
+
+
+def test_informational_flags_accept_what_they_only_print():
+    """``--cfg hydra sweep=quick`` shows a preset's grids (the alternative to ``-m --cfg``), and
+    ``--cfg job`` a sweep value's config as Hydra does: neither is refused for lacking ``-m``."""
+    app.check_command_line(["--cfg", "hydra", "sweep=quick"])
+    app.check_command_line(["--cfg", "job", "sweep=quick", "task=recall"])

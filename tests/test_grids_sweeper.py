@@ -1,27 +1,181 @@
-"""The `grids` sweeper (hydra_plugins/attnbench_sweeper): a union of grids, run for real."""
+"""The `grids` sweeper (hydra_plugins/attnbench_sweeper).
+
+On Hydra's own test app (``hydra.test_utils``): Hydra's launcher, batching and integration test
+suites, as Hydra's plugin examples run them; then, in-process, a job that raises is reported and
+the sweep goes on (basic and joblib launchers), Ctrl-C stops after the running job and twice
+stops now, and the command line narrows the grids. Last, real sweeps of attnbench via the CLI.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 
 import pytest
 from conftest import REPO, run_cli
+from hydra.core.utils import JobStatus
+from hydra.test_utils.launcher_common_tests import (
+    BatchedSweeperTestSuite,
+    IntegrationTestSuite,
+    LauncherTestSuite,
+)
 
-pytestmark = pytest.mark.slow
+from attnbench.harness.outcome import OUTCOME, JobFailure
+
 SEARCHPATH = f"hydra.searchpath=[file://{REPO / 'tests' / 'conf'}]"
+# Hydra's test app is no attnbench config: no attnbench job check on it. Hydra's suites expect
+# each job to run in its own output folder, the default before version_base 1.2; other tests set
+# version_base 1.3 process-wide (hydra.initialize), so it is asked for explicitly.
+GRIDS = ["hydra/sweeper=grids", "hydra.sweeper.job_check=null", "hydra.job.chdir=true"]
 
 
-def _jobs(results_dir):
+@pytest.mark.parametrize("launcher_name, overrides", [("basic", GRIDS), ("joblib", GRIDS)])
+class TestHydrasLauncherSuite(LauncherTestSuite):
+    """Hydra's checks of a sweeper/launcher pair: job outputs, directories, overrides, configs."""
+
+
+@pytest.mark.parametrize(
+    "launcher_name, overrides", [("basic", [*GRIDS, "hydra.sweeper.max_batch_size=2"])]
+)
+class TestHydrasBatchedSweeperSuite(BatchedSweeperTestSuite):
+    """Batches of two jobs keep their own directories and overrides."""
+
+
+@pytest.mark.parametrize(
+    "task_launcher_cfg, extra_flags", [({}, ["-m", *GRIDS, "hydra/launcher=basic"])]
+)
+class TestHydrasIntegrationSuite(IntegrationTestSuite):
+    """Real Hydra apps in subprocesses: task names, sweep and job directories, original cwd."""
+
+
+def _sweep(runner, tmp_path, task_function, *overrides):
+    """Run a sweep of Hydra's test app with the grids sweeper; return the flat job returns."""
+    OUTCOME.reset()
+    sweep = runner(
+        calling_file=None,
+        calling_module="hydra.test_utils.a_module",
+        task_function=task_function,
+        config_path="configs",
+        config_name="compose.yaml",
+        overrides=[*GRIDS, *overrides],
+        temp_dir=tmp_path,
+    )
+    with sweep:
+        return [r for batch in sweep.returns for r in batch]
+
+
+def fails_for_bar_2(cfg):
+    """A job whose record write would fail: it raises instead of returning (module level: the
+    joblib launcher pickles it by reference)."""
+    if cfg.bar == 2:
+        raise OSError("No space left on device")
+    return cfg.bar
+
+
+@pytest.mark.parametrize("launcher", ["basic", "joblib"])
+def test_a_job_that_raises_is_reported_and_the_sweep_goes_on(
+    hydra_sweep_runner, tmp_path, launcher
+):
+    returns = _sweep(
+        hydra_sweep_runner, tmp_path, fails_for_bar_2, f"hydra/launcher={launcher}", "bar=1,2,3"
+    )
+    assert [r.status for r in returns] == [
+        JobStatus.COMPLETED,
+        JobStatus.FAILED,
+        JobStatus.COMPLETED,
+    ]
+    assert [r.return_value for r in returns if r.status == JobStatus.COMPLETED] == [1, 3]
+    assert OUTCOME.failed_jobs == [JobFailure("bar=2", "OSError: No space left on device")]
+    assert OUTCOME.exit_status() == 1
+    assert OUTCOME.report() == [
+        "job failed without a record: bar=2 (OSError: No space left on device)"
+    ]
+
+
+def _ctrl_c_in_job(times: int, finished: list):
+    """A task that presses Ctrl-C ``times`` times while job bar=2 runs (signals to itself)."""
+
+    def task(cfg):
+        if cfg.bar == 2:
+            for _ in range(times):
+                os.kill(os.getpid(), signal.SIGINT)
+        finished.append(cfg.bar)
+        return cfg.bar
+
+    return task
+
+
+def test_first_ctrl_c_finishes_the_running_job_and_runs_no_other(
+    hydra_sweep_runner, tmp_path, capfd
+):
+    finished: list[int] = []
+    previous = signal.getsignal(signal.SIGINT)
+    _sweep(hydra_sweep_runner, tmp_path, _ctrl_c_in_job(1, finished), "bar=1,2,3,4")
+    assert finished == [1, 2]  # bar=2 ran to its end; 3 and 4 never started
+    assert OUTCOME.interrupted and OUTCOME.not_run == 2 and OUTCOME.exit_status() == 130
+    assert "stopping after the running job" in capfd.readouterr().err
+    assert not list(tmp_path.glob("3")) and not (tmp_path / ".stop").exists()
+    assert signal.getsignal(signal.SIGINT) is previous  # the handler is put back
+
+
+def test_second_ctrl_c_stops_the_running_job_now(hydra_sweep_runner, tmp_path):
+    finished: list[int] = []
+    _sweep(hydra_sweep_runner, tmp_path, _ctrl_c_in_job(2, finished), "bar=1,2,3,4")
+    assert finished == [1]  # bar=2 was interrupted
+    assert OUTCOME.interrupted and OUTCOME.not_run == 3 and OUTCOME.exit_status() == 130
+    assert OUTCOME.failed_jobs == []  # an interrupted job is not a failure
+
+
+GRID_LIST = "hydra.sweeper.grids=[{group1:file1,bar:'1,2'},{group1:file2,bar:3}]"
+
+
+def _jobs(returns):
+    return [r.overrides for r in returns]
+
+
+def test_a_group_on_the_command_line_keeps_only_the_grids_that_have_it(
+    hydra_sweep_runner, tmp_path
+):
+    assert _jobs(_sweep(hydra_sweep_runner, tmp_path, None, GRID_LIST)) == [
+        ["group1=file1", "bar=1"],
+        ["group1=file1", "bar=2"],
+        ["group1=file2", "bar=3"],
+    ]
+    assert _jobs(_sweep(hydra_sweep_runner, tmp_path, None, GRID_LIST, "group1=file2")) == [
+        ["group1=file2", "bar=3"]
+    ]
+    # a choice list is intersected with each grid's choices; other keys replace the grid's
+    assert _jobs(
+        _sweep(hydra_sweep_runner, tmp_path, None, GRID_LIST, "group1=file2,file1", "bar=7")
+    ) == [["group1=file1", "bar=7"], ["group1=file2", "bar=7"]]
+
+
+def test_a_group_that_no_grid_has_is_one_sentence(hydra_sweep_runner, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        _sweep(hydra_sweep_runner, tmp_path, None, GRID_LIST, "group1=abc.cde")
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == (
+        "attnbench: group1=abc.cde leaves none of this sweep's grids to run (they have: "
+        "group1=file1; group1=file2); drop it or choose values a grid has.\n"
+    )
+
+
+# --- real sweeps of attnbench -------------------------------------------------------------
+
+
+def _records(results_dir):
     records = [json.loads(p.read_text()) for p in (results_dir / "runs").glob("*.json")]
     return sorted((r["task"], r["variant"], r["task_params"]["seq_len"]) for r in records)
 
 
+@pytest.mark.slow
 def test_union_of_grids_without_duplicates(tmp_path):
     proc = run_cli("attnbench", "-m", "sweep=grids_test", SEARCHPATH, f"results_dir={tmp_path}")
     assert proc.returncode == 0, proc.stderr
     log = proc.stdout + proc.stderr
     assert "grids sweeper: 6 jobs from 3 grids" in log  # the third grid repeats a job of the first
-    assert _jobs(tmp_path) == [
+    assert _records(tmp_path) == [
         ("concentration", "linear", 16),
         ("concentration", "softmax", 16),
         ("throughput", "linear", 32),
@@ -31,6 +185,7 @@ def test_union_of_grids_without_duplicates(tmp_path):
     ]
 
 
+@pytest.mark.slow
 def test_command_line_narrows_every_grid(tmp_path):
     proc = run_cli(
         "attnbench",
@@ -41,7 +196,7 @@ def test_command_line_narrows_every_grid(tmp_path):
         f"results_dir={tmp_path}",
     )
     assert proc.returncode == 0, proc.stderr
-    assert _jobs(tmp_path) == [
+    assert _records(tmp_path) == [
         ("concentration", "linear", 16),
         ("throughput", "linear", 32),
         ("throughput", "linear", 64),

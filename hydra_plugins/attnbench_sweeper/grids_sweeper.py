@@ -12,20 +12,45 @@ grid, and runs the union without duplicates, in order::
           - {variant: glob(*), task: recall, task.steps: 200}
 
 A preset selects it with ``defaults: [override /hydra/sweeper: grids]`` (conf/sweep/quick.yaml).
+
+The command line narrows the grids. A config group it sets (``task=recall``,
+``variant=softmax,linear``) is intersected with each grid's choices for that group: a grid left
+with no choice is dropped (its other keys, such as ``task.min_run_time``, may not exist for the
+command line's choice), the others run only the common choices; if no grid is left, that is one
+sentence and exit 2. Any other key of the command line replaces the grid's value.
+
+Beyond the basic sweeper, three promises (see ``attnbench --help`` in README.md):
+
+* every job is checked before the first one runs (``job_check``, by default
+  `attnbench.harness.validation.prepare_job`; a ``ValueError`` is one sentence and exit 2);
+* every job's result is checked after its batch, as Hydra's basic sweeper does by reading each
+  ``JobReturn.return_value``, but a job that raised does not end the sweep: the other jobs run,
+  the callbacks still collect, and the failure is reported through `attnbench.harness.outcome`
+  (the ``attnbench`` command lists it and exits 1);
+* Ctrl-C stops after the running job, a second Ctrl-C at once, and the sweep still ends through
+  Hydra's callbacks (`attnbench.harness.interrupt`).
 """
 
 # No `from __future__ import annotations` here: Hydra imports plugin modules without entering them
 # in sys.modules, and dataclasses then cannot resolve string annotations.
 import logging
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from omegaconf import OmegaConf
+from hydra.core.override_parser.types import Override
+from hydra.core.utils import JobReturn
+from hydra.types import HydraContext, TaskFunction
+from hydra.utils import get_method
+from omegaconf import DictConfig, OmegaConf
+
+from attnbench.harness.interrupt import SKIPPED, STOP_FILE, GracefulStop, GuardedTask, StopSweep
+from attnbench.harness.outcome import OUTCOME
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +62,8 @@ class GridsSweeperConf:
     _target_: str = "hydra_plugins.attnbench_sweeper.grids_sweeper.GridsSweeper"
     max_batch_size: int | None = None  # jobs handed to the launcher at once; None = all
     grids: list[dict[str, Any]] = field(default_factory=list)  # each a basic-sweeper params dict
+    # checks one composed job before any runs: a ValueError refuses the sweep; null = no check
+    job_check: str | None = "attnbench.harness.validation.prepare_job"
 
 
 ConfigStore.instance().store(
@@ -44,47 +71,150 @@ ConfigStore.instance().store(
 )
 
 
+def refuse(message: str) -> NoReturn:
+    """Bad input found by the sweeper: one sentence, exit status 2, before any job runs."""
+    print(f"attnbench: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _choices(override: Override) -> list[str]:
+    """The values an override stands for, as override strings (globs expanded)."""
+    if override.is_discrete_sweep():
+        return list(override.sweep_string_iterator())
+    return [override.get_value_element_as_str()]
+
+
 class GridsSweeper(BasicSweeper):
     """Runs the union of several basic-sweeper grids (see the module docstring)."""
 
-    def __init__(self, grids: list[dict[str, Any]], max_batch_size: int | None = None) -> None:
+    def __init__(
+        self,
+        grids: list[dict[str, Any]],
+        max_batch_size: int | None = None,
+        job_check: str | None = None,
+    ) -> None:
         super().__init__(max_batch_size=max_batch_size, params=None)
         self.grids = [{str(k): str(v) for k, v in g.items()} for g in grids]  # YAML gives numbers
+        self.job_check = job_check
+        self.guard: GuardedTask | None = None
+
+    def setup(
+        self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
+    ) -> None:
+        """As the basic sweeper, but the launcher gets the task wrapped in a `GuardedTask`."""
+        stop_file = Path(str(config.hydra.sweep.dir)).absolute() / STOP_FILE
+        self.guard = GuardedTask(task_function, stop_file)
+        super().setup(hydra_context=hydra_context, task_function=self.guard, config=config)
+
+    # --- which jobs ------------------------------------------------------------------------
+
+    def _is_group(self, key: str) -> bool:
+        assert self.hydra_context is not None
+        return bool(self.hydra_context.config_loader.get_group_options(key))
+
+    def _narrow(self, grid: list[Override], command_line: list[Override]) -> list[str] | None:
+        """A grid's override lines with the command line applied; None if it selects nothing.
+
+        Config groups in both are intersected (the grid's order kept); every other command-line
+        override is appended, so that it wins over the grid's value.
+        """
+        given = {o.get_key_element(): o for o in command_line}
+        lines, merged = [], set()
+        for o in grid:
+            key = o.get_key_element()
+            if key in given and self._is_group(o.key_or_group):
+                wanted = _choices(given[key])
+                common = [c for c in _choices(o) if c in wanted]
+                if not common:
+                    return None
+                lines.append(f"{key}={','.join(common)}")
+                merged.add(key)
+            else:
+                lines.append(o.input_line)
+        return lines + [o.input_line for o in command_line if o.get_key_element() not in merged]
 
     def job_overrides(self, arguments: list[str]) -> list[list[str]]:
-        """Every job's overrides: each grid expanded, command line on top, duplicates dropped."""
+        """Every job's overrides: each grid narrowed by the command line and expanded,
+        duplicates dropped. Refuses (exit 2) when the command line leaves no grid or no job."""
         assert self.hydra_context is not None
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
+        command_line = parser.parse_overrides(list(arguments))
+        grids = [parser.parse_overrides([f"{k}={v}" for k, v in g.items()]) for g in self.grids]
         jobs: list[list[str]] = []
-        seen: set[tuple[str, ...]] = set()
-        for grid in self.grids or [{}]:
-            lines = [f"{k}={v}" for k, v in grid.items()] + list(arguments)
+        seen = set()
+        kept = 0
+        for grid in grids or [[]]:
+            lines = self._narrow(grid, command_line)
+            if lines is None:
+                continue
+            kept += 1
             (expanded,) = self.split_arguments(parser.parse_overrides(lines), None)
             for job in expanded:
                 if tuple(job) not in seen:
                     seen.add(tuple(job))
                     jobs.append(job)
+        if not kept:
+            self._refuse_no_grid(grids, command_line)
+        if not jobs:
+            refuse(
+                "this sweep expands to no job (a glob that matches nothing?); a sweep that "
+                "matches nothing is an error."
+            )
         return jobs
 
+    def _refuse_no_grid(self, grids: list[list[Override]], command_line: list[Override]) -> None:
+        in_grids = {o.get_key_element() for grid in grids for o in grid}
+        keys = {
+            o.get_key_element()
+            for o in command_line
+            if o.get_key_element() in in_grids and self._is_group(o.key_or_group)
+        }
+        given = " ".join(o.input_line for o in command_line if o.get_key_element() in keys)
+        offered = []
+        for grid in grids:
+            text = " ".join(o.input_line for o in grid if o.get_key_element() in keys)
+            if text not in offered:
+                offered.append(text)
+        refuse(
+            f"{given} leaves none of this sweep's grids to run (they have: "
+            f"{'; '.join(offered)}); drop it or choose values a grid has."
+        )
+
     def validate_jobs(self, jobs: list[list[str]]) -> None:
-        """Compose every job and check its values before the first one runs.
+        """Compose every job and run ``job_check`` on it before the first one runs.
 
         A bad value anywhere in the sweep prints one sentence and exits with status 2, so a
         sweep never stops half-way on bad input.
         """
-        from attnbench.harness.validation import ConfigError, prepare_job
-
+        if not self.job_check:
+            return
+        check = get_method(self.job_check)
         assert self.hydra_context is not None and self.config is not None
         loader = self.hydra_context.config_loader
         for job in jobs:
             try:
-                prepare_job(loader.load_sweep_config(self.config, list(job)))
-            except ConfigError as exc:
-                print(f"attnbench: {exc} (job: {' '.join(job)})", file=sys.stderr)
-                raise SystemExit(2) from None
+                check(loader.load_sweep_config(self.config, list(job)))
+            except ValueError as exc:
+                refuse(f"{exc} (job: {' '.join(job)})")
+
+    # --- running them ----------------------------------------------------------------------
+
+    def _check_returns(self, results: Sequence[JobReturn]) -> int:
+        """Read every job's return value, as Hydra's basic sweeper does; a job that raised goes
+        to the command's outcome instead of ending the sweep. Returns how many did not run."""
+        not_run = 0
+        for r in results:
+            try:
+                value = r.return_value  # re-raises the job's exception, as Hydra intends
+            except Exception as exc:
+                failure = OUTCOME.job_failed(r.overrides, exc)
+                log.debug("job %s failed", failure.job, exc_info=exc)
+                continue
+            not_run += isinstance(value, str) and value == SKIPPED
+        return not_run
 
     def sweep(self, arguments: list[str]) -> Any:
-        assert self.config is not None and self.launcher is not None
+        assert self.config is not None and self.launcher is not None and self.guard is not None
         jobs = self.job_overrides(arguments)
         self.validate_jobs(jobs)
         self.overrides = list(self.split_overrides_to_chunks(jobs, self.max_batch_size))
@@ -94,9 +224,35 @@ class GridsSweeper(BasicSweeper):
         log.info("grids sweeper: %d jobs from %d grids", len(jobs), len(self.grids))
         returns = []
         first = 0
-        while not self.is_done():
-            batch = self.get_job_batch()
-            self.validate_batch_is_legal(batch)
-            returns.append(self.launcher.launch(batch, initial_job_idx=first))
-            first += len(batch)
+        self.guard.take_batch()
+        with GracefulStop(self.guard.stop_file) as stop:
+            while not self.is_done() and not stop.requested:
+                batch = self.get_job_batch()
+                self.validate_batch_is_legal(batch)
+                try:
+                    results = self.launcher.launch(batch, initial_job_idx=first)
+                except (StopSweep, KeyboardInterrupt) as exc:
+                    self._aborted(batch, exc)
+                    return returns
+                first += len(batch)
+                returns.append(results)
+                skipped = self._check_returns(results)
+                self.guard.take_batch()
+                if stop.requested:
+                    OUTCOME.stopped(skipped + (len(jobs) - first))
         return returns
+
+    def _aborted(self, batch: Sequence[Sequence[str]], exc: BaseException) -> None:
+        """A launch that a Ctrl-C cut short: note the stop and the failures seen in this process.
+
+        Jobs that ran in this process (Hydra's basic launcher) are counted by the guard; jobs in
+        workers cannot be (their results are lost with the launch), so the number not run is
+        then unknown.
+        """
+        assert self.guard is not None and self.overrides is not None
+        started, finished, failures = self.guard.take_batch()
+        for overrides, error in failures:
+            OUTCOME.job_failed(overrides, error)
+        in_process = isinstance(exc, StopSweep) or started > 0
+        later = sum(len(b) for b in self.overrides[self.batch_index :])
+        OUTCOME.stopped(later + len(batch) - finished if in_process else None)

@@ -1,11 +1,12 @@
 from __future__ import annotations
 
+import signal
 import sys
 
 import pytest
 import torch
 
-from attnbench.harness.memory import isolated_cpu_peak, peak_memory_mib
+from attnbench.harness.memory import isolated_cpu_peak, peak_memory_mib, release_probe
 from attnbench.tasks.throughput import forward_peak_mib
 
 
@@ -43,3 +44,14 @@ def test_probe_process_gives_the_same_reading_whatever_ran_before():
     again = isolated_cpu_peak(forward_peak_mib, *args)
     assert first is not None and first > 5  # tiles of the block-sparse engine are really there
     assert again == pytest.approx(first, abs=2.0)
+
+
+def test_probe_process_ignores_ctrl_c():
+    """A terminal's Ctrl-C reaches the probe too; the job's process decides what it means
+    (harness.interrupt), so the probe must not die of it."""
+    release_probe()  # a fresh probe, spawned by this call
+    try:
+        assert isolated_cpu_peak(signal.getsignal, signal.SIGINT) == signal.SIG_IGN
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # ours is back
+    finally:
+        release_probe()

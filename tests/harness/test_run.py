@@ -13,6 +13,7 @@ from attnbench.harness.config import store_configs
 from attnbench.harness.metrics import POINT_FIELDS
 from attnbench.harness.records import find_ok_record, read_record, record_path
 from attnbench.harness.run import run
+from attnbench.harness.validation import ConfigError
 from attnbench.harness.variant_api import VARIANTS, AttentionVariant, register_variant
 
 
@@ -125,16 +126,29 @@ def test_ok_job_records_environment_and_is_skipped_on_rerun(tmp_path):
     assert overwritten.run_id == first.run_id and path.stat().st_mtime_ns != mtime
 
 
-def test_process_setting_refused_for_the_job_is_a_failed_record(tmp_path):
-    """threads=-1 passed programmatically: torch refuses it; a record, not an exception."""
+def test_process_setting_refused_for_the_job_is_a_failed_record(tmp_path, monkeypatch):
+    """A process setting that fails when the job sets it: a record, not an exception."""
     threads = torch.get_num_threads()
     cfg = _cfg(tmp_path, "variant=softmax")
-    cfg.threads = -1
+
+    def refuse(n):
+        raise RuntimeError("set_num_threads: refused by this process")
+
+    monkeypatch.setattr(torch, "set_num_threads", refuse)
     record = run(cfg)
     assert record.status == "failed"
-    assert "set_num_threads expects a positive integer" in record.error
+    assert "set_num_threads: refused by this process" in record.error
     assert read_record(record_path(tmp_path, record.run_id)).status == "failed"
     assert record.env["threads"] == threads == torch.get_num_threads()  # what it ran with
+
+
+def test_settings_no_job_can_honour_are_refused_before_any_record(tmp_path):
+    """threads=-1 passed programmatically is refused like on the command line, with no record."""
+    cfg = _cfg(tmp_path, "variant=softmax")
+    cfg.threads = -1
+    with pytest.raises(ConfigError, match="threads=-1 is negative"):
+        run(cfg)
+    assert not (tmp_path / "runs").exists()
 
 
 def test_run_id_depends_on_parameters_and_seed(tmp_path):

@@ -1,0 +1,150 @@
+"""Every job ends in a record or a loud failure, and the exit status says which (issue #12).
+
+Through the real command: a job that raised instead of writing its record (exit 1, one line
+naming it, the other jobs and the table done); a failed collection (exit 1, one sentence); Ctrl-C
+with Hydra's basic launcher and with joblib workers (exit 130, no traceback, the finished jobs
+collected). The sweeper's side of each is tested in-process in test_grids_sweeper.py.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import pandas as pd
+import pytest
+from conftest import BIN, REPO, run_cli
+from hydra import compose, initialize_config_dir
+
+from attnbench.harness.app import CONF_DIR
+from attnbench.harness.config import store_configs
+from attnbench.harness.outcome import Outcome
+from attnbench.harness.run import run
+
+pytestmark = pytest.mark.slow
+FAST = ["task.seq_len=32", "task.backward=false", "task.min_run_time=0.01"]
+# enough jobs that two joblib workers, each finishing its running job, cannot run them all
+SIX_VARIANTS = "variant=softmax,linear,window,decay,relu2,sigmoid"
+
+
+def test_outcome_exit_status_and_lines():
+    outcome = Outcome()
+    assert outcome.exit_status() == 0 and outcome.report() == []
+    outcome.job_failed(["variant=linear", "seed=1"], OSError("No space left on device\nmore"))
+    outcome.collection_failed("collecting failed.")
+    assert outcome.exit_status() == 1
+    outcome.stopped(3)
+    assert outcome.exit_status() == 130  # Ctrl-C wins: the user asked to stop
+    assert outcome.report()[0] == (
+        "job failed without a record: variant=linear seed=1 (OSError: No space left on device)"
+    )
+    assert outcome.report()[1:] == ["collecting failed.", outcome.report()[2]]
+    assert "; 3 job(s) not run." in outcome.report()[2]
+    outcome.stopped(None)
+    assert "not run" not in outcome.report()[2]  # unknown once a launcher could not say
+    outcome.reset()
+    assert outcome == Outcome()
+
+
+def _record_path_blocked(results, variant):
+    """Write ``variant``'s record in-process, then put a folder where it was: re-running that job
+    (``overwrite=true``) fails in the atomic rename, so the job raises and leaves no record."""
+    store_configs()
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        cfg = compose("config", overrides=[f"variant={variant}", *FAST, f"results_dir={results}"])
+    record = run(cfg)
+    path = results / "runs" / f"{record.run_id}.json"
+    path.unlink()
+    path.mkdir()
+
+
+def test_a_job_without_a_record_fails_the_command_after_the_others_ran(tmp_path):
+    results = tmp_path / "results"
+    _record_path_blocked(results, "linear")
+    proc = run_cli(
+        "attnbench",
+        "-m",
+        "variant=softmax,linear,window",
+        *FAST,
+        "overwrite=true",
+        f"results_dir={results}",
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("attnbench: ")]
+    assert line.startswith("attnbench: job failed without a record: variant=linear task.seq_len=32")
+    assert "(IsADirectoryError: " in line
+    table = pd.read_parquet(results / "results.parquet")
+    assert set(table[~table["derived"]].variant) == {"softmax", "window"}  # the others ran
+
+
+def test_a_failed_collection_fails_the_command(tmp_path):
+    results = tmp_path / "results"
+    (results / "results.parquet").mkdir(parents=True)  # the table cannot be written
+    proc = run_cli("attnbench", "variant=softmax", *FAST, f"results_dir={results}")
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert f"attnbench: collecting the records in {results} into the table failed (" in proc.stderr
+    assert f"run attnbench-collect {results} to retry." in proc.stderr
+    assert len(list((results / "runs").glob("*.json"))) == 1  # the record is kept
+
+
+def _sweep_until_first_record(results, *launcher):
+    args = [
+        "-m",
+        *launcher,
+        SIX_VARIANTS,
+        "task.seq_len=32",
+        "task.backward=false",
+        "task.min_run_time=1",  # each job runs for a second or more: a Ctrl-C lands in one
+        f"results_dir={results}",
+    ]
+    sweep = subprocess.Popen(
+        [str(BIN / "attnbench"), *args],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "HYDRA_FULL_ERROR": "0"},
+        start_new_session=True,  # its own process group, as a terminal's foreground job
+    )
+    deadline = time.monotonic() + 120
+    while not list((results / "runs").glob("*.json")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # the next job is running
+    return sweep
+
+
+def _check_stopped(sweep, results):
+    try:
+        _, stderr = sweep.communicate(timeout=120)
+    finally:
+        if sweep.poll() is None:
+            os.killpg(sweep.pid, signal.SIGKILL)
+    assert sweep.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    assert "attnbench: Ctrl-C: stopping after the running job" in stderr
+    records = {p.stem for p in (results / "runs").glob("*.json")}
+    assert 1 <= len(records) <= 4, "the sweep should stop part-way"
+    table = pd.read_parquet(results / "results.parquet")  # the finished jobs are collected
+    assert set(table[~table["derived"]].run_id) == records
+    assert f"stopped by Ctrl-C; {6 - len(records)} job(s) not run." in stderr
+
+
+def test_ctrl_c_stops_after_the_running_job_and_collects(tmp_path):
+    """Hydra's basic launcher: SIGINT to the command's process, as the brief asks (a terminal
+    sends it to the whole group; the memory probe ignores it, see harness.memory)."""
+    results = tmp_path / "results"
+    sweep = _sweep_until_first_record(results)
+    sweep.send_signal(signal.SIGINT)
+    _check_stopped(sweep, results)
+
+
+def test_ctrl_c_stops_joblib_workers_and_collects(tmp_path):
+    """joblib: the terminal's SIGINT reaches the workers too (sent to the process group)."""
+    results = tmp_path / "results"
+    sweep = _sweep_until_first_record(results, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2")
+    os.killpg(sweep.pid, signal.SIGINT)
+    _check_stopped(sweep, results)
