@@ -48,34 +48,48 @@ def test_outcome_exit_status_and_lines():
     assert outcome == Outcome()
 
 
-def _record_path_blocked(results, variant):
-    """Write ``variant``'s record in-process, then put a folder where it was: re-running that job
-    (``overwrite=true``) fails in the atomic rename, so the job raises and leaves no record."""
+BLOCK_WRITES = """
+import os
+run_id = os.environ.get("ATTNBENCH_TEST_BLOCKED_RUN")
+if run_id:  # the record of this run cannot be written: the disk is full
+    from attnbench.harness import records
+    real = records.atomic_write_text
+    def atomic_write_text(path, text):
+        if path.name.startswith(run_id):
+            raise OSError(28, "No space left on device")
+        return real(path, text)
+    records.atomic_write_text = atomic_write_text
+"""
+
+
+def _blocked_run_id(results, variant) -> str:
+    """The run_id of ``variant``'s job (run in-process, its record then removed)."""
     store_configs()
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         cfg = compose("config", overrides=[f"variant={variant}", *FAST, f"results_dir={results}"])
     record = run(cfg)
-    path = results / "runs" / f"{record.run_id}.json"
-    path.unlink()
-    path.mkdir()
+    (results / "runs" / f"{record.run_id}.json").unlink()
+    return record.run_id
 
 
 def test_a_job_without_a_record_fails_the_command_after_the_others_ran(tmp_path):
     results = tmp_path / "results"
-    _record_path_blocked(results, "linear")
+    blocked = _blocked_run_id(results, "linear")
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(BLOCK_WRITES)
     proc = run_cli(
         "attnbench",
         "-m",
         "variant=softmax,linear,window",
         *FAST,
-        "overwrite=true",
         f"results_dir={results}",
+        env={"PYTHONPATH": str(tmp_path / "site"), "ATTNBENCH_TEST_BLOCKED_RUN": blocked},
     )
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr
     (line,) = [x for x in proc.stderr.splitlines() if x.startswith("attnbench: ")]
     assert line.startswith("attnbench: job failed without a record: variant=linear task.seq_len=32")
-    assert "(IsADirectoryError: " in line
+    assert "(OSError: [Errno 28] No space left on device)" in line
     table = pd.read_parquet(results / "results.parquet")
     assert set(table[~table["derived"]].variant) == {"softmax", "window"}  # the others ran
 
