@@ -48,7 +48,7 @@ class AttnbenchConfig:
     dtype: DTypeChoice = DTypeChoice.auto  # auto (CUDA bfloat16, CPU float32) | float32 | …
     results_dir: str = "results"  # records go to <results_dir>/runs, the table beside them
     threads: int = 0  # CPU threads for the job and its timers; 0 = torch's default
-    overwrite: bool = False  # re-run jobs that already have an `ok` record
+    overwrite: bool = False  # re-run jobs that already have an `ok` or `unsupported` record
     timeout_s: float = 0.0  # wall-clock budget per job, else recorded as `timeout`; 0 = none
 
 

@@ -47,6 +47,16 @@ IDENTITY_FIELDS = (
 )
 
 
+ATTEMPT_NAME = re.compile(r"([0-9a-f]{16})\.[0-9]{8}T[0-9]{6}Z(?:-[0-9]+)?\.json")
+
+
+def attempt_run_id(file_name: str) -> str | None:
+    """The run_id of a kept attempt's file name (``<run_id>.<time>.json``, see `write_record`);
+    None for any other name."""
+    match = ATTEMPT_NAME.fullmatch(file_name)
+    return match.group(1) if match else None
+
+
 def is_run_id(text: object) -> bool:
     """Whether ``text`` is a run_id as `make_run_id` makes them (16 lowercase hex digits)."""
     return isinstance(text, str) and RUN_ID_PATTERN.fullmatch(text) is not None
@@ -309,8 +319,11 @@ def read_record(path: Path) -> Record:
     return record_from_data(json.loads(path.read_text(encoding="utf-8")), str(path))
 
 
-def find_ok_record(results_dir: str | os.PathLike, run_id: str) -> Record | None:
-    """The finished (status ok) record of ``run_id``; None if there is none or it is unreadable."""
+def find_ok_record(
+    results_dir: str | os.PathLike, run_id: str, statuses: tuple[str, ...] = ("ok",)
+) -> Record | None:
+    """The finished record of ``run_id`` (status in ``statuses``); None if there is none or it
+    is unreadable."""
     path = record_path(results_dir, run_id)
     if not path.exists():
         return None
@@ -318,7 +331,7 @@ def find_ok_record(results_dir: str | os.PathLike, run_id: str) -> Record | None
         record = read_record(path)
     except (OSError, ValueError):
         return None
-    return record if record.status == "ok" and record.run_id == run_id else None
+    return record if record.status in statuses and record.run_id == run_id else None
 
 
 def _finite_or_none(obj: Any) -> Any:

@@ -113,13 +113,16 @@ def run(cfg: DictConfig) -> Record:
 
 
 def _finished_earlier(cfg: DictConfig, ident: dict[str, Any], run_id: str) -> Record | None:
-    """The job's existing `ok` record, unless ``overwrite`` asks to run it again.
+    """The job's existing `ok` (or `unsupported`) record, unless ``overwrite`` asks to run it
+    again.
 
-    A re-run sweep thereby only runs the jobs it has no result for (failed ones are retried).
+    A re-run sweep thereby only runs the jobs it has no result for: failed, oom and timed-out
+    jobs are retried; an `unsupported` one is not, since the same code and settings refuse it
+    again (re-running it would only pile up identical attempts).
     """
     if cfg.overwrite:
         return None
-    done = find_ok_record(cfg.results_dir, run_id)
+    done = find_ok_record(cfg.results_dir, run_id, statuses=("ok", "unsupported"))
     if done is not None:
         log.info("skip %s × %s: finished earlier (run %s)", ident["task"], ident["variant"], run_id)
     return done

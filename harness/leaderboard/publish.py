@@ -25,7 +25,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from attnbench.harness.records import is_run_id, read_record, runs_dir
+from attnbench.harness.records import attempt_run_id, is_run_id, read_record, runs_dir
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +140,8 @@ def copy_records(results_dir: Path, out: Path, run_ids: set[str]) -> set[str]:
             if not entry.name.endswith(".json"):
                 continue
             run_id = entry.name.removesuffix(".json")
+            if attempt_run_id(entry.name) in run_ids:
+                continue  # an earlier or failed attempt beside the run's record: history, kept
             if (
                 is_run_id(run_id)
                 and run_id in run_ids

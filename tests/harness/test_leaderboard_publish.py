@@ -246,3 +246,17 @@ def test_the_console_script_says_how_many_files_it_left_out_in_one_line(tmp_path
         "records of the table's runs (links, other files, invalid records, records of other runs)."
     ]
     assert "Traceback" not in proc.stderr
+
+
+def test_kept_attempts_beside_a_record_are_history_not_left_out(tmp_path, caplog):
+    results = _results(tmp_path, "a")
+    failed = make_record("a", status="timeout", error="slow", task_params={"seq_len": 64})
+    beside = write_record(results, failed)
+    assert beside.name != f"{RUN['a']}.json"  # the ok record stays, the failure sits beside it
+    collect(results)
+    with caplog.at_level(logging.WARNING):
+        build_site(results)
+    assert sorted(p.name for p in (results / "leaderboard" / "runs").iterdir()) == [
+        f"{RUN['a']}.json"
+    ]
+    assert not [r for r in caplog.records if "left out" in r.getMessage()]

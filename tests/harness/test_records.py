@@ -12,6 +12,7 @@ from attnbench.harness.records import (
     RecordFieldError,
     RecordSchemaError,
     atomic_write_text,
+    attempt_run_id,
     find_ok_record,
     is_run_id,
     make_run_id,
@@ -266,3 +267,11 @@ def test_run_ids_have_one_form_that_is_safe_as_a_name_and_a_link():
         1234567890123456,
     ):
         assert not is_run_id(bad), bad
+
+
+def test_attempt_file_names_give_their_run_id(tmp_path):
+    write_record(tmp_path, _record(created_at="2026-01-01T00:00:00+00:00"))
+    beside = write_record(tmp_path, _record(status="oom", created_at="2026-01-01T00:00:00+00:00"))
+    assert attempt_run_id(beside.name) == RUN
+    for other in (f"{RUN}.json", "notes.json", f"{RUN}.20260101T000000Z.json.tmp", "x.json"):
+        assert attempt_run_id(other) is None, other

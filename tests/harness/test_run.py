@@ -269,3 +269,16 @@ def test_a_failed_overwrite_keeps_the_ok_record(tmp_path, monkeypatch):
     assert find_ok_record(tmp_path, ok.run_id) == ok  # still in its place
     attempts = sorted((tmp_path / "runs").glob(f"{ok.run_id}.*.json"))
     assert len(attempts) == 1 and read_record(attempts[0]) == failed  # kept beside it
+
+
+def test_an_unsupported_job_is_not_rerun_but_a_failed_one_is(tmp_path):
+    unsupported = run(_cfg(tmp_path, "variant=test_faulty", "task.causal=true"))
+    assert run(_cfg(tmp_path, "variant=test_faulty", "task.causal=true")) == unsupported
+    failed = run(_cfg(tmp_path, "variant=test_faulty"))  # mode=raise
+    again = run(_cfg(tmp_path, "variant=test_faulty"))
+    assert failed.status == again.status == "failed" and again.created_at > failed.created_at
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == sorted(
+        [f"{unsupported.run_id}.json", f"{failed.run_id}.json"]
+        + [p.name for p in (tmp_path / "runs").glob(f"{failed.run_id}.*.json")]
+    )
+    assert len(list((tmp_path / "runs").glob(f"{failed.run_id}.*.json"))) == 1  # kept beside
