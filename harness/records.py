@@ -319,7 +319,7 @@ def read_record(path: Path) -> Record:
     return record_from_data(json.loads(path.read_text(encoding="utf-8")), str(path))
 
 
-def find_ok_record(
+def find_finished_record(
     results_dir: str | os.PathLike, run_id: str, statuses: tuple[str, ...] = ("ok",)
 ) -> Record | None:
     """The finished record of ``run_id`` (status in ``statuses``); None if there is none or it

@@ -33,7 +33,7 @@ from attnbench.harness.discovery import load_plugins
 from attnbench.harness.env import environment
 from attnbench.harness.memory import release_probe, reuse_freed_memory
 from attnbench.harness.metrics import MetricPoint, TaskResult
-from attnbench.harness.records import Record, find_ok_record, write_record
+from attnbench.harness.records import Record, find_finished_record, write_record
 from attnbench.harness.task_api import JobContext, NonFiniteError, Task
 from attnbench.harness.validation import DTYPES, PreparedJob, prepare_job
 from attnbench.harness.variant_api import VARIANTS, UnsupportedError
@@ -122,7 +122,7 @@ def _finished_earlier(cfg: DictConfig, ident: dict[str, Any], run_id: str) -> Re
     """
     if cfg.overwrite:
         return None
-    done = find_ok_record(cfg.results_dir, run_id, statuses=("ok", "unsupported"))
+    done = find_finished_record(cfg.results_dir, run_id, statuses=("ok", "unsupported"))
     if done is not None:
         log.info("skip %s × %s: finished earlier (run %s)", ident["task"], ident["variant"], run_id)
     return done

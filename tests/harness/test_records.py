@@ -13,7 +13,7 @@ from attnbench.harness.records import (
     RecordSchemaError,
     atomic_write_text,
     attempt_run_id,
-    find_ok_record,
+    find_finished_record,
     is_run_id,
     make_run_id,
     read_record,
@@ -63,7 +63,7 @@ def test_write_read_roundtrip(tmp_path):
     path = write_record(tmp_path, rec)
     assert path == tmp_path / "runs" / f"{RUN}.json"
     assert read_record(path) == rec
-    assert find_ok_record(tmp_path, RUN) == rec
+    assert find_finished_record(tmp_path, RUN) == rec
     assert list((tmp_path / "runs").iterdir()) == [path]  # no temporary files left
 
 
@@ -74,7 +74,7 @@ def test_non_finite_values_are_written_as_null(tmp_path):
 
 def test_failed_record_is_not_a_finished_run(tmp_path):
     write_record(tmp_path, _record(status="failed", error="boom"))
-    assert find_ok_record(tmp_path, RUN) is None
+    assert find_finished_record(tmp_path, RUN) is None
 
 
 def test_atomic_write_keeps_old_file_when_writing_fails(tmp_path, monkeypatch):
@@ -174,7 +174,7 @@ def test_a_failed_rerun_never_replaces_an_ok_record(tmp_path):
     beside = write_record(tmp_path, failed)
     assert read_record(tmp_path / "runs" / f"{RUN}.json") == ok  # the ok record stays in place
     assert beside.name == f"{RUN}.20260102T000000Z.json" and read_record(beside) == failed
-    assert find_ok_record(tmp_path, RUN) == ok
+    assert find_finished_record(tmp_path, RUN) == ok
 
 
 def test_a_newer_record_of_the_same_run_keeps_the_earlier_one_as_history(tmp_path):

@@ -11,7 +11,7 @@ from hydra import compose, initialize_config_dir
 from attnbench.harness.app import CONF_DIR
 from attnbench.harness.config import store_configs
 from attnbench.harness.metrics import POINT_FIELDS
-from attnbench.harness.records import find_ok_record, read_record, record_path
+from attnbench.harness.records import find_finished_record, read_record, record_path
 from attnbench.harness.run import run
 from attnbench.harness.validation import ConfigError
 from attnbench.harness.variant_api import VARIANTS, AttentionVariant, register_variant
@@ -120,7 +120,7 @@ def test_ok_job_records_environment_and_is_skipped_on_rerun(tmp_path):
     path = record_path(tmp_path, first.run_id)
     mtime = path.stat().st_mtime_ns
     again = run(cfg)
-    assert again == find_ok_record(tmp_path, first.run_id)
+    assert again == find_finished_record(tmp_path, first.run_id)
     assert path.stat().st_mtime_ns == mtime  # not re-run
     overwritten = run(_cfg(tmp_path, "variant=softmax", "overwrite=true"))
     assert overwritten.run_id == first.run_id and path.stat().st_mtime_ns != mtime
@@ -266,7 +266,7 @@ def test_a_failed_overwrite_keeps_the_ok_record(tmp_path, monkeypatch):
     monkeypatch.setattr(Throughput, "run", broken)
     failed = run(_cfg(tmp_path, "variant=softmax", "overwrite=true"))
     assert failed.status == "failed" and failed.run_id == ok.run_id
-    assert find_ok_record(tmp_path, ok.run_id) == ok  # still in its place
+    assert find_finished_record(tmp_path, ok.run_id) == ok  # still in its place
     attempts = sorted((tmp_path / "runs").glob(f"{ok.run_id}.*.json"))
     assert len(attempts) == 1 and read_record(attempts[0]) == failed  # kept beside it
 
