@@ -322,7 +322,6 @@ def _mark_current(frame: pd.DataFrame, code: dict[str, dict[str, str]]) -> pd.Se
     judge = _CodeJudge(code)
     runs = frame.drop_duplicates("run_id").set_index("run_id")
     state = runs["code_fingerprint"].fillna("").map(judge.state)
-    runs = runs.assign(_state=state)
     live = runs[state != "stale"]
     newest = live.groupby(JOB, dropna=False)["created_at"].transform("max")
     superseded = live["created_at"] < newest
