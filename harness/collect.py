@@ -283,10 +283,9 @@ def _best(names: list[str], files: dict[str, FileEntry]) -> str:
 
     def key(name: str) -> tuple:
         e = files[name]
-        newest_first = tuple(-ord(c) for c in e.created_at)
-        return (STATUS_RANK.get(e.status, 9), newest_first, name != f"{e.run_id}.json", name)
+        return (-STATUS_RANK.get(e.status, 9), e.created_at, name == f"{e.run_id}.json", name)
 
-    return min(names, key=key)
+    return max(names, key=key)
 
 
 class _CodeJudge:

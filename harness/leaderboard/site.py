@@ -347,13 +347,12 @@ def build_site(
     if not (out / PLOTLY_JS).exists():
         atomic_write_text(out / PLOTLY_JS, get_plotlyjs())
     published: set[str] = set()
+    n_stale = 0
     if not frame.empty:
         shutil.copyfile(table_path, out / "results.parquet")
         frame.to_csv(out / "results.csv", index=False)
         runs = set(frame.loc[~frame["derived"].astype(bool), "run_id"].dropna())
         published = copy_records(results_dir, out / "runs", runs)
-    n_stale = 0
-    if not frame.empty:
         frame, n_stale = _shown(frame, include_stale)
     headlines = _headlines(frame, infos) if not frame.empty else []
     families = (
