@@ -104,8 +104,7 @@ def _imported(name: str, stamp: tuple[str, int, int], tops: frozenset[str]) -> f
     source."""
     source = _read(stamp)[0].decode("utf-8")
     found: set[str] = set()
-    path = module_file(name)
-    is_package = path is not None and path.name == "__init__.py"
+    is_package = Path(stamp[0]).name == "__init__.py"
     package = name if is_package else name.rpartition(".")[0]  # what relative imports start from
 
     def add(module: str) -> None:
@@ -119,8 +118,7 @@ def _imported(name: str, stamp: tuple[str, int, int], tops: frozenset[str]) -> f
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                parent = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
-                base = f"{parent}.{base}" if base else parent
+                base = importlib.util.resolve_name("." * node.level + base, package)
             for alias in node.names:
                 if base == PROJECT:
                     defining = _public_exports().get(alias.name)
