@@ -38,6 +38,7 @@ _EXPORTS: dict[str, str] = {
     "MetricPoint": "attnbench.harness.metrics",
     "TaskResult": "attnbench.harness.metrics",
     "ScalingFit": "attnbench.harness.scaling",
+    "Tuning": "attnbench.harness.task_info",
     # registries and discovery
     "UnknownNameError": "attnbench.harness.registry",
     "DuplicateNameError": "attnbench.harness.registry",
@@ -58,6 +59,7 @@ __all__ = [
     "ScalingFit",
     "Task",
     "TaskResult",
+    "Tuning",
     "UnknownNameError",
     "UnsupportedError",
     "VariantShape",
@@ -103,6 +105,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on f
         check_finite,
         register_task,
     )
+    from attnbench.harness.task_info import Tuning
     from attnbench.harness.variant_api import (
         COST_CLASSES,
         AttentionVariant,

@@ -17,8 +17,14 @@ import torch
 from attnbench.harness.metrics import Metric, TaskResult
 from attnbench.harness.registry import Registry
 from attnbench.harness.scaling import ScalingFit
-from attnbench.harness.task_info import TaskInfo
+from attnbench.harness.task_info import TaskInfo, Tuning
 from attnbench.harness.variant_api import AttentionVariant, VariantShape, build_variant
+
+# Generator offsets of a job's data splits (`JobContext.generator`): tasks draw their test data
+# from TEST_STREAM (+ a per-configuration offset) and their validation split, which picks tuned
+# parameters (`Tuning`), from VALIDATION_STREAM, far enough apart that the two never share a seed.
+TEST_STREAM = 100
+VALIDATION_STREAM = 50_000
 
 
 @dataclass
@@ -73,6 +79,8 @@ class Task:
         ""  # a metric measuring cost: other tasks' quality is drawn against it
     )
     scaling_fits: ClassVar[tuple[ScalingFit, ...]] = ()  # log-log fits computed at collection
+    # parameters a preset may sweep as tuning axes, and the validation metric that picks them
+    tuning: ClassVar[Tuning | None] = None
 
     def __init__(self, params: Any) -> None:
         self.params = params
@@ -136,6 +144,7 @@ class Task:
             bar_charts={k: dict(v) for k, v in cls.bar_charts.items()},
             cost_metric=cls.cost_metric,
             scaling_fits=list(cls.scaling_fits),
+            tuning=Tuning(list(cls.tuning.params), cls.tuning.select_by) if cls.tuning else None,
         )
 
     @classmethod

@@ -20,6 +20,26 @@ from attnbench.harness.scaling import ScalingFit
 
 
 @dataclass
+class Tuning:
+    """Task parameters tuned per variant, and the validation metric that picks their value.
+
+    A preset sweeps several values of each parameter (e.g. ``task.lr: 0.001,0.003,0.01``); the
+    leaderboard keeps, per variant and setting, the value whose seed-averaged ``select_by`` is
+    best and shows which value won (`harness.leaderboard.tuning`). ``select_by`` must be measured
+    on a validation split the task draws apart from its test data: choosing on the test split
+    would report the maximum of several noisy test scores, a number biased upwards.
+
+    Attributes:
+        params: Names of the task parameters that are tuning axes (e.g. ``["lr"]``); a job's
+            other parameters form its setting.
+        select_by: A declared metric with a direction, measured on the validation split.
+    """
+
+    params: list[str] = field(default_factory=list)
+    select_by: str = ""
+
+
+@dataclass
 class TaskInfo:
     """Everything the engine and the leaderboard know about one task.
 
@@ -39,6 +59,7 @@ class TaskInfo:
         cost_metric: A metric of this task that measures cost (e.g. latency); the leaderboard
             plots the other tasks' quality against it. Empty: the task measures no cost.
         scaling_fits: Log-log fits computed at collection (`harness.scaling`).
+        tuning: Tuning axes and the validation metric that picks them (None: nothing tuned).
     """
 
     name: str
@@ -52,6 +73,7 @@ class TaskInfo:
     bar_charts: dict[str, dict[str, str]] = field(default_factory=dict)
     cost_metric: str = ""
     scaling_fits: list[ScalingFit] = field(default_factory=list)
+    tuning: Tuning | None = None
 
     def all_metrics(self) -> list[Metric]:
         """The declared metrics, then those the scaling fits add at collection."""
@@ -80,4 +102,6 @@ class TaskInfo:
         ]
         data["chart_bands"] = {k: tuple(v) for k, v in data.get("chart_bands", {}).items()}
         data["scaling_fits"] = [ScalingFit.from_dict(f) for f in data.get("scaling_fits", [])]
+        tuning = data.get("tuning")
+        data["tuning"] = Tuning(**tuning) if tuning else None
         return cls(**data)

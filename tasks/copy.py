@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 import torch
 
-from attnbench import JobContext, Metric, MetricPoint, Task, TaskResult, register_task
+from attnbench import JobContext, Metric, MetricPoint, Task, TaskResult, Tuning, register_task
 from attnbench.harness.model import ModelConfig, SequenceModel
+from attnbench.harness.task_api import TEST_STREAM, VALIDATION_STREAM
 from attnbench.harness.training import IGNORE_INDEX, TrainConfig, fit_token_model
 
 BLANK, SEPARATOR, FIRST_DATA = 0, 1, 2
@@ -58,6 +59,7 @@ class CopyParams:
     vocab_size: int = 16  # including blank and separator: data tokens are 2…V−1
     train_size: int = 20000  # fixed training sequences
     test_size: int = 500  # fresh evaluation sequences
+    val_size: int = 250  # validation sequences, apart from training and test (pick tuned lr)
     steps: int = 1000  # optimiser steps
     batch_size: int = 32  # sequences per step
     lr: float = 3e-3  # peak AdamW learning rate
@@ -73,8 +75,10 @@ class SelectiveCopy(Task):
     Params = CopyParams
     description = "Selective copying: write out the data tokens scattered in noise, in order."
     headline = "accuracy"
+    tuning = Tuning(["lr"], "val_accuracy")
     metrics = (
         Metric("accuracy", True, "Token accuracy of the greedily written output"),
+        Metric("val_accuracy", True, "accuracy on the validation split (picks tuned lr)"),
         Metric("exact_match", True, "Fraction of sequences written out entirely right"),
         Metric("chance_accuracy", None, "Chance token accuracy: one over the data tokens"),
         Metric("final_loss", False, "Training loss at the end (mean of the last stretch)"),
@@ -88,6 +92,7 @@ class SelectiveCopy(Task):
             "n_to_copy",
             "train_size",
             "test_size",
+            "val_size",
             "steps",
             "batch_size",
             "d_model",
@@ -130,22 +135,28 @@ class SelectiveCopy(Task):
             seed=ctx.seed,
             desc=f"copy/{ctx.variant_name}",
         )
-        xt, _, data = copy_batch(
-            p.test_size, p.seq_len, p.n_to_copy, p.vocab_size, ctx.generator(100)
-        )
-        written = torch.cat(
-            [
-                greedy_copy(
-                    model, xt[i : i + 250, : p.seq_len + 1].to(ctx.device), p.n_to_copy
-                ).cpu()
-                for i in range(0, p.test_size, 250)
-            ]
-        )
-        right = written == data
+        right = self.written_right(model, ctx, p.test_size, TEST_STREAM)
+        val_right = self.written_right(model, ctx, p.val_size, VALIDATION_STREAM)
         points = [
             MetricPoint("accuracy", float(right.float().mean())),
             MetricPoint("exact_match", float(right.all(dim=1).float().mean())),
+            MetricPoint("val_accuracy", float(val_right.float().mean())),
             MetricPoint("chance_accuracy", 1 / (p.vocab_size - FIRST_DATA)),
             MetricPoint("final_loss", curve[-1][1]),
         ]
         return TaskResult(points=points, details={"loss_curve": curve})
+
+    def written_right(
+        self, model: SequenceModel, ctx: JobContext, size: int, stream: int
+    ) -> torch.Tensor:
+        """(size, n_to_copy) booleans: which tokens the model writes out right on ``size`` fresh
+        sequences of generator stream ``stream`` (the test or the validation split)."""
+        p = self.params
+        x, _, data = copy_batch(size, p.seq_len, p.n_to_copy, p.vocab_size, ctx.generator(stream))
+        written = torch.cat(
+            [
+                greedy_copy(model, x[i : i + 250, : p.seq_len + 1].to(ctx.device), p.n_to_copy)
+                for i in range(0, size, 250)
+            ]
+        ).cpu()
+        return written == data

@@ -55,12 +55,14 @@ from attnbench import (
     MetricPoint,
     Task,
     TaskResult,
+    Tuning,
     VariantShape,
     check_finite,
     register_task,
 )
 from attnbench.harness.layer import MultiHeadAttention
 from attnbench.harness.model import ModelConfig, SequenceModel
+from attnbench.harness.task_api import TEST_STREAM, VALIDATION_STREAM
 from attnbench.harness.training import TrainConfig, train
 from attnbench.tasks import regression_baselines as rb
 
@@ -82,6 +84,7 @@ class IclRegressionParams:
     x_scale: float = 0.0  # std (gaussian) or half-width (uniform) of x; 0: 10 (system), 1 (others)
     ridge_lambda: float = -1.0  # ridge baseline λ; negative: σ² (at least 1e-6)
     eval_prompts: int = 1280  # prompts for the error curves (prompt mode)
+    val_prompts: int = 1024  # validation prompts, apart from the test ones (pick tuned lr)
     bootstrap: int = 1000  # bootstrap resamples of the prompts for the 5–95% band
     steps: int = 2000  # optimiser steps (prompt, one_layer) or L-BFGS iterations (system)
     batch_size: int = 64  # fresh prompts per step (prompt mode)
@@ -118,6 +121,7 @@ class IclRegression(Task):
         "gradient step."
     )
     headline = "mse_mean"
+    tuning = Tuning(["lr", "layer_lr"], "val_mse_mean")  # lr: prompt mode, layer_lr: one_layer
     charts = ("mse",)
     chart_bands = {"mse": ("mse_q05", "mse_q95")}
     chart_references = {
@@ -145,6 +149,7 @@ class IclRegression(Task):
         Metric("mse_q05", None, "5% bootstrap quantile of the mean error (prompt mode)"),
         Metric("mse_q95", None, "95% bootstrap quantile of the mean error (prompt mode)"),
         Metric("mse_mean", False, "Model error / d averaged over the numbers of examples"),
+        Metric("val_mse_mean", False, "mse_mean on the validation prompts (picks tuned lr)"),
         Metric("mse_least_squares", None, "Min-norm least squares on the same prompts"),
         Metric("mse_ridge", None, "Ridge regression (λ = σ²) on the same prompts"),
         Metric(
@@ -200,7 +205,13 @@ class IclRegression(Task):
                     f"{p.layer_eval_prompts}."
                 )
         self.require_positive(
-            "n_dims", "n_points", "eval_prompts", "steps", "batch_size", "system_runs"
+            "n_dims",
+            "n_points",
+            "eval_prompts",
+            "val_prompts",
+            "steps",
+            "batch_size",
+            "system_runs",
         )
         self.require_finite("noise_std", at_least=0)
         self.require_finite("ridge_lambda")
@@ -297,18 +308,25 @@ class IclRegression(Task):
             TrainConfig(steps=p.steps, batch_size=p.batch_size, lr=p.lr),
             desc=f"icl/{ctx.variant_name}",
         )
-        xs, _, clean, observed = self.sample_prompts(p.eval_prompts, ctx.generator(100))
-        with torch.no_grad():
-            preds = torch.cat(
-                [
-                    predict(xs[i : i + 256], observed[i : i + 256]).cpu()
-                    for i in range(0, p.eval_prompts, 256)
-                ]
-            )
-        model_err = (preds - clean).square() / p.n_dims
+
+        def errors(size: int, stream: int):
+            """The model's squared error / d (size, n_points) on fresh prompts of ``stream``."""
+            xs, _, clean, observed = self.sample_prompts(size, ctx.generator(stream))
+            with torch.no_grad():
+                preds = torch.cat(
+                    [
+                        predict(xs[i : i + 256], observed[i : i + 256]).cpu()
+                        for i in range(0, size, 256)
+                    ]
+                )
+            return (preds - clean).square() / p.n_dims, (xs, observed, clean)
+
+        model_err, (xs, observed, clean) = errors(p.eval_prompts, TEST_STREAM)
+        val_err = errors(p.val_prompts, VALIDATION_STREAM)[0]
         lo, hi = bootstrap_band(model_err, p.bootstrap, ctx.generator(200))
         points = [
             MetricPoint("mse_mean", float(model_err.mean())),
+            MetricPoint("val_mse_mean", float(val_err.mean())),
             MetricPoint("final_loss", curve[-1][1]),
         ]
         for i in range(p.n_points):
@@ -342,18 +360,27 @@ class IclRegression(Task):
             steps=p.steps, batch_size=p.layer_batch_size, lr=p.layer_lr, weight_decay=0.0
         )  # no weight decay: it would pull the layer off the GD step it should find
         curve = train(layer, loss_on_batch, cfg, desc=f"icl1/{ctx.variant_name}")
-        xs, _, clean, observed = self.sample_prompts(
-            p.layer_eval_prompts, ctx.generator(100), n + 1
-        )
-        examples, labels, queries, target = xs[:, :n], observed[:, :n], xs[:, n], clean[:, n]
-        with torch.no_grad():
+
+        def prompts(size: int, stream: int):
+            """(examples, labels, queries, noiseless targets) of ``size`` fresh prompts."""
+            xs, _, clean, observed = self.sample_prompts(size, ctx.generator(stream), n + 1)
+            return xs[:, :n], observed[:, :n], xs[:, n], clean[:, n]
+
+        @torch.no_grad()
+        def predict(examples, labels, queries) -> torch.Tensor:
             pred = torch.cat(
                 [
                     layer(*(t[i : i + EVAL_CHUNK] for t in (examples, labels, queries))).cpu()
                     for i in range(0, len(queries), EVAL_CHUNK)
                 ]
             ).double()
-        check_finite("the layer's predictions", pred)
+            check_finite("the layer's predictions", pred)
+            return pred
+
+        examples, labels, queries, target = prompts(p.layer_eval_prompts, TEST_STREAM)
+        pred = predict(examples, labels, queries)
+        *val_inputs, val_target = prompts(p.val_prompts, VALIDATION_STREAM)
+        val_mse = (predict(*val_inputs) - val_target.double()).square().mean() / d
         theory = self.gd_theory(n)
         gd = rb.gd_step(examples.double(), labels.double(), queries.double(), theory.step)
         target = target.double()
@@ -364,6 +391,7 @@ class IclRegression(Task):
         points = [
             MetricPoint("mse", float(err.mean())),
             MetricPoint("mse_mean", float(err.mean())),
+            MetricPoint("val_mse_mean", float(val_mse)),
             MetricPoint("mse_gd_step", float(err_gd.mean())),
             MetricPoint("mse_zero", float(err_zero.mean())),
             MetricPoint("loss_ratio_vs_gd", ratio),

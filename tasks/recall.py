@@ -34,8 +34,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from attnbench import JobContext, Metric, MetricPoint, Task, TaskResult, register_task
+from attnbench import JobContext, Metric, MetricPoint, Task, TaskResult, Tuning, register_task
 from attnbench.harness.model import ModelConfig, SequenceModel
+from attnbench.harness.task_api import TEST_STREAM, VALIDATION_STREAM
 from attnbench.harness.training import TrainConfig, train
 from attnbench.tasks.mqar_data import IGNORE, mqar_batch, sequence_accuracy
 
@@ -57,6 +58,7 @@ class RecallParams:
     random_filler: bool = True  # fillers uniform over the vocabulary (Zoology), else token 0
     train_size: int = 4000  # fixed training sequences per training configuration
     test_size: int = 300  # fresh test sequences per test configuration
+    val_size: int = 300  # validation sequences per test configuration (pick tuned parameters)
     steps: int = 600  # optimiser steps (each on a batch of one configuration)
     batch_size: int = 64  # sequences per step
     lr: float = 3e-3  # peak AdamW learning rate
@@ -98,6 +100,7 @@ class Recall(Task):
         "trained on a mixture of (seq_len, pairs), tested also on more pairs and longer sequences."
     )
     headline = "accuracy"
+    tuning = Tuning(["lr"], "val_accuracy")
     charts = ("accuracy_by_pairs", "accuracy_by_d_model")
     chart_references = {
         "accuracy_by_pairs": {"context_guess_by_pairs": "a random value of the sequence (1/pairs)"}
@@ -105,6 +108,7 @@ class Recall(Task):
     metrics = (
         Metric("accuracy", True, "Query accuracy, mean over the test configurations (Zoology's)"),
         Metric("accuracy_by_pairs", True, "Query accuracy per test configuration, by its pairs"),
+        Metric("val_accuracy", True, "accuracy on the validation split (picks tuned lr)"),
         Metric("accuracy_trained_sizes", True, "Mean over test configurations within training's"),
         Metric("accuracy_beyond", True, "Mean over test configurations past training's sizes"),
         Metric("accuracy_by_d_model", True, "The headline by model width (one line per variant)"),
@@ -126,6 +130,7 @@ class Recall(Task):
             "vocab_size",
             "train_size",
             "test_size",
+            "val_size",
             "steps",
             "batch_size",
             "d_model",
@@ -224,10 +229,14 @@ class Recall(Task):
         return model, curve
 
     @torch.no_grad()
-    def evaluate(self, model: SequenceModel, ctx: JobContext, config: tuple[int, int]) -> float:
-        """Zoology's accuracy on ``test_size`` fresh sequences of one configuration."""
+    def evaluate(
+        self, model: SequenceModel, ctx: JobContext, config: tuple[int, int], validation=False
+    ) -> float:
+        """Zoology's accuracy on fresh sequences of one configuration: ``test_size`` of the test
+        split, or ``val_size`` of the validation split (another generator stream)."""
         p = self.params
-        x, y = self.data(p.test_size, config, ctx.generator(100 + config[1]))
+        size, stream = (p.val_size, VALIDATION_STREAM) if validation else (p.test_size, TEST_STREAM)
+        x, y = self.data(size, config, ctx.generator(stream + config[1]))
         step = max(1, EVAL_TOKENS // config[0])
         per_sequence = torch.cat(
             [
@@ -235,7 +244,7 @@ class Recall(Task):
                     predict_queries(model, x[i : i + step].to(ctx.device), y[i : i + step]),
                     y[i : i + step],
                 )
-                for i in range(0, p.test_size, step)
+                for i in range(0, size, step)
             ]
         )
         return float(per_sequence.mean())
@@ -252,8 +261,10 @@ class Recall(Task):
             a for (length, k), a in by_config.items() if k > p.n_kv_pairs or length > p.seq_len
         ]
         accuracy = sum(by_config.values()) / len(by_config)
+        validation = [self.evaluate(model, ctx, c, validation=True) for c in tests]
         points = [
             MetricPoint("accuracy", accuracy),
+            MetricPoint("val_accuracy", sum(validation) / len(validation)),
             MetricPoint("accuracy_by_d_model", accuracy, "d_model", p.d_model),
             MetricPoint("accuracy_trained_sizes", sum(trained) / len(trained)),
             MetricPoint("chance_accuracy", 1 / (p.vocab_size - p.vocab_size // 2)),

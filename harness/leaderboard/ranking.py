@@ -5,11 +5,21 @@ the thread count on CPU: a laptop's timings never compete with a server's.
 
 Ranking is by **mean win rate**. A *contest* is one task setting (task parameters and curve
 position, on one machine and dtype) of a task whose headline metric has a direction. In a contest
-every pair of entries that both ran it is compared on their seed-averaged headline value: the
-better one scores 1, a tie (equal to 1e-9 relative) scores ½ each. An entry's win rate in a task is
-its mean score over the task's contests, each contest's score divided by the number of opponents;
-its aggregate is the mean of its task win rates. Ranks are within a machine and dtype ("min" method:
-ties share a rank).
+every pair of entries that both ran it is compared on their seed-averaged headline value.
+
+**The rule: a win must hold beyond the spread, else it is a tie.** Each value has an uncertainty
+u: the standard error of its seed mean (seed std / √seeds) when it has two or more seeds; half its
+recorded interquartile range when it has one seed and the task recorded one (a timing's median:
+conservative, since a median of several samples varies less than its samples); else 0 (one seed,
+nothing known: the comparison is plain, and the overview's "n seeds" says so). Entries a and b
+are tied when |mean_a − mean_b| ≤ 2·√(u_a² + u_b²) (about a 95% two-sided z-test of the
+difference; with 3 seeds the t-distribution would ask for a wider margin, so the rule errs
+towards calling wins, never towards hiding a clear one) or equal to 1e-9 relative; otherwise the
+better one scores 1 and the other 0. A tie scores ½ each.
+
+An entry's win rate in a task is its mean score over the task's contests, each contest's score
+divided by the number of opponents; its aggregate is the mean of its task win rates. Ranks are
+within a machine and dtype ("min" method: ties share a rank).
 Headline metrics without a direction (e.g. concentration's S(x)) are shown but not ranked.
 Values and their spread (seed std, else the recorded IQR) come from `harness.metric_points`.
 
@@ -29,6 +39,7 @@ import pandas as pd
 from attnbench.harness.metric_points import POINT, point_stats
 
 TIE_RTOL = 1e-9
+TIE_Z = 2.0  # a difference within TIE_Z combined standard errors is a tie
 MACHINE = "machine"  # the column `machine_labels` fills
 ENTRY = ["variant", "variant_params", MACHINE, "dtype"]
 SETTING = ["task_params", "x_name", "x_value"]
@@ -68,27 +79,50 @@ class Headline:
     description: str = ""
 
 
-def contest_scores(values: pd.Series, higher_is_better: bool) -> pd.Series:
-    """Each entry's score in one contest: (wins + ½·ties) / opponents; empty below 2 entries."""
+def uncertainty(points: pd.DataFrame) -> pd.Series:
+    """Each point's uncertainty u (see the module docstring) from its ``spread`` and ``n``."""
+    spread = points["spread"].astype(float).fillna(0.0)
+    n = points["n"].astype(float)
+    return pd.Series(
+        np.where(n > 1, spread / np.sqrt(n.clip(lower=1)), spread / 2), index=points.index
+    )
+
+
+def contest_scores(
+    values: pd.Series, higher_is_better: bool, uncertainties: pd.Series | None = None
+) -> pd.Series:
+    """Each entry's score in one contest: (wins + ½·ties) / opponents; empty below 2 entries.
+
+    A difference within TIE_Z combined uncertainties is a tie (module docstring); without
+    ``uncertainties`` the comparison is plain."""
     if len(values) < 2:
         return pd.Series(dtype=float)
     v = values.to_numpy(dtype=float)
+    u = np.zeros_like(v) if uncertainties is None else uncertainties.to_numpy(dtype=float)
     diff = v[:, None] - v[None, :]
     if not higher_is_better:
         diff = -diff
     scale = np.maximum(np.abs(v[:, None]), np.abs(v[None, :]))
-    tie = np.abs(v[:, None] - v[None, :]) <= TIE_RTOL * scale
+    margin = TIE_Z * np.sqrt(u[:, None] ** 2 + u[None, :] ** 2)
+    tie = np.abs(diff) <= np.maximum(TIE_RTOL * scale, margin)
     score = np.where(tie, 0.5, (diff > 0).astype(float))
     np.fill_diagonal(score, 0.0)
     return pd.Series(score.sum(axis=1) / (len(v) - 1), index=values.index)
 
 
-def task_win_rates(means: pd.Series, higher_is_better: bool) -> pd.Series:
+def task_win_rates(
+    means: pd.Series, higher_is_better: bool, uncertainties: pd.Series | None = None
+) -> pd.Series:
     """Mean contest score per entry (index: ENTRY) of one task's seed-averaged headline values
-    ``means``, indexed by ENTRY + SETTING."""
+    ``means`` (and their ``uncertainties``, same index), indexed by ENTRY + SETTING."""
     scores = []
     for _, contest in means.groupby(level=CONTEST, dropna=False):
-        s = contest_scores(contest.droplevel(SETTING), higher_is_better)
+        u = None if uncertainties is None else uncertainties.loc[contest.index]
+        s = contest_scores(
+            contest.droplevel(SETTING),
+            higher_is_better,
+            None if u is None else u.droplevel(SETTING),
+        )
         if not s.empty:
             scores.append(s)
     if not scores:
@@ -140,7 +174,7 @@ def standings(frame: pd.DataFrame, headlines: list[Headline]) -> Standings | Non
             points["spread"].groupby(level=ENTRY).mean(),
         )
         if h.higher_is_better is not None:
-            rate = task_win_rates(points["mean"], h.higher_is_better)
+            rate = task_win_rates(points["mean"], h.higher_is_better, uncertainty(points))
             rates[h.task] = rate
             task_ranks[h.task] = rank_within_hardware(rate)
     by_task = pd.concat(rates, axis=1) if rates else pd.DataFrame()

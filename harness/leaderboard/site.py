@@ -38,6 +38,7 @@ from attnbench.harness.leaderboard.peers import labelled, peer_section, unavaila
 from attnbench.harness.leaderboard.publish import SiteError, check_paths, copy_records
 from attnbench.harness.leaderboard.ranking import MACHINE, Headline, with_machine
 from attnbench.harness.leaderboard.tables import Table, task_table, unfinished_table
+from attnbench.harness.leaderboard.tuning import Choice, select_tuned, tuning_table
 from attnbench.harness.records import atomic_write_text, runs_dir
 from attnbench.harness.table_file import TableError, load
 from attnbench.harness.task_info import TaskInfo
@@ -66,6 +67,7 @@ class TaskSection:
     n_runs: int
     fits: Table | None = None
     fits_note: str = ""  # what the fits are, from the task's declarations
+    tuned: Table | None = None  # tuning axes: the value each variant's validation picked
 
 
 def _metric_info(info: TaskInfo | None) -> dict[str, tuple[str, bool | None]]:
@@ -217,7 +219,10 @@ def _fits_note(info: TaskInfo | None) -> str:
 
 
 def _sections(
-    frame: pd.DataFrame, infos: dict[str, TaskInfo], published: set[str]
+    frame: pd.DataFrame,
+    infos: dict[str, TaskInfo],
+    published: set[str],
+    choices: list[Choice] | None = None,
 ) -> list[TaskSection]:
     sections = []
     ok = frame[(frame["status"] == "ok") & frame["metric"].notna()]
@@ -234,6 +239,7 @@ def _sections(
                 n_runs=rows.loc[~derived, "run_id"].nunique(),
                 fits=task_table(rows[derived], _metric_info(info)) if derived.any() else None,
                 fits_note=_fits_note(info),
+                tuned=tuning_table(choices or [], task),
             )
         )
     return sections
@@ -398,6 +404,8 @@ def build_site(
         runs = set(frame.loc[~frame["derived"].astype(bool), "run_id"].dropna())
         published = copy_records(results_dir, out / "runs", runs)
         frame, n_stale = _shown(frame, include_stale)
+    every_run = frame  # before tuning keeps only the winning values: failures of all are listed
+    frame, choices = select_tuned(frame, infos) if not frame.empty else (frame, [])
     # ours vs theirs from the plain names; then every library variant is named with its library
     peers = peer_section(frame, infos) if not frame.empty else None
     frame = labelled(frame)
@@ -413,12 +421,16 @@ def build_site(
         .render(
             empty=frame.empty,
             results_dir=str(results_dir),
-            sections=_sections(frame, infos, published) if not frame.empty else [],
+            sections=_sections(frame, infos, published, choices) if not frame.empty else [],
             overview=overview(frame, headlines, families) if not frame.empty else None,
             cost_charts=_quality_vs_cost(frame, headlines, infos) if not frame.empty else [],
             peers=peers,
             # a library that cannot run here is listed with the peers as unavailable, not here
-            unfinished=unfinished_table(frame[~unavailable(frame)]) if not frame.empty else None,
+            unfinished=(
+                unfinished_table(labelled(every_run)[~unavailable(every_run)])
+                if not frame.empty
+                else None
+            ),
             provenance=_provenance(frame) if not frame.empty else None,
             n_runs=frame.loc[~frame["derived"], "run_id"].nunique() if not frame.empty else 0,
             n_stale=n_stale,

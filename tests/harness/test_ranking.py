@@ -13,7 +13,9 @@ from attnbench.harness.leaderboard.ranking import (
     Headline,
     contest_scores,
     machine_labels,
+    standings,
     task_win_rates,
+    uncertainty,
 )
 from attnbench.harness.metric_points import point_stats
 
@@ -110,3 +112,35 @@ def test_overview_ranks_aggregate_and_ties():
 
 def test_overview_without_headline_points_is_none():
     assert overview(FRAME[FRAME.task == "nothing"], HEADLINES, FAMILIES) is None
+
+
+def test_a_win_must_hold_beyond_the_spread():
+    """A: 3 seeds at 0.90 ± 0.05 (se 0.029); B one seed 0.95 without spread: the difference
+    0.05 is within 2·0.029·… → tie. C at 0.70 is beyond it → loses to both."""
+    values = pd.Series([0.90, 0.95, 0.70], index=list("ABC"))
+    u = pd.Series([0.05 / 3**0.5, 0.0, 0.0], index=list("ABC"))
+    assert contest_scores(values, True, u).to_dict() == {"A": 0.75, "B": 0.75, "C": 0.0}
+    # the same values without uncertainty: B beats A
+    assert contest_scores(values, True).to_dict() == {"A": 0.5, "B": 1.0, "C": 0.0}
+    # the margin is 2 combined standard errors: just outside it is a win
+    tight = pd.Series([0.05 / 2 / 2**0.5 * 0.99] * 2, index=list("AB"))
+    assert contest_scores(values[["A", "B"]], True, tight).to_dict() == {"A": 0.0, "B": 1.0}
+
+
+def test_uncertainty_is_the_seed_standard_error_or_half_the_iqr():
+    points = pd.DataFrame({"spread": [0.3, 0.4, float("nan")], "n": [9, 1, 1]})
+    assert uncertainty(points).tolist() == pytest.approx([0.1, 0.2, 0.0])
+
+
+def test_seed_spread_turns_a_small_lead_into_a_tie_in_the_overview():
+    rows = [
+        _row("t_up", "acc", "A", v, seed=s) for s, v in enumerate([0.80, 0.90, 1.00])
+    ] + [_row("t_up", "acc", "B", v, seed=s) for s, v in enumerate([0.85, 0.88, 0.91])]
+    frame = pd.DataFrame(rows, columns=COLUMNS)
+    frame = frame.assign(machine=machine_labels(frame))
+    computed = standings(frame, [HEADLINES[0]])
+    # means 0.90 vs 0.88, standard errors 0.058 and 0.017: a tie, so both rank 1
+    assert computed.task_ranks["t_up"].tolist() == [1, 1]
+    narrow = frame.assign(value=frame["value"].where(frame["variant"] == "B", 0.95))
+    computed = standings(narrow, [HEADLINES[0]])  # A: 0.95 with no seed spread; B 0.88 ± 0.017
+    assert computed.task_ranks["t_up"].tolist() == [1, 2]

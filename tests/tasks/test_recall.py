@@ -14,6 +14,7 @@ import torch
 from scipy import stats
 
 from attnbench.harness.task_api import JobContext, build_task
+from attnbench.harness.task_api import TEST_STREAM, VALIDATION_STREAM
 from attnbench.tasks.mqar_data import (
     IGNORE,
     gap_probabilities,
@@ -205,6 +206,17 @@ def test_softmax_learns_recall_far_above_chance():
     # far above chance (1/64) and guessing one of the sequence's values (at most 1/2); seeded,
     # this run reaches 0.999 on 200 sequences per size, so 0.9 leaves room for other CPUs' math
     assert points[("accuracy", None)] > 0.9
+    # the validation split (another 200 sequences per size) measures the same skill: a model at
+    # 0.999 on one split is above 0.9 on the other unless the split is broken
+    assert points[("val_accuracy", None)] > 0.9
+
+
+def test_validation_and_test_splits_share_no_sequence():
+    task = build_task("recall", SMALL)
+    ctx, config = _ctx(), (32, 8)
+    test = task.data(100, config, ctx.generator(TEST_STREAM + 8))[0]
+    val = task.data(100, config, ctx.generator(VALIDATION_STREAM + 8))[0]
+    assert not (test.unsqueeze(1) == val.unsqueeze(0)).all(-1).any()
 
 
 def test_same_config_and_seed_give_the_same_metrics():

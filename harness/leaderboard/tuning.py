@@ -1,0 +1,163 @@
+"""Tuning axes on the board: per variant and setting, the value that won on validation.
+
+A task may declare tuning axes (`TaskInfo.tuning`, e.g. ``lr`` picked by ``val_accuracy``). A
+preset that sweeps several values gives several runs per variant and setting. Comparing every
+variant at one shared value favours the variants that happen to suit it (published comparisons,
+e.g. Zoology's MQAR, sweep the learning rate per mixer and report the best), so the board keeps,
+per variant and setting, only the runs of the value whose **seed-averaged validation metric** is
+best, and shows which value won and what the others scored. The test metrics of the kept runs are
+then an unbiased estimate for that choice: the choice never saw the test split.
+
+The kept runs lose their tuning axes from ``task_params`` (the axes move to the ``tuned`` column),
+so that variants tuned to different values still meet in one contest of the overview.
+
+Rules, in order:
+- a candidate (one combination of axis values) is scored by the mean of ``select_by`` over its
+  ok runs; one without a score (failed, or from code before the task measured it) cannot win;
+- ties go to the candidate whose values sort first (deterministic, never by run order);
+- a group where no candidate has a score keeps all its runs unchanged, so their failures show.
+
+Torch-free, like the rest of the leaderboard.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from attnbench.harness.leaderboard.ranking import MACHINE
+from attnbench.harness.leaderboard.tables import Cell, Column, Table, format_value
+from attnbench.harness.task_info import TaskInfo
+
+TUNED = "tuned"  # column of the kept rows: the winning values, e.g. "lr=0.003"
+GROUP = ["task", "variant", "variant_params", MACHINE, "dtype", "setting"]
+
+
+@dataclass
+class Candidate:
+    """One combination of tuning-axis values of a group, with its validation score."""
+
+    values: dict
+    score: float  # mean of select_by over seeds; NaN when it has none
+    n_seeds: int
+
+    @property
+    def label(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in sorted(self.values.items()))
+
+
+@dataclass
+class Choice:
+    """The candidates of one (task, variant, setting) group and the one that won."""
+
+    task: str
+    variant: str
+    variant_params: str
+    machine: str
+    dtype: str
+    setting: str  # task parameters without the tuning axes (canonical JSON)
+    select_by: str
+    higher_is_better: bool
+    candidates: list[Candidate] = field(default_factory=list)
+    winner: int | None = None  # index into candidates; None: no candidate has a score
+
+
+def _split(text: str, axes: list[str]) -> tuple[str, str]:
+    """(setting: task params without the axes, axis values present), both canonical JSON."""
+    params = json.loads(text)
+    setting = {k: v for k, v in params.items() if k not in axes}
+    values = {k: params[k] for k in axes if k in params}
+    return json.dumps(setting, sort_keys=True), json.dumps(values, sort_keys=True)
+
+
+def _choose(candidates: list[Candidate], higher_is_better: bool) -> int | None:
+    scored = [i for i, c in enumerate(candidates) if not math.isnan(c.score)]
+    if not scored:
+        return None
+    sign = -1.0 if higher_is_better else 1.0
+    return min(scored, key=lambda i: (sign * candidates[i].score, candidates[i].label))
+
+
+def select_tuned(
+    frame: pd.DataFrame, infos: dict[str, TaskInfo]
+) -> tuple[pd.DataFrame, list[Choice]]:
+    """``frame`` (run rows with a ``machine`` column) with, for every task that declares tuning
+    axes, only the winning candidate's rows per variant and setting (see the module docstring);
+    and every group's choice. Other tasks' rows pass unchanged; ``tuned`` is "" on them."""
+    frame = frame.assign(**{TUNED: ""})
+    kept, choices = [frame[~frame["task"].isin(_tuned_tasks(infos))]], []
+    for task in _tuned_tasks(infos):
+        tuning = infos[task].tuning
+        assert tuning is not None
+        metric = infos[task].metric(tuning.select_by)
+        higher = bool(metric.higher_is_better) if metric else True
+        rows = frame[frame["task"] == task]
+        if rows.empty:
+            continue
+        split = rows["task_params"].map(lambda t, axes=tuning.params: _split(t, axes))
+        rows = rows.assign(setting=split.str[0], axis_values=split.str[1])
+        for key, group in rows.groupby(GROUP, sort=True, dropna=False):
+            choice = Choice(*key, select_by=tuning.select_by, higher_is_better=higher)
+            scores = group[
+                (group["status"] == "ok") & (group["metric"] == tuning.select_by)
+            ].groupby("axis_values")["value"]
+            means, counts = scores.mean(), scores.count()
+            labels = sorted(group["axis_values"].unique())
+            choice.candidates = [
+                Candidate(json.loads(v), float(means.get(v, math.nan)), int(counts.get(v, 0)))
+                for v in labels
+            ]
+            choice.winner = _choose(choice.candidates, higher)
+            choices.append(choice)
+            if choice.winner is None:
+                kept.append(group.drop(columns=["setting", "axis_values"]))
+                continue
+            won = choice.candidates[choice.winner]
+            rows_won = group[group["axis_values"] == labels[choice.winner]]
+            kept.append(
+                rows_won.assign(task_params=rows_won["setting"], **{TUNED: won.label}).drop(
+                    columns=["setting", "axis_values"]
+                )
+            )
+    return pd.concat(kept).sort_index(), choices
+
+
+def _tuned_tasks(infos: dict[str, TaskInfo]) -> list[str]:
+    return sorted(t for t, info in infos.items() if info.tuning and info.tuning.params)
+
+
+def tuning_table(choices: list[Choice], task: str) -> Table | None:
+    """The choices of ``task`` with more than one candidate: variant, setting, the winning
+    values, and every candidate's validation score (seeds in brackets); None if none."""
+    mine = [c for c in choices if c.task == task and len(c.candidates) > 1]
+    if not mine:
+        return None
+    settings = sorted({c.setting for c in mine})
+    differing = _differing(settings)
+    columns = [
+        Column("variant", "variant"),
+        Column("setting", "setting", "Task parameters that differ between settings"),
+        Column("chosen", "chosen", f"Best seed-averaged {mine[0].select_by} (validation split)"),
+        Column("candidates", f"{mine[0].select_by} per value (seeds)", "Every value tried"),
+    ]
+    rows = []
+    for c in mine:
+        setting = json.loads(c.setting)
+        label = ", ".join(f"{k}={setting.get(k)}" for k in differing)
+        chosen = c.candidates[c.winner].label if c.winner is not None else "none (no scores)"
+        tried = "; ".join(
+            f"{cand.label}: {format_value(cand.score)} ({cand.n_seeds})" for cand in c.candidates
+        )
+        rows.append(
+            [Cell(c.variant, c.variant), Cell(label, label), Cell(chosen, chosen), Cell(tried, "")]
+        )
+    return Table(columns, rows)
+
+
+def _differing(settings: list[str]) -> list[str]:
+    params = [json.loads(s) for s in settings]
+    names = sorted({k for p in params for k in p})
+    return [k for k in names if len({repr(p.get(k)) for p in params}) > 1]

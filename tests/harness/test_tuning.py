@@ -1,0 +1,125 @@
+"""Tuning axes on the board: the value picked on validation, per variant and setting."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+
+from attnbench.harness.collect import COLUMNS
+from attnbench.harness.leaderboard.ranking import machine_labels
+from attnbench.harness.leaderboard.tuning import TUNED, select_tuned, tuning_table
+from attnbench.harness.metrics import Metric
+from attnbench.harness.task_info import TaskInfo, Tuning
+
+INFOS = {
+    "train": TaskInfo(
+        name="train",
+        headline="acc",
+        metrics=[Metric("acc", True, ""), Metric("val_acc", True, "")],
+        tuning=Tuning(["lr"], "val_acc"),
+    ),
+    "speed": TaskInfo(name="speed", headline="ms", metrics=[Metric("ms", False, "")]),
+}
+
+
+def _rows(variant, lr, val, test, seed=0, size=8, status="ok"):
+    base = dict.fromkeys(COLUMNS)
+    base.update(
+        run_id=f"{variant}-{lr}-{size}-{seed}",
+        status=status,
+        task="train",
+        variant=variant,
+        variant_params="{}",
+        task_params=json.dumps({"lr": lr, "size": size}, sort_keys=True),
+        seed=seed,
+        device="cpu",
+        hardware="Some CPU",
+        threads=1,
+        dtype="float32",
+        derived=False,
+    )
+    if status != "ok":
+        return [{**base, "metric": None, "value": None}]
+    return [{**base, "metric": "val_acc", "value": val}, {**base, "metric": "acc", "value": test}]
+
+
+def _frame(rows):
+    frame = pd.DataFrame([r for group in rows for r in group], columns=COLUMNS)
+    return frame.assign(machine=machine_labels(frame))
+
+
+def test_the_validation_metric_picks_the_value_never_the_test_metric():
+    frame = _frame(
+        [
+            # A: lr 0.01 is best on validation (mean of two seeds) though 0.001 tests higher
+            _rows("A", 0.001, 0.60, 0.99, seed=0),
+            _rows("A", 0.001, 0.60, 0.99, seed=1),
+            _rows("A", 0.01, 0.90, 0.80, seed=0),
+            _rows("A", 0.01, 0.70, 0.80, seed=1),
+            # B: 0.001 wins; its 0.01 run failed and cannot win
+            _rows("B", 0.001, 0.50, 0.50),
+            _rows("B", 0.01, 0.0, 0.0, status="failed"),
+        ]
+    )
+    kept, choices = select_tuned(frame, INFOS)
+    tests = kept[kept["metric"] == "acc"].groupby("variant")["value"].mean()
+    assert tests.to_dict() == {"A": 0.80, "B": 0.50}
+    assert set(kept[kept["variant"] == "A"][TUNED]) == {"lr=0.01"}
+    # the tuning axis left task_params, so A and B meet in one setting
+    assert set(kept["task_params"]) == {json.dumps({"size": 8})}
+    winners = {c.variant: c.candidates[c.winner].values for c in choices}
+    assert winners == {"A": {"lr": 0.01}, "B": {"lr": 0.001}}
+    table = tuning_table(choices, "train")
+    assert [row[2].text for row in table.rows] == ["lr=0.01", "lr=0.001"]
+    assert "lr=0.001: 0.6 (2)" in table.rows[0][3].text
+
+
+def test_each_setting_is_tuned_apart_and_other_tasks_pass_unchanged():
+    speed = _frame([_rows("A", 0.1, 1.0, 1.0)]).assign(task="speed", metric="ms")
+    frame = pd.concat(
+        [
+            _frame(
+                [
+                    _rows("A", 0.001, 0.9, 0.9, size=8),
+                    _rows("A", 0.01, 0.1, 0.1, size=8),
+                    _rows("A", 0.001, 0.1, 0.1, size=16),
+                    _rows("A", 0.01, 0.9, 0.9, size=16),
+                ]
+            ),
+            speed,
+        ],
+        ignore_index=True,
+    )
+    kept, choices = select_tuned(frame, INFOS)
+    assert {c.setting: c.candidates[c.winner].label for c in choices} == {
+        json.dumps({"size": 8}): "lr=0.001",
+        json.dumps({"size": 16}): "lr=0.01",
+    }
+    passed = kept[kept["task"] == "speed"]
+    assert passed["task_params"].tolist() == speed["task_params"].tolist()
+    assert (passed[TUNED] == "").all()
+
+
+def test_a_group_without_any_score_keeps_its_runs_and_lower_is_better_is_respected():
+    infos = {
+        "train": TaskInfo(
+            name="train",
+            metrics=[Metric("acc", False, ""), Metric("val_acc", False, "")],
+            tuning=Tuning(["lr"], "val_acc"),
+        )
+    }
+    frame = _frame([_rows("A", 0.001, 0.2, 0.2), _rows("A", 0.01, 0.1, 0.1)])
+    kept, _ = select_tuned(frame, infos)
+    assert set(kept[TUNED]) == {"lr=0.01"}  # lower validation error wins
+    failed = _frame(
+        [_rows("A", 0.001, 0, 0, status="failed"), _rows("A", 0.01, 0, 0, status="failed")]
+    )
+    kept, choices = select_tuned(failed, infos)
+    assert len(kept) == 2 and choices[0].winner is None  # both failures stay visible
+    assert tuning_table(choices, "train").rows[0][2].text == "none (no scores)"
+
+
+def test_tuning_survives_the_tables_metadata():
+    info = INFOS["train"]
+    assert TaskInfo.from_dict(json.loads(json.dumps(info.to_dict()))).tuning == info.tuning
