@@ -133,9 +133,9 @@ def test_uncertainty_is_the_seed_standard_error_or_half_the_iqr():
 
 
 def test_seed_spread_turns_a_small_lead_into_a_tie_in_the_overview():
-    rows = [
-        _row("t_up", "acc", "A", v, seed=s) for s, v in enumerate([0.80, 0.90, 1.00])
-    ] + [_row("t_up", "acc", "B", v, seed=s) for s, v in enumerate([0.85, 0.88, 0.91])]
+    rows = [_row("t_up", "acc", "A", v, seed=s) for s, v in enumerate([0.80, 0.90, 1.00])] + [
+        _row("t_up", "acc", "B", v, seed=s) for s, v in enumerate([0.85, 0.88, 0.91])
+    ]
     frame = pd.DataFrame(rows, columns=COLUMNS)
     frame = frame.assign(machine=machine_labels(frame))
     computed = standings(frame, [HEADLINES[0]])

@@ -13,8 +13,7 @@ import pytest
 import torch
 from scipy import stats
 
-from attnbench.harness.task_api import JobContext, build_task
-from attnbench.harness.task_api import TEST_STREAM, VALIDATION_STREAM
+from attnbench.harness.task_api import TEST_STREAM, VALIDATION_STREAM, JobContext, build_task
 from attnbench.tasks.mqar_data import (
     IGNORE,
     gap_probabilities,
