@@ -201,3 +201,23 @@ def test_command_line_narrows_every_grid(tmp_path):
         ("throughput", "linear", 32),
         ("throughput", "linear", 64),
     ]
+
+
+def test_a_run_alone_grid_launches_each_job_in_a_batch_of_its_own(hydra_sweep_runner, tmp_path):
+    grids = (
+        "hydra.sweeper.grids=[{group1:file1,bar:'1,2'},"
+        "{group1:file2,bar:'3,4',run_alone:true},{group1:file1,bar:'5,6'}]"
+    )
+    OUTCOME.reset()
+    sweep = hydra_sweep_runner(
+        calling_file=None,
+        calling_module="hydra.test_utils.a_module",
+        task_function=None,
+        config_path="configs",
+        config_name="compose.yaml",
+        overrides=[*GRIDS, grids],
+        temp_dir=tmp_path,
+    )
+    with sweep:
+        batches = [[r.overrides[-1] for r in batch] for batch in sweep.returns]
+    assert batches == [["bar=1", "bar=2"], ["bar=3"], ["bar=4"], ["bar=5", "bar=6"]]

@@ -19,6 +19,11 @@ with no choice is dropped (its other keys, such as ``task.min_run_time``, may no
 command line's choice), the others run only the common choices; if no grid is left, that is one
 sentence and exit 2. Any other key of the command line replaces the grid's value.
 
+A grid may set ``run_alone: true`` (a key of the grid, not an override): each of its jobs is
+handed to the launcher in a batch of its own, so that with a parallel launcher (joblib) a job that
+times something never shares the machine with another job of the sweep, while the other grids'
+jobs still run side by side (conf/sweep/standard.yaml).
+
 Beyond the basic sweeper, three promises (see ``attnbench --help`` in README.md):
 
 * every job is checked before the first one runs (``job_check``, by default
@@ -53,6 +58,7 @@ from attnbench.harness.interrupt import SKIPPED, STOP_FILE, GracefulStop, Guarde
 from attnbench.harness.outcome import OUTCOME
 
 log = logging.getLogger(__name__)
+RUN_ALONE = "run_alone"  # a grid key: launch each of the grid's jobs in a batch of its own
 
 
 @dataclass
@@ -94,7 +100,10 @@ class GridsSweeper(BasicSweeper):
         job_check: str | None = None,
     ) -> None:
         super().__init__(max_batch_size=max_batch_size, params=None)
-        self.grids = [{str(k): str(v) for k, v in g.items()} for g in grids]  # YAML gives numbers
+        # YAML gives numbers; `run_alone` is the grid's own flag, not an override
+        self.grids = [{str(k): str(v) for k, v in g.items() if k != RUN_ALONE} for g in grids]
+        self.alone = [bool(g.get(RUN_ALONE, False)) for g in grids]
+        self.alone_jobs: set[tuple[str, ...]] = set()
         self.job_check = job_check
         self.guard: GuardedTask | None = None
 
@@ -143,7 +152,7 @@ class GridsSweeper(BasicSweeper):
         jobs: list[list[str]] = []
         seen = set()
         kept = 0
-        for grid in grids or [[]]:
+        for grid, alone in zip(grids or [[]], self.alone or [False], strict=True):
             lines = self._narrow(grid, command_line)
             if lines is None:
                 continue
@@ -153,6 +162,8 @@ class GridsSweeper(BasicSweeper):
                 if tuple(job) not in seen:
                     seen.add(tuple(job))
                     jobs.append(job)
+                    if alone:
+                        self.alone_jobs.add(tuple(job))
         if not kept:
             self._refuse_no_grid(grids, command_line)
         if not jobs:
@@ -199,6 +210,26 @@ class GridsSweeper(BasicSweeper):
 
     # --- running them ----------------------------------------------------------------------
 
+    def batches(self, jobs: list[list[str]]) -> list[list[list[str]]]:
+        """The launcher's batches, in job order: a `run_alone` grid's job alone, runs of the
+        other jobs in chunks of ``max_batch_size`` (all of a run when None)."""
+        batches: list[list[list[str]]] = []
+        shared: list[list[str]] = []
+
+        def flush() -> None:
+            if shared:
+                batches.extend(self.split_overrides_to_chunks(shared, self.max_batch_size))
+                shared.clear()
+
+        for job in jobs:
+            if tuple(job) in self.alone_jobs:
+                flush()
+                batches.append([job])
+            else:
+                shared.append(job)
+        flush()
+        return batches
+
     def _check_returns(self, results: Sequence[JobReturn]) -> int:
         """Read every job's return value, as Hydra's basic sweeper does; a job that raised goes
         to the command's outcome instead of ending the sweep. Returns how many did not run."""
@@ -217,7 +248,7 @@ class GridsSweeper(BasicSweeper):
         assert self.config is not None and self.launcher is not None and self.guard is not None
         jobs = self.job_overrides(arguments)
         self.validate_jobs(jobs)
-        self.overrides = list(self.split_overrides_to_chunks(jobs, self.max_batch_size))
+        self.overrides = self.batches(jobs)
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
