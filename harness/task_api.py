@@ -73,6 +73,9 @@ class Task:
         ""  # a metric measuring cost: other tasks' quality is drawn against it
     )
     scaling_fits: ClassVar[tuple[ScalingFit, ...]] = ()  # log-log fits computed at collection
+    # a parameter whose values measure different things: one overview column per value
+    column_by: ClassVar[str] = ""
+    column_headlines: ClassVar[dict[str, str]] = {}  # value of column_by → its column's headline
 
     def __init__(self, params: Any) -> None:
         self.params = params
@@ -136,6 +139,8 @@ class Task:
             bar_charts={k: dict(v) for k, v in cls.bar_charts.items()},
             cost_metric=cls.cost_metric,
             scaling_fits=list(cls.scaling_fits),
+            column_by=cls.column_by,
+            column_headlines=dict(cls.column_headlines),
         )
 
     @classmethod

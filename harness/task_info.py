@@ -39,6 +39,12 @@ class TaskInfo:
         cost_metric: A metric of this task that measures cost (e.g. latency); the leaderboard
             plots the other tasks' quality against it. Empty: the task measures no cost.
         scaling_fits: Log-log fits computed at collection (`harness.scaling`).
+        column_by: A task parameter whose values measure different things (e.g. a mode that
+            trains another model on another problem): the overview shows one column per value
+            and the quality charts one chart each, instead of averaging them. Empty: one column.
+        column_headlines: Value of ``column_by`` (as text) → the headline metric of its column,
+            where it differs from ``headline``; values not named use ``headline``, in the order
+            named here, then sorted.
     """
 
     name: str
@@ -52,6 +58,8 @@ class TaskInfo:
     bar_charts: dict[str, dict[str, str]] = field(default_factory=dict)
     cost_metric: str = ""
     scaling_fits: list[ScalingFit] = field(default_factory=list)
+    column_by: str = ""
+    column_headlines: dict[str, str] = field(default_factory=dict)
 
     def all_metrics(self) -> list[Metric]:
         """The declared metrics, then those the scaling fits add at collection."""
