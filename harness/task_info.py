@@ -43,8 +43,8 @@ class TaskInfo:
             trains another model on another problem): the overview shows one column per value
             and the quality charts one chart each, instead of averaging them. Empty: one column.
         column_headlines: Value of ``column_by`` (as text) → the headline metric of its column,
-            where it differs from ``headline``; values not named use ``headline``, in the order
-            named here, then sorted.
+            where it differs from ``headline``; values not named use ``headline``. Columns come
+            in sorted order of the values (the table's metadata does not keep a dict's order).
     """
 
     name: str

@@ -84,12 +84,10 @@ def overview_columns(frame: pd.DataFrame, infos: dict[str, TaskInfo]) -> Columns
         mine = frame["task"] == task
         values = _values(frame.loc[mine, "task_params"], info.column_by)
         present = {_text(v): v for v in values.dropna().unique()}
-        named = [v for v in info.column_headlines if v in present]
-        order = named + sorted(set(present) - set(named))
         if values.isna().any() and info.headline:  # rows without the parameter
             result.headlines.append(_headline(task, info, info.headline))
             result.task_of[task] = task
-        for text in order:
+        for text in sorted(present):
             name = column_name(task, present[text])
             metric = info.column_headlines.get(text, info.headline)
             if not metric:

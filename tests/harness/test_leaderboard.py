@@ -804,7 +804,8 @@ def _write_modes(tmp_path, runs):
 
 def test_a_task_with_column_by_gets_a_column_per_value_with_its_own_headline(tmp_path):
     """Rows are relabelled per mode (rows of older records without the parameter stay in the
-    task's own column); each column ranks by its declared headline, named values first."""
+    task's own column); each column ranks by its declared headline, in sorted order of the
+    values."""
     from attnbench.harness.collect import read_table
     from attnbench.harness.leaderboard.columns import overview_columns
 
@@ -823,10 +824,10 @@ def test_a_task_with_column_by_gets_a_column_per_value_with_its_own_headline(tmp
     columns = overview_columns(frame, infos)
     assert [(h.task, h.metric) for h in columns.headlines] == [
         ("modes_task", "mse"),
-        ("modes_task (b)", "ratio"),
         ("modes_task (a)", "mse"),
+        ("modes_task (b)", "ratio"),
     ]
-    assert columns.headlines[1].description == "error / baseline (mode=b)"
+    assert columns.headlines[2].description == "error / baseline (mode=b)"
     assert set(columns.task_of.values()) == {"modes_task"}
     labels = columns.frame.drop_duplicates("run_id").set_index("run_id")["task"]
     assert labels[test_run_id("a1")] == "modes_task (a)"
