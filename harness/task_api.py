@@ -81,6 +81,9 @@ class Task:
     scaling_fits: ClassVar[tuple[ScalingFit, ...]] = ()  # log-log fits computed at collection
     # parameters a preset may sweep as tuning axes, and the validation metric that picks them
     tuning: ClassVar[Tuning | None] = None
+    # a parameter whose values measure different things: one overview column per value
+    column_by: ClassVar[str] = ""
+    column_headlines: ClassVar[dict[str, str]] = {}  # value of column_by → its column's headline
 
     def __init__(self, params: Any) -> None:
         self.params = params
@@ -145,6 +148,8 @@ class Task:
             cost_metric=cls.cost_metric,
             scaling_fits=list(cls.scaling_fits),
             tuning=Tuning(list(cls.tuning.params), cls.tuning.select_by) if cls.tuning else None,
+            column_by=cls.column_by,
+            column_headlines=dict(cls.column_headlines),
         )
 
     @classmethod

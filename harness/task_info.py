@@ -60,6 +60,12 @@ class TaskInfo:
             plots the other tasks' quality against it. Empty: the task measures no cost.
         scaling_fits: Log-log fits computed at collection (`harness.scaling`).
         tuning: Tuning axes and the validation metric that picks them (None: nothing tuned).
+        column_by: A task parameter whose values measure different things (e.g. a mode that
+            trains another model on another problem): the overview shows one column per value
+            and the quality charts one chart each, instead of averaging them. Empty: one column.
+        column_headlines: Value of ``column_by`` (as text) → the headline metric of its column,
+            where it differs from ``headline``; values not named use ``headline``. Columns come
+            in sorted order of the values (the table's metadata does not keep a dict's order).
     """
 
     name: str
@@ -74,6 +80,8 @@ class TaskInfo:
     cost_metric: str = ""
     scaling_fits: list[ScalingFit] = field(default_factory=list)
     tuning: Tuning | None = None
+    column_by: str = ""
+    column_headlines: dict[str, str] = field(default_factory=dict)
 
     def all_metrics(self) -> list[Metric]:
         """The declared metrics, then those the scaling fits add at collection."""

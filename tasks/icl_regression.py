@@ -122,6 +122,15 @@ class IclRegression(Task):
     )
     headline = "mse_mean"
     tuning = Tuning(["lr", "layer_lr"], "val_mse_mean")  # lr: prompt mode, layer_lr: one_layer
+    # the three modes train different models on different problems: one overview column each,
+    # showing what its paper compares (Garg: error / d; theory §3: loss relative to least
+    # squares; von Oswald: loss relative to one optimal gradient step)
+    column_by = "mode"
+    column_headlines = {
+        "prompt": "mse_mean",
+        "attention_system": "loss_ratio_vs_ls",
+        "one_layer": "loss_ratio_vs_gd",
+    }
     charts = ("mse",)
     chart_bands = {"mse": ("mse_q05", "mse_q95")}
     chart_references = {

@@ -5,6 +5,13 @@ opens it from file://, and checks: a row per variant in the overview, sorting by
 the rows, every chart was drawn by Plotly (its SVG exists), the hostile name is shown as text and
 ran nothing. A screenshot is saved next to the site (``leaderboard/screenshot.png``).
 
+A second, hand-made board (`wide`: many tasks with long names, a task split into columns by its
+mode, density rows, four variants at one point, an axis of layers) is opened at 1400 × 900, the
+window the issue names: the page is no wider than the window, every overview header can be
+scrolled into view inside the table's box with the rank and variant columns frozen, scatter
+labels never overlap, integer axes have integer ticks, and quality against density is drawn
+where (and only where) the runs record density.
+
 Chromium comes from Debian's ``chromium`` package; the test installs it when it is missing and it
 can (root with apt-get), and is skipped, saying why, only where it cannot.
 """
@@ -48,7 +55,7 @@ def _chromium() -> str:
 class Browser:
     """A headless Chromium with one page, driven over the DevTools protocol."""
 
-    def __init__(self, exe: str, profile) -> None:
+    def __init__(self, exe: str, profile, size: tuple[int, int] = (1300, 2000)) -> None:
         import websocket
 
         self.proc = subprocess.Popen(
@@ -62,7 +69,7 @@ class Browser:
                 "--disable-component-update",
                 "--remote-debugging-port=0",
                 f"--user-data-dir={profile}",
-                "--window-size=1300,2000",
+                f"--window-size={size[0]},{size[1]}",
                 "about:blank",
             ],
             stdout=subprocess.DEVNULL,
@@ -106,6 +113,17 @@ class Browser:
                 return
             time.sleep(0.1)
         raise AssertionError(f"{url} did not finish loading")
+
+    def viewport(self, width: int, height: int) -> None:
+        """Make the page's viewport exactly ``width`` × ``height`` CSS pixels (a headless
+        window's size includes no browser chrome, but this does not depend on it)."""
+        self.call(
+            "Emulation.setDeviceMetricsOverride",
+            width=width,
+            height=height,
+            deviceScaleFactor=1,
+            mobile=False,
+        )
 
     def close(self) -> None:
         self.ws.close()
@@ -186,3 +204,226 @@ def test_screenshot_is_saved_next_to_the_site(page, site):
     png = page.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
     (site / "screenshot.png").write_bytes(base64.b64decode(png["data"]))
     assert (site / "screenshot.png").read_bytes().startswith(b"\x89PNG")
+
+
+# --- the hand-made wide board, at 1400 × 900 ----------------------------------------------------
+
+WIDTH, HEIGHT = 1400, 900
+SAME_POINT = ["softmax", "window", "strided", "bigbird"]  # same quality, latency and density
+WIDE_VARIANTS = [*SAME_POINT, "linear", HOSTILE]
+LONG_TASKS = [f"quality_task_number_{i}_with_a_long_name" for i in range(7)]
+NO_DENSITY = LONG_TASKS[-1]  # a task of older code: no density rows, so no density chart
+
+
+def _wide_records(results) -> None:
+    from conftest import make_record
+
+    from attnbench.harness.metrics import Metric
+    from attnbench.harness.records import write_record
+    from attnbench.harness.task_info import TaskInfo
+    from attnbench.tasks.throughput import Throughput
+
+    def write(name, task, variant, info, params, points):
+        write_record(
+            results,
+            make_record(
+                name,
+                task=task,
+                variant=variant,
+                task_params=params,
+                metrics=points,
+                task_info=info.to_dict(),
+                details={"variant_family": "dense" if variant == "softmax" else "sparse"},
+            ),
+        )
+
+    def point(metric, value, hib=None, x_name=None, x=None):
+        return {
+            "metric": metric,
+            "value": value,
+            "x_name": x_name,
+            "x_value": x,
+            "higher_is_better": hib,
+        }
+
+    quality = [Metric("accuracy", True, "Share right"), Metric("density", None, "pairs scored")]
+    modes = TaskInfo(
+        name="modes_task",
+        headline="mse",
+        metrics=[Metric("mse", False, "error"), Metric("ratio", False, "error / baseline")],
+        column_by="mode",
+        column_headlines={"b": "ratio"},
+    )
+    layers = TaskInfo(
+        name="layers_task",
+        headline="probe_mean",
+        metrics=[Metric("probe", True, "by layer"), Metric("probe_mean", True, "mean")],
+        charts=["probe"],
+    )
+    for i, variant in enumerate(WIDE_VARIANTS):
+        same = variant in SAME_POINT
+        fwd = 1.0 if same else 0.5 + i
+        write(
+            f"t{i}",
+            "throughput",
+            variant,
+            Throughput.describe(),
+            {"seq_len": 256},
+            [point("fwd_ms", fwd, False, "seq_len", 256)],
+        )
+        for j, task in enumerate(LONG_TASKS):
+            info = TaskInfo(name=task, headline="accuracy", metrics=quality)
+            points = [point("accuracy", 1.0 if same else 0.1 * (i + j), True)]
+            if task != NO_DENSITY:
+                points.append(point("density", 1.0 if same else 0.25))
+            write(f"q{i}-{j}", task, variant, info, {"seq_len": 64}, points)
+        for mode, mse in (("a", 1.0 + i), ("b", 100.0 - i)):
+            write(
+                f"m{i}{mode}",
+                "modes_task",
+                variant,
+                modes,
+                {"mode": mode},
+                [point("mse", mse, False), point("ratio", mse / 10, False)],
+            )
+        write(
+            f"l{i}",
+            "layers_task",
+            variant,
+            layers,
+            {},
+            [point("probe_mean", 0.5, True)]
+            + [point("probe", 0.1 * k + 0.01 * i, True, "layer", k) for k in range(5)],
+        )
+
+
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory):
+    from attnbench.harness.collect import collect
+    from attnbench.harness.leaderboard import build_site
+
+    results = tmp_path_factory.mktemp("wide") / "results"
+    _wide_records(results)
+    collect(results)
+    index = build_site(results)
+    browser = Browser(_chromium(), tmp_path_factory.mktemp("profile"), (WIDTH, HEIGHT))
+    browser.viewport(WIDTH, HEIGHT)
+    browser.open(index.as_uri())
+    time.sleep(1.5)  # Plotly draws after load
+    yield browser
+    png = browser.call("Page.captureScreenshot", format="png")
+    (index.parent / "screenshot-1400x900.png").write_bytes(base64.b64decode(png["data"]))
+    browser.close()
+
+
+BOX = "document.querySelector('#overview-table').closest('.table-box')"
+
+
+def test_the_page_is_no_wider_than_the_window(wide):
+    assert wide.eval("window.innerWidth") == WIDTH
+    assert wide.eval("document.documentElement.scrollWidth") <= WIDTH
+    # the overview is wider than its box here, so the box's scrolling is what is tested below
+    assert wide.eval(f"{BOX}.scrollWidth > {BOX}.clientWidth")
+
+
+def test_every_overview_header_can_be_scrolled_into_view(wide):
+    """Header by header, left to right, scrolled into view inside the table's box: each is
+    then the element drawn at its own centre (not hidden under the frozen columns), inside the
+    window."""
+    seen = wide.eval(
+        f"""(() => {{
+          const box = {BOX};
+          box.scrollIntoView();
+          box.scrollLeft = 0;
+          return [...document.querySelectorAll('#overview-table th')].map(th => {{
+            th.scrollIntoView({{block: 'nearest', inline: 'nearest'}});
+            const r = th.getBoundingClientRect();
+            const x = (r.left + r.right) / 2, y = (r.top + r.bottom) / 2;
+            const hit = document.elementFromPoint(x, y);
+            return [th.textContent, th.contains(hit), r.left >= 0 && r.right <= {WIDTH}];
+          }});
+        }})()"""
+    )
+    headers = [text for text, _, _ in seen]
+    assert len(headers) == 6 + len(LONG_TASKS) + 4  # + throughput, two modes, layers
+    assert [row for row in seen if not (row[1] and row[2])] == []
+
+
+def test_rank_and_variant_stay_in_view_when_the_table_scrolls(wide):
+    cells = wide.eval(
+        f"""(() => {{
+          const box = {BOX};
+          box.scrollIntoView();
+          box.scrollLeft = box.scrollWidth;
+          const row = document.querySelector('#overview-table tbody tr');
+          return [0, 1].map(i => {{
+            const r = row.cells[i].getBoundingClientRect();
+            const hit = document.elementFromPoint((r.left + r.right) / 2, (r.top + r.bottom) / 2);
+            return [r.left, r.right, row.cells[i].contains(hit)];
+          }}).concat([[box.scrollLeft, box.getBoundingClientRect().left, 0]]);
+        }})()"""
+    )
+    (rank_left, rank_right, rank_seen), (var_left, _, var_seen), (scrolled, box_left, _) = cells
+    assert scrolled > 0  # it did scroll
+    assert rank_seen and var_seen
+    assert abs(rank_left - box_left) <= 2 and var_left >= rank_right - 1  # side by side
+
+
+def test_a_task_with_modes_has_a_column_per_mode(wide):
+    headers = wide.eval(
+        "[...document.querySelectorAll('#overview-table th')].map(t => t.textContent)"
+    )
+    assert "modes_task (a): mse ↓" in headers and "modes_task (b): ratio ↓" in headers
+    assert not any(h.startswith("modes_task:") for h in headers)
+
+
+TRADEOFFS = (
+    "[...document.querySelectorAll("
+    '\'div.chart[id^="chart-cost-"], div.chart[id^="chart-density-"]\')]'
+)
+
+
+def test_scatter_labels_never_overlap_and_every_variant_is_in_the_legend(wide):
+    charts = wide.eval(
+        f"""{TRADEOFFS}.map(div => {{
+          const boxes = [...div.querySelectorAll('.scatterlayer text')]
+            .map(t => t.getBoundingClientRect())
+            .filter(r => r.width > 0 && r.height > 0);
+          const overlaps = boxes.some((a, i) => boxes.some((b, j) => j > i &&
+            a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom));
+          const legend = [...div.querySelectorAll('g.legend text.legendtext')]
+            .map(t => t.textContent);
+          return [div.id, overlaps, legend];
+        }})"""
+    )
+    ids = [c[0] for c in charts]
+    # every ranked column: the long tasks, the two modes and the layers task
+    assert len([i for i in ids if i.startswith("chart-cost-")]) == len(LONG_TASKS) + 3
+    for chart_id, overlaps, legend in charts:
+        assert not overlaps, chart_id
+        assert sorted(legend) == sorted(WIDE_VARIANTS), chart_id  # the hostile name as text
+
+
+def test_quality_against_density_only_where_runs_record_density(wide):
+    ids = wide.eval(f"{TRADEOFFS}.map(d => d.id)")
+    density = [i for i in ids if i.startswith("chart-density-")]
+    assert len(density) == len(LONG_TASKS) - 1
+    assert not any(NO_DENSITY in i for i in density)
+    drawn = wide.eval(
+        f"{TRADEOFFS}.filter(d => d.id.startsWith('chart-density-'))"
+        ".every(d => d.querySelectorAll('svg.main-svg').length > 0)"
+    )
+    assert drawn
+
+
+def test_an_axis_of_layers_has_integer_ticks(wide):
+    ticks = wide.eval(
+        "[...document.querySelectorAll('#chart-layers_task-probe-layer .xtick text')]"
+        ".map(t => t.textContent)"
+    )
+    assert ticks == ["0", "1", "2", "3", "4"]
+
+
+def test_hostile_text_on_the_wide_board_ran_nothing(wide):
+    assert wide.eval("window.__pwned === undefined")
+    assert wide.eval("document.querySelectorAll('img').length") == 0

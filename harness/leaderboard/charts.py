@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import html
 import itertools
+import math
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -27,6 +29,14 @@ LINE_COLOURS = (  # plotly's default qualitative colourway, assigned in line ord
 )
 
 
+@dataclass
+class Chart:
+    """A figure to draw: element id and embeddable JSON (`embeddable_json`)."""
+
+    id: str
+    json: str
+
+
 def embeddable_json(fig: go.Figure) -> str:
     """The figure as JSON with ``<``, ``>`` and ``&`` escaped: no text in it can end the script."""
     text = pio.to_json(fig, validate=False)
@@ -39,6 +49,37 @@ def axis_type(values: pd.Series) -> str:
     if values.empty or (values <= 0).any():
         return "linear"
     return "log" if values.max() / values.min() >= 10 else "linear"
+
+
+MAX_TICKS = 12  # an integer axis with at most this many values gets a tick at each of them
+
+
+def integer_ticks(values: pd.Series, log: bool = False) -> dict:
+    """Tick settings for an axis whose values are all integers (layers, widths, lengths), so
+    that it never shows 0.2, 0.4, …: a tick at each value where there are few, else integer
+    ticks only. Empty for any other axis (Plotly's defaults).
+
+    Args:
+        values: The axis's values.
+        log: Whether the axis is logarithmic (its ticks are then never fractional beyond the
+            first decade, so many values only get integer formatting).
+    """
+    values = pd.Series(values, dtype=float).dropna()
+    if values.empty or not values.map(lambda v: math.isfinite(v) and v.is_integer()).all():
+        return {}
+    distinct = sorted(values.unique())
+    if len(distinct) <= MAX_TICKS:
+        return {
+            "tickmode": "array",
+            "tickvals": distinct,
+            "ticktext": [str(int(v)) for v in distinct],
+        }
+    if log:
+        return {"tickformat": "d"}
+    raw = (distinct[-1] - distinct[0]) / MAX_TICKS
+    magnitude = 10 ** math.floor(math.log10(raw)) if raw >= 1 else 1
+    step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw)
+    return {"tickmode": "linear", "tick0": distinct[0], "dtick": step, "tickformat": "d"}
 
 
 @dataclass
@@ -144,9 +185,16 @@ def curve_figure(
         )
     if drawn:
         title += " — dashed, in a line's colour: " + ", ".join(drawn)
+    xs = rows["x_value"]
+    if extras.failures is not None and not extras.failures.empty:
+        xs = pd.concat([xs, extras.failures["x"].astype(float)])
     fig.update_layout(
         title=title,
-        xaxis={"title": x_name, "type": axis_type(rows["x_value"])},
+        xaxis={
+            "title": x_name,
+            "type": axis_type(rows["x_value"]),
+            **integer_ticks(xs, log=axis_type(rows["x_value"]) == "log"),
+        },
         yaxis={"title": f"{metric} ({unit})" if unit else metric, "type": axis_type(rows["value"])},
         template="plotly_white",
         margin={"l": 60, "r": 20, "t": 50, "b": 50},
@@ -216,25 +264,88 @@ def _add_band(
     )
 
 
-def scatter_figure(points: pd.DataFrame, x_title: str, y_title: str, title: str) -> go.Figure:
-    """One marker per row of ``points`` (columns label, x, y), labelled (quality against cost)."""
-    fig = go.Figure(
-        go.Scatter(
-            x=points["x"].tolist(),
-            y=points["y"].tolist(),
-            mode="markers+text",
-            text=points["label"].tolist(),
-            textposition="top center",
-            name="variants",
+MARKER_SYMBOLS = ("circle", "square", "diamond", "triangle-up", "cross", "triangle-down", "star")
+
+
+def marker_styles(labels: list[str]) -> dict[str, tuple[str, str]]:
+    """label → (colour, marker symbol), distinct for up to 70 labels: the colours cycle first,
+    then the symbol changes. Build it once from every label of the page's scatters, so that a
+    variant looks the same in each of them."""
+    names = sorted(dict.fromkeys(labels))
+    return {
+        name: (
+            LINE_COLOURS[i % len(LINE_COLOURS)],
+            MARKER_SYMBOLS[(i // len(LINE_COLOURS)) % len(MARKER_SYMBOLS)],
         )
-    )
+        for i, name in enumerate(names)
+    }
+
+
+def plotly_text(text: object) -> str:
+    """``text`` for a place where Plotly reads its HTML subset (names, hover, titles): ``&``,
+    ``<`` and ``>`` as entities, which Plotly shows as the characters, so a name is shown as
+    written and never becomes a tag."""
+    return html.escape(str(text), quote=False)
+
+
+def _same_point(points: pd.DataFrame) -> pd.Series:
+    """Each row's position as text, three significant figures (what the hover shows): rows
+    sharing it are drawn on top of each other."""
+    return points["x"].map(lambda v: f"{v:.3g}") + "," + points["y"].map(lambda v: f"{v:.3g}")
+
+
+def scatter_figure(
+    points: pd.DataFrame,
+    x_title: str,
+    y_title: str,
+    title: str,
+    styles: dict[str, tuple[str, str]] | None = None,
+    x_range: tuple[float, float] | None = None,
+) -> go.Figure:
+    """One trace per row of ``points`` (columns label, x, y): a marker named in the legend and
+    no text on the plot, so labels can never overlap however close the points are (several
+    variants often share one point: same quality, same cost). The hover names every entry
+    drawn at the same point; clicking a legend entry hides that entry.
+
+    Args:
+        styles: label → (colour, symbol), see `marker_styles` (default: from these labels).
+        x_range: Fixed x range (e.g. density, 0 to 1); default: Plotly's autorange.
+    """
+    styles = styles or marker_styles(points["label"].tolist())
+    where = _same_point(points)
+    fig = go.Figure()
+    for i, row in points.sort_values("label").iterrows():
+        label = str(row["label"])
+        colour, symbol = styles.get(label, (LINE_COLOURS[0], MARKER_SYMBOLS[0]))
+        others = sorted(str(o) for o in points.loc[where == where[i], "label"] if o != label)
+        hover = (
+            f"<b>{plotly_text(label)}</b><br>{plotly_text(x_title)}: {row['x']:.3g}"
+            f"<br>{plotly_text(y_title)}: {row['y']:.3g}"
+        )
+        if others:
+            hover += "<br>same point: " + plotly_text(", ".join(others))
+        fig.add_trace(
+            go.Scatter(
+                x=[row["x"]],
+                y=[row["y"]],
+                mode="markers",
+                name=plotly_text(label),
+                marker={"color": colour, "symbol": symbol, "size": 11, "opacity": 0.85},
+                hovertext=[hover],
+                hoverinfo="text",
+            )
+        )
+    xaxis = {"title": plotly_text(x_title), "type": axis_type(points["x"])}
+    if x_range is not None:
+        xaxis["range"] = list(x_range)
     fig.update_layout(
-        title=title,
-        xaxis={"title": x_title, "type": axis_type(points["x"])},
-        yaxis={"title": y_title},
+        title=plotly_text(title),
+        xaxis=xaxis,
+        yaxis={"title": plotly_text(y_title)},
         template="plotly_white",
         margin={"l": 60, "r": 20, "t": 50, "b": 50},
-        showlegend=False,
+        showlegend=True,
+        legend={"title": {"text": "variant"}, "font": {"size": 11}},
     )
     return fig
 

@@ -1,4 +1,5 @@
-"""The overview table: one row per variant (per machine and dtype), one column per task's headline.
+"""The overview table: one row per variant (per machine and dtype), one column per task's headline
+(or per value of a task's ``column_by`` parameter: `harness.leaderboard.columns`).
 
 Rendering only: the numbers (values, spreads, win rates, ranks) come from
 `harness.leaderboard.ranking.standings`; this module turns them into cells with text, sort keys
@@ -50,7 +51,7 @@ def overview(
         Column(
             "win_rate",
             "mean win rate",
-            "Mean over tasks of the share of head-to-head comparisons won (ties ½)",
+            "Mean over task columns of the share of head-to-head comparisons won (ties ½)",
             True,
         ),
     ]
@@ -80,7 +81,7 @@ def overview(
             Cell(machine, machine),
             Cell(dtype, dtype),
             Cell(
-                "–" if math.isnan(rate) else f"{rate:.3f} ({int(n_tasks.get(key, 0))} tasks)",
+                "–" if math.isnan(rate) else f"{rate:.3f} ({int(n_tasks.get(key, 0))} columns)",
                 _sort(rate, missing=-math.inf),
                 rank == 1,
             ),

@@ -27,17 +27,19 @@ from plotly.offline import get_plotlyjs
 
 from attnbench.harness.collect import COLUMNS, TABLE_NAME, collect
 from attnbench.harness.leaderboard.charts import (
+    Chart,
     CurveExtras,
     bar_figure,
     curve_figure,
     embeddable_json,
-    scatter_figure,
 )
+from attnbench.harness.leaderboard.columns import overview_columns
 from attnbench.harness.leaderboard.overview import overview
 from attnbench.harness.leaderboard.peers import labelled, peer_section, unavailable
 from attnbench.harness.leaderboard.publish import SiteError, check_paths, copy_records
-from attnbench.harness.leaderboard.ranking import MACHINE, Headline, with_machine
+from attnbench.harness.leaderboard.ranking import with_machine
 from attnbench.harness.leaderboard.tables import Table, task_table, unfinished_table
+from attnbench.harness.leaderboard.tradeoffs import tradeoff_charts
 from attnbench.harness.leaderboard.tuning import Choice, select_tuned, tuning_table
 from attnbench.harness.records import atomic_write_text, runs_dir
 from attnbench.harness.table_file import TableError, load
@@ -46,14 +48,6 @@ from attnbench.harness.task_info import TaskInfo
 PLOTLY_JS = "plotly.min.js"
 MAX_LABEL_PARAMS = 3  # a chart title names at most this many of the parameters that differ
 RUN_LINK = "runs/{run_id}.json"  # each run's record, copied beside the page (`publish`)
-
-
-@dataclass
-class Chart:
-    """A figure to draw: element id and embeddable JSON."""
-
-    id: str
-    json: str
 
 
 @dataclass
@@ -245,85 +239,6 @@ def _sections(
     return sections
 
 
-def _headlines(frame: pd.DataFrame, infos: dict[str, TaskInfo]) -> list[Headline]:
-    heads = []
-    for task in sorted(frame["task"].dropna().unique()):
-        info = infos.get(task)
-        if info is None or not info.headline:
-            continue
-        metric = info.metric(info.headline)
-        heads.append(
-            Headline(
-                task,
-                info.headline,
-                metric.higher_is_better if metric else None,
-                metric.description if metric else "",
-            )
-        )
-    return heads
-
-
-def _cost_axis(frame: pd.DataFrame, infos: dict[str, TaskInfo]) -> tuple[str, str] | None:
-    """(task, metric) of the cost the quality charts are drawn against: the first task (by name)
-    that declares a cost metric and has results for it."""
-    for task, info in sorted(infos.items()):
-        if (
-            info.cost_metric
-            and ((frame["task"] == task) & (frame["metric"] == info.cost_metric)).any()
-        ):
-            return task, info.cost_metric
-    return None
-
-
-def _quality_vs_cost(
-    frame: pd.DataFrame, headlines: list[Headline], infos: dict[str, TaskInfo]
-) -> list[Chart]:
-    """Each ranked quality headline against the declared cost metric, at the curve position
-    (e.g. sequence length) that the most variants were measured at."""
-    axis = _cost_axis(frame, infos)
-    if axis is None:
-        return []
-    cost_task, cost_metric = axis
-    ok = frame[(frame["status"] == "ok") & ~frame["derived"]]
-    cost = ok[(ok["task"] == cost_task) & (ok["metric"] == cost_metric)]
-    machine, dtype = cost.groupby([MACHINE, "dtype"]).size().idxmax()
-    cost = cost[(cost[MACHINE] == machine) & (cost["dtype"] == dtype)]
-    x_name = cost["x_name"].dropna().iloc[0] if cost["x_name"].notna().any() else None
-    if x_name is not None:
-        lengths = cost.groupby("x_value")["variant"].nunique()
-        length = lengths[lengths == lengths.max()].index.max()
-        cost = cost[cost["x_value"] == length]
-        where = f" at {x_name}={length:g}"
-    else:
-        where = ""
-    latency = cost.groupby("variant")["value"].median()
-    declared = infos[cost_task].metric(cost_metric)
-    unit = f"{declared.unit}, " if declared and declared.unit else ""
-    charts = []
-    for h in headlines:
-        if h.task == cost_task or h.higher_is_better is None:
-            continue
-        quality = ok[
-            (ok["task"] == h.task)
-            & (ok["metric"] == h.metric)
-            & (ok[MACHINE] == machine)
-            & (ok["dtype"] == dtype)
-        ]
-        quality = quality.groupby("variant")["value"].mean()
-        both = pd.DataFrame({"x": latency, "y": quality}).dropna()
-        if both.empty:
-            continue
-        arrow = "↑" if h.higher_is_better else "↓"
-        fig = scatter_figure(
-            both.rename_axis("label").reset_index(),
-            f"{cost_task} {cost_metric}{where} ({unit}{machine}, {dtype})",
-            f"{h.metric} {arrow}",
-            f"{h.task}: {h.metric} against cost",
-        )
-        charts.append(Chart(id=f"chart-cost-{h.task}", json=embeddable_json(fig)))
-    return charts
-
-
 def _provenance(frame: pd.DataFrame) -> dict[str, str]:
     def values(col: str) -> str:
         vals = sorted({str(v) for v in frame[col].dropna().unique()})
@@ -409,7 +324,7 @@ def build_site(
     # ours vs theirs from the plain names; then every library variant is named with its library
     peers = peer_section(frame, infos) if not frame.empty else None
     frame = labelled(frame)
-    headlines = _headlines(frame, infos) if not frame.empty else []
+    columns = overview_columns(frame, infos)
     families = (
         frame.groupby("variant")["variant_family"].first().dropna().to_dict()
         if not frame.empty
@@ -422,8 +337,10 @@ def build_site(
             empty=frame.empty,
             results_dir=str(results_dir),
             sections=_sections(frame, infos, published, choices) if not frame.empty else [],
-            overview=overview(frame, headlines, families) if not frame.empty else None,
-            cost_charts=_quality_vs_cost(frame, headlines, infos) if not frame.empty else [],
+            overview=overview(columns.frame, columns.headlines, families)
+            if not frame.empty
+            else None,
+            cost_charts=tradeoff_charts(frame, columns, infos) if not frame.empty else [],
             peers=peers,
             # a library that cannot run here is listed with the peers as unavailable, not here
             unfinished=(

@@ -345,7 +345,8 @@ def test_board_builds_from_the_table_alone_without_torch_or_the_plugin(tmp_path)
     html = (tmp_path / "leaderboard" / "index.html").read_text()
     assert "A task whose plugin is not installed here." in html
     assert 'title="How well it went' in html  # the metric's description, from the table
-    assert "plugin_task: score" in html and 'data-family="plugin_family"' in html
+    overview_header = html.replace("<wbr>", "")  # headers may break after an underscore
+    assert "plugin_task: score" in overview_header and 'data-family="plugin_family"' in html
     assert "2 runs" in html
 
 
@@ -681,3 +682,304 @@ def test_peer_names_libraries_and_reasons_are_escaped(tmp_path):
 def test_a_table_without_library_variants_has_no_peer_section(tmp_path):
     html = _two_variant_page(tmp_path)
     assert 'id="peers"' not in html
+
+
+# --- presentation: integer axes, scatters, columns per mode, quality against density ---------
+
+
+def test_integer_axes_get_integer_ticks_only():
+    from attnbench.harness.leaderboard.charts import integer_ticks
+
+    assert integer_ticks(pd.Series([0.0, 1.0, 2.0, 3.0])) == {
+        "tickmode": "array",
+        "tickvals": [0.0, 1.0, 2.0, 3.0],
+        "ticktext": ["0", "1", "2", "3"],
+    }
+    assert integer_ticks(pd.Series([2.0, None, 1.0, 2.0]))["ticktext"] == ["1", "2"]
+    assert integer_ticks(pd.Series([0.5, 1.0])) == {}  # a scale or temperature: Plotly's ticks
+    assert integer_ticks(pd.Series([], dtype=float)) == {}
+    many = integer_ticks(pd.Series(range(40), dtype=float))  # 39 / 12 → a step of 5
+    assert many == {"tickmode": "linear", "tick0": 0.0, "dtick": 5, "tickformat": "d"}
+    assert integer_ticks(pd.Series(range(1, 400), dtype=float))["dtick"] == 50
+    assert integer_ticks(pd.Series(range(1, 40), dtype=float), log=True) == {"tickformat": "d"}
+
+
+def _curve_rows(x_name, xs, variants=("softmax",)):
+    from attnbench.harness.collect import COLUMNS
+
+    rows = [
+        {
+            **dict.fromkeys(COLUMNS),
+            "run_id": v,
+            "variant": v,
+            "variant_params": "{}",
+            "task_params": "{}",
+            "device": "cpu",
+            "dtype": "float32",
+            "metric": "probe",
+            "value": 0.1 * x,
+            "x_name": x_name,
+            "x_value": float(x),
+        }
+        for v in variants
+        for x in xs
+    ]
+    return pd.DataFrame(rows, columns=COLUMNS).assign(machine="cpu0 · 1 threads")
+
+
+def test_a_curve_over_layers_has_a_tick_at_each_layer_and_none_between():
+    from attnbench.harness.leaderboard.charts import curve_figure
+
+    fig = curve_figure(_curve_rows("layer", range(4)), "probe", "probe by layer")
+    assert list(fig.layout.xaxis.tickvals) == [0, 1, 2, 3]
+    assert list(fig.layout.xaxis.ticktext) == ["0", "1", "2", "3"]
+    scales = curve_figure(_curve_rows("scale", (0.5, 1.0, 2.0)), "probe", "by scale")
+    assert scales.layout.xaxis.tickvals is None  # not an integer quantity
+
+
+def test_scatter_names_each_variant_in_the_legend_and_puts_no_text_on_the_plot():
+    """Four variants at one point (the issue's case): five traces of one marker each, no text
+    mode, the hover of each of the four naming the other three, names escaped for Plotly."""
+    from attnbench.harness.leaderboard.charts import embeddable_json, scatter_figure
+
+    points = pd.DataFrame(
+        {
+            "label": ["softmax", "window", "strided", "bigbird", HOSTILE],
+            "x": [1.0, 1.0, 1.0, 1.0, 0.25],
+            "y": [0.9, 0.9, 0.9, 0.9, 0.5],
+        }
+    )
+    fig = scatter_figure(points, "density", "accuracy ↑", "t: accuracy against density")
+    assert len(fig.data) == 5 and {t.mode for t in fig.data} == {"markers"}
+    assert all(t.text is None for t in fig.data) and fig.layout.showlegend
+    names = [t.name for t in fig.data]
+    assert names == sorted(names) and "&lt;img src=x onerror=alert(1)&gt;" in names
+    hover = {t.name: t.hovertext[0] for t in fig.data}
+    assert hover["softmax"].endswith("same point: bigbird, strided, window")
+    assert hover["window"].endswith("same point: bigbird, softmax, strided")
+    assert "same point" not in hover["&lt;img src=x onerror=alert(1)&gt;"]
+    styles = {(t.marker.color, t.marker.symbol) for t in fig.data}
+    assert len(styles) == 5  # told apart in the legend
+    assert "<img" not in embeddable_json(fig)
+
+
+def test_marker_styles_stay_distinct_beyond_the_colour_cycle():
+    from attnbench.harness.leaderboard.charts import marker_styles
+
+    styles = marker_styles([f"v{i:02d}" for i in range(25)] + ["v00"])
+    assert len(styles) == 25 and len(set(styles.values())) == 25
+
+
+def _modes_info():
+    from attnbench.harness.metrics import Metric
+    from attnbench.harness.task_info import TaskInfo
+
+    return TaskInfo(
+        name="modes_task",
+        headline="mse",
+        metrics=[Metric("mse", False, "error"), Metric("ratio", False, "error / baseline")],
+        column_by="mode",
+        column_headlines={"b": "ratio"},
+    )
+
+
+def _write_modes(tmp_path, runs):
+    """runs: (name, variant, task_params, mse, ratio)."""
+    for name, variant, params, mse, ratio in runs:
+        write_record(
+            tmp_path,
+            make_record(
+                name,
+                task="modes_task",
+                variant=variant,
+                task_params=params,
+                metrics=[
+                    {"metric": "mse", "value": mse, "higher_is_better": False},
+                    {"metric": "ratio", "value": ratio, "higher_is_better": False},
+                ],
+                task_info=_modes_info().to_dict(),
+            ),
+        )
+
+
+def test_a_task_with_column_by_gets_a_column_per_value_with_its_own_headline(tmp_path):
+    """Rows are relabelled per mode (rows of older records without the parameter stay in the
+    task's own column); each column ranks by its declared headline, in sorted order of the
+    values."""
+    from attnbench.harness.collect import read_table
+    from attnbench.harness.leaderboard.columns import overview_columns
+
+    _write_modes(
+        tmp_path,
+        [
+            ("a1", "softmax", {"mode": "a"}, 1.0, 50.0),
+            ("a2", "linear", {"mode": "a"}, 3.0, 10.0),
+            ("b1", "softmax", {"mode": "b"}, 100.0, 2.0),
+            ("b2", "linear", {"mode": "b"}, 1.0, 1.0),
+            ("old", "softmax", {}, 7.0, 7.0),
+        ],
+    )
+    collect(tmp_path)
+    frame, infos = read_table(tmp_path / "results.parquet")
+    columns = overview_columns(frame, infos)
+    assert [(h.task, h.metric) for h in columns.headlines] == [
+        ("modes_task", "mse"),
+        ("modes_task (a)", "mse"),
+        ("modes_task (b)", "ratio"),
+    ]
+    assert columns.headlines[2].description == "error / baseline (mode=b)"
+    assert set(columns.task_of.values()) == {"modes_task"}
+    labels = columns.frame.drop_duplicates("run_id").set_index("run_id")["task"]
+    assert labels[test_run_id("a1")] == "modes_task (a)"
+    assert labels[test_run_id("b2")] == "modes_task (b)"
+    assert labels[test_run_id("old")] == "modes_task"
+    assert frame["task"].eq("modes_task").all()  # the input is not changed
+
+
+def test_the_overview_shows_each_mode_apart_and_never_their_average(tmp_path):
+    _write_modes(
+        tmp_path,
+        [
+            ("a1", "softmax", {"mode": "a"}, 1.0, 50.0),
+            ("a2", "linear", {"mode": "a"}, 3.0, 10.0),
+            ("b1", "softmax", {"mode": "b"}, 100.0, 2.0),
+            ("b2", "linear", {"mode": "b"}, 1.0, 1.0),
+        ],
+    )
+    collect(tmp_path)
+    html = build_site(tmp_path).read_text()
+    overview_html = html.split('id="overview-table"')[1].split("</table>")[0]
+    assert "modes_task (a): mse" in overview_html.replace("<wbr>", "")
+    assert "modes_task (b): ratio" in overview_html.replace("<wbr>", "")
+    cells = {
+        row.split("</td>")[1].split(">")[-1]: row
+        for row in overview_html.split("<tr ")[1:]  # rows of the body
+    }
+    # softmax wins mode a on mse (1 < 3), linear wins mode b on the ratio (1 < 2): one each
+    assert ">1 · #1<" in cells["softmax"] and ">2 · #2<" in cells["softmax"]
+    assert ">3 · #2<" in cells["linear"] and ">1 · #1<" in cells["linear"]
+    assert "0.500 (2 columns)" in cells["softmax"] and "0.500 (2 columns)" in cells["linear"]
+    assert "51.5" not in overview_html and "25.5" not in overview_html  # no mean over modes
+
+
+def test_every_registered_tasks_columns_name_a_parameter_and_declared_metrics():
+    import dataclasses
+
+    from attnbench.harness.task_api import TASKS
+
+    for name in TASKS.names():
+        task = TASKS.get(name)
+        info = task.describe()
+        if not info.column_by:
+            assert not info.column_headlines, name
+            continue
+        fields = {f.name for f in dataclasses.fields(task.Params)}
+        assert info.column_by in fields, name
+        for metric in info.column_headlines.values():
+            declared = info.metric(metric)
+            assert declared is not None and declared.higher_is_better is not None, (name, metric)
+
+
+def _write_quality(tmp_path, runs, info):
+    """runs: (name, variant, variant_params, seq_len, accuracy, density or None)."""
+    for name, variant, vparams, n, acc, density in runs:
+        metrics = [{"metric": "accuracy", "value": acc, "higher_is_better": True}]
+        if density is not None:
+            metrics.append({"metric": "density", "value": density, "higher_is_better": None})
+        write_record(
+            tmp_path,
+            make_record(
+                name,
+                task="quality",
+                variant=variant,
+                variant_params=vparams,
+                task_params={"seq_len": n},
+                metrics=metrics,
+                task_info=info.to_dict(),
+            ),
+        )
+
+
+def _quality_info():
+    from attnbench.harness.metrics import Metric
+    from attnbench.harness.task_info import TaskInfo
+
+    return TaskInfo(name="quality", headline="accuracy", metrics=[Metric("accuracy", True, "acc")])
+
+
+def test_quality_against_density_averages_each_entrys_runs(tmp_path):
+    """One point per variant, or per variant and parameters where it ran with several; x and
+    y are means over the entry's runs (here two lengths, where a window covers more or less)."""
+    _write_quality(
+        tmp_path,
+        [
+            ("s1", "softmax", {}, 64, 0.9, 1.0),
+            ("s2", "softmax", {}, 128, 0.7, 1.0),
+            ("w1", "window", {"window": 16}, 64, 0.5, 0.4),
+            ("w2", "window", {"window": 16}, 128, 0.3, 0.2),
+            ("v1", "window", {"window": 32}, 64, 0.8, 0.7),
+        ],
+        _quality_info(),
+    )
+    collect(tmp_path)
+    figures = _figures(build_site(tmp_path).read_text())
+    (density,) = [f for k, f in figures.items() if k.startswith("chart-density-")]
+    points = {t["name"]: (t["x"][0], t["y"][0]) for t in density["data"]}
+    assert set(points) == {"softmax", 'window {"window": 16}', 'window {"window": 32}'}
+    assert points["softmax"] == (1.0, 0.8)
+    w16 = points['window {"window": 16}']
+    assert abs(w16[0] - 0.3) < 1e-12 and abs(w16[1] - 0.4) < 1e-12
+    assert points['window {"window": 32}'] == (0.7, 0.8)
+    assert density["layout"]["xaxis"]["range"] == [-0.02, 1.05]
+    assert "quality: accuracy against density" in density["layout"]["title"]["text"]
+
+
+def test_a_table_without_density_rows_has_no_density_view(tmp_path):
+    _write_quality(
+        tmp_path,
+        [("s1", "softmax", {}, 64, 0.9, None), ("w1", "window", {}, 64, 0.5, None)],
+        _quality_info(),
+    )
+    collect(tmp_path)
+    html = build_site(tmp_path).read_text()
+    assert "chart-density-" not in html and 'id="overview-table"' in html
+
+
+def test_quality_against_cost_and_density_escape_names_and_titles(tmp_path):
+    from attnbench.harness.metrics import Metric
+    from attnbench.harness.task_info import TaskInfo
+
+    info = TaskInfo(
+        name=f"q{HOSTILE}", headline="accuracy", metrics=[Metric("accuracy", True, "acc")]
+    )
+    for i, variant in enumerate((HOSTILE, "softmax")):
+        _write(tmp_path, f"t{i}", variant, 64, 1.0 + i)
+        write_record(
+            tmp_path,
+            make_record(
+                f"q{i}",
+                task=info.name,
+                variant=variant,
+                metrics=[
+                    {"metric": "accuracy", "value": 0.5, "higher_is_better": True},
+                    {"metric": "density", "value": 1.0, "higher_is_better": None},
+                ],
+                task_info=info.to_dict(),
+            ),
+        )
+    collect(tmp_path)
+    html = build_site(tmp_path).read_text()
+    assert HOSTILE not in html and "<img" not in html
+    figures = _figures(html)
+    kinds = sorted(
+        k.split("-")[1] for k in figures if k.startswith(("chart-cost", "chart-density"))
+    )
+    assert kinds == ["cost", "density"]
+    for key in figures:
+        if key.startswith(("chart-cost", "chart-density")):
+            fig = figures[key]
+            assert "&lt;img src=x onerror=alert(1)&gt;" in [t["name"] for t in fig["data"]]
+            assert fig["layout"]["title"]["text"].startswith("q&lt;img")
+            assert all("<img" not in t["hovertext"][0] for t in fig["data"])
+    (density,) = [f for k, f in figures.items() if k.startswith("chart-density")]
+    assert density["data"][0]["hovertext"][0].endswith("same point: softmax")

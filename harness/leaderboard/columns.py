@@ -1,0 +1,101 @@
+"""The overview's columns: one per task, or one per value of a task's ``column_by`` parameter.
+
+A task whose parameter values measure different things (`TaskInfo.column_by`, e.g. a mode that
+trains another model on another problem) must not have them averaged into one number. Rather
+than teaching the ranking about modes, the rows of such a task are relabelled with their column,
+``task (value)``, before ranking: each column is then a task of its own for
+`harness.leaderboard.ranking.standings`. Contests are per setting anyway, so only the columns'
+values, their win rates and the aggregate over columns change; the quality-against-cost charts
+split the same way. The task sections of the page keep the real task names.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from attnbench.harness.leaderboard.ranking import Headline
+from attnbench.harness.task_info import TaskInfo
+
+
+@dataclass
+class Columns:
+    """The overview's columns and the rows they are computed from.
+
+    Attributes:
+        frame: The rows, with ``task`` replaced by the column name for tasks that split.
+        headlines: One per column that has a headline, in column order.
+        task_of: column name → the task it belongs to.
+    """
+
+    frame: pd.DataFrame
+    headlines: list[Headline] = field(default_factory=list)
+    task_of: dict[str, str] = field(default_factory=dict)
+
+
+def column_name(task: str, value: object) -> str:
+    """The overview column of a split task's rows whose parameter has ``value``."""
+    return f"{task} ({_text(value)})"
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _values(task_params: pd.Series, key: str) -> pd.Series:
+    """Each row's value of the task parameter ``key`` (None where a record lacks it); each
+    distinct JSON text is parsed once."""
+    parsed = {text: json.loads(text).get(key) for text in task_params.dropna().unique()}
+    return task_params.map(parsed)
+
+
+def _headline(task: str, info: TaskInfo, metric_name: str, where: str = "") -> Headline:
+    metric = info.metric(metric_name)
+    description = metric.description if metric else ""
+    return Headline(
+        task,
+        metric_name,
+        metric.higher_is_better if metric else None,
+        f"{description} ({where})" if where else description,
+    )
+
+
+def overview_columns(frame: pd.DataFrame, infos: dict[str, TaskInfo]) -> Columns:
+    """The columns of ``frame``'s tasks (by name) with the rows relabelled for them.
+
+    A task without a description or a headline has no column. A split task's rows that lack
+    the parameter (records from before it existed) stay in the task's own column.
+    """
+    if frame.empty:
+        return Columns(frame)
+    task_col = frame["task"].copy()
+    result = Columns(frame)
+    for task in sorted(frame["task"].dropna().unique()):
+        info = infos.get(task)
+        if info is None or not (info.headline or info.column_headlines):
+            continue
+        if not info.column_by:
+            if info.headline:
+                result.headlines.append(_headline(task, info, info.headline))
+                result.task_of[task] = task
+            continue
+        mine = frame["task"] == task
+        values = _values(frame.loc[mine, "task_params"], info.column_by)
+        present = {_text(v): v for v in values.dropna().unique()}
+        if values.isna().any() and info.headline:  # rows without the parameter
+            result.headlines.append(_headline(task, info, info.headline))
+            result.task_of[task] = task
+        for text in sorted(present):
+            name = column_name(task, present[text])
+            metric = info.column_headlines.get(text, info.headline)
+            if not metric:
+                continue
+            where = f"{info.column_by}={text}"
+            result.headlines.append(_headline(name, info, metric, where))
+            result.task_of[name] = task
+        split = values.notna()
+        task_col.loc[split[split].index] = values[split].map(lambda v, t=task: column_name(t, v))
+    result.frame = frame.assign(task=task_col)
+    return result

@@ -1,0 +1,156 @@
+"""Quality against what it costs: each overview column's headline against latency and density.
+
+Two views per ranked quality column (`harness.leaderboard.columns`):
+
+- **against cost**: the headline against the cost metric a task declares (`TaskInfo.cost_metric`,
+  e.g. throughput's latency), on the machine and dtype with the most cost points, at the curve
+  position (e.g. sequence length) that the most variants were measured at. One point per variant.
+- **against density**: the headline against ``density``, the fraction of (causal) query–key
+  pairs a variant scores at the task's sequence length, which every task records for every run
+  as a scalar metric. Both come from the same runs (the column's, on the machine and dtype with
+  the most of them), each averaged per run, then over the runs of an entry: one point per variant,
+  or per variant and parameters where a variant ran with several (a window at two widths is two
+  points). Tables of older code have no density rows: the view is then left out.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+
+from attnbench.harness.leaderboard.charts import (
+    Chart,
+    embeddable_json,
+    marker_styles,
+    scatter_figure,
+)
+from attnbench.harness.leaderboard.columns import Columns
+from attnbench.harness.leaderboard.ranking import MACHINE, Headline
+from attnbench.harness.task_info import TaskInfo
+
+DENSITY = "density"  # the scalar metric every task records (see the module docstring)
+DENSITY_TITLE = "density (fraction of query–key pairs scored)"
+
+
+def _cost_axis(frame: pd.DataFrame, infos: dict[str, TaskInfo]) -> tuple[str, str] | None:
+    """(task, metric) of the cost the quality charts are drawn against: the first task (by name)
+    that declares a cost metric and has results for it."""
+    for task, info in sorted(infos.items()):
+        if (
+            info.cost_metric
+            and ((frame["task"] == task) & (frame["metric"] == info.cost_metric)).any()
+        ):
+            return task, info.cost_metric
+    return None
+
+
+def _latency(ok: pd.DataFrame, infos: dict[str, TaskInfo]) -> tuple[pd.Series, str, tuple] | None:
+    """(cost per variant, x-axis title, (machine, dtype)) of the declared cost metric, or None."""
+    axis = _cost_axis(ok, infos)
+    if axis is None:
+        return None
+    cost_task, cost_metric = axis
+    cost = ok[(ok["task"] == cost_task) & (ok["metric"] == cost_metric)]
+    machine, dtype = cost.groupby([MACHINE, "dtype"]).size().idxmax()
+    cost = cost[(cost[MACHINE] == machine) & (cost["dtype"] == dtype)]
+    x_name = cost["x_name"].dropna().iloc[0] if cost["x_name"].notna().any() else None
+    if x_name is not None:
+        lengths = cost.groupby("x_value")["variant"].nunique()
+        length = lengths[lengths == lengths.max()].index.max()
+        cost = cost[cost["x_value"] == length]
+        where = f" at {x_name}={length:g}"
+    else:
+        where = ""
+    declared = infos[cost_task].metric(cost_metric)
+    unit = f"{declared.unit}, " if declared and declared.unit else ""
+    title = f"{cost_task} {cost_metric}{where} ({unit}{machine}, {dtype})"
+    return cost.groupby("variant")["value"].median(), title, (machine, dtype)
+
+
+def _cost_points(ok: pd.DataFrame, h: Headline, latency: pd.Series, where: tuple) -> pd.DataFrame:
+    machine, dtype = where
+    quality = ok[
+        (ok["task"] == h.task)
+        & (ok["metric"] == h.metric)
+        & (ok[MACHINE] == machine)
+        & (ok["dtype"] == dtype)
+    ]
+    quality = quality.groupby("variant")["value"].mean()
+    both = pd.DataFrame({"x": latency, "y": quality}).dropna()
+    return both.rename_axis("label").reset_index()
+
+
+def density_points(rows: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """Columns label, x (density), y (``metric``) from one column's ok run rows ``rows``: see the
+    module docstring. Empty where the runs record no density."""
+    empty = pd.DataFrame(columns=["label", "x", "y"])
+    quality = rows[rows["metric"] == metric]
+    if quality.empty or not (rows["metric"] == DENSITY).any():
+        return empty
+    machine, dtype = quality.groupby([MACHINE, "dtype"]).size().idxmax()
+    here = rows[(rows[MACHINE] == machine) & (rows["dtype"] == dtype)]
+    per_run = pd.DataFrame(
+        {
+            "y": here[here["metric"] == metric].groupby("run_id")["value"].mean(),
+            "x": here[here["metric"] == DENSITY].groupby("run_id")["value"].mean(),
+        }
+    ).dropna()
+    if per_run.empty:
+        return empty
+    entries = here.drop_duplicates("run_id").set_index("run_id")[["variant", "variant_params"]]
+    per_run = per_run.join(entries)
+    configs = per_run.groupby("variant")["variant_params"].nunique()
+    per_run["label"] = [
+        v if configs[v] == 1 else f"{v} {p}"
+        for v, p in zip(per_run["variant"], per_run["variant_params"], strict=True)
+    ]
+    return per_run.groupby("label")[["x", "y"]].mean().reset_index()
+
+
+def _chart_id(kind: str, column: str, index: int) -> str:
+    """An element id from a column name (which may hold spaces and parentheses)."""
+    return f"chart-{kind}-{index}-" + re.sub(r"[^A-Za-z0-9_-]+", "-", column).strip("-")
+
+
+def _ok(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows of finished runs (no fit rows) that hold a metric."""
+    done = (frame["status"] == "ok") & ~frame["derived"].astype(bool)
+    return frame[done & frame["metric"].notna()]
+
+
+def tradeoff_charts(
+    frame: pd.DataFrame, columns: Columns, infos: dict[str, TaskInfo]
+) -> list[Chart]:
+    """The charts above, per ranked quality column of ``columns``: against cost, then against
+    density, each where it has points. The cost comes from ``frame`` (the rows as recorded);
+    the quality from the columns' rows."""
+    axis = _cost_axis(frame, infos)
+    cost_task = axis[0] if axis else None
+    latency = _latency(_ok(frame), infos)
+    ok = _ok(columns.frame)
+    plans = []  # (kind, headline, points, x title, x range)
+    for h in columns.headlines:
+        if h.higher_is_better is None or columns.task_of.get(h.task) == cost_task:
+            continue
+        if latency is not None:
+            points = _cost_points(ok, h, latency[0], latency[2])
+            plans.append(("cost", h, points, latency[1], None))
+        points = density_points(ok[ok["task"] == h.task], h.metric)
+        plans.append(("density", h, points, DENSITY_TITLE, (-0.02, 1.05)))
+    plans = [p for p in plans if not p[2].empty]
+    styles = marker_styles([label for p in plans for label in p[2]["label"]])
+    charts = []
+    for i, (kind, h, points, x_title, x_range) in enumerate(plans):
+        arrow = "↑" if h.higher_is_better else "↓"
+        against = "cost" if kind == "cost" else "density"
+        fig = scatter_figure(
+            points,
+            x_title,
+            f"{h.metric} {arrow}",
+            f"{h.task}: {h.metric} against {against}",
+            styles=styles,
+            x_range=x_range,
+        )
+        charts.append(Chart(id=_chart_id(kind, h.task, i), json=embeddable_json(fig)))
+    return charts
