@@ -41,8 +41,11 @@ def counted_density(variant, n: int, causal: bool) -> float:
     q, k, _ = random_qkv(b=1, h=SHAPE.n_heads, n=n, d=SHAPE.head_dim, seed=n, dtype=torch.float64)
     with torch.no_grad():
         weights = variant.double().attention_weights(0.1 * q, 0.1 * k, causal=causal)
-    return float((weights > 0).sum()) / weights.shape[0] / weights.shape[1] / (
-        allowed_pairs(n, n, causal)
+    return (
+        float((weights > 0).sum())
+        / weights.shape[0]
+        / weights.shape[1]
+        / (allowed_pairs(n, n, causal))
     )
 
 
