@@ -27,7 +27,7 @@ import torch
 
 from attnbench import register_variant
 from attnbench.peers.availability import PeerVariant
-from attnbench.variants.sparse_fixed import WINDOW, window_pairs
+from attnbench.variants.masking import WINDOW, window_pairs
 
 
 @dataclass

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from attnbench import register_variant
 from attnbench.peers.availability import PeerVariant
-from attnbench.variants.sparse_fixed import WINDOW
+from attnbench.variants.masking import WINDOW
 
 
 @dataclass

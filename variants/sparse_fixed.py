@@ -38,13 +38,14 @@ from attnbench.variants.blocksparse import (
     local_key_blocks,
     merge_partials,
 )
-from attnbench.variants.masking import apply_pattern
+from attnbench.variants.masking import WINDOW, apply_pattern, window_pairs
 
 # Default sizes, as fractions of the sequence: each keeps the pattern at density <= 0.5 at every
 # length from 8 to 100k, causal and not (bigbird from 11 / 14 tokens: below, its window, global
 # and random blocks of one token each are already half the keys); checked in
 # tests/variants/test_density.py, tabulated in README ("Sparse variants at matched density").
-WINDOW = 0.2  # window: a fifth of the sequence, density 2f − f² ≈ 0.36 (at most 0.46)
+# window: WINDOW (variants.masking, shared with the window peers), a fifth of the sequence,
+# density 2f − f² ≈ 0.36 (at most 0.46)
 STRIDED_LOCAL = 0.1  # strided's local window: a tenth of the sequence
 STRIDED_STRIDE = 1 / 3  # strided's stride: two or three dilated keys per query
 BIGBIRD_BLOCK = 1 / 32  # bigbird's block: 32 blocks per sequence (one token each below 33)
@@ -66,15 +67,6 @@ def window_predicate(window: int, causal: bool):
     if causal:
         return lambda i, j: (i >= j) & (i - j < window)
     return lambda i, j: (i - j).abs() < window
-
-
-def window_pairs(n: int, window: int, causal: bool) -> int:
-    """Number of (query, key) pairs the window keeps for a sequence of n."""
-    i = np.arange(n)
-    before = np.minimum(i, window - 1)
-    if causal:
-        return int((before + 1).sum())
-    return int((before + np.minimum(n - 1 - i, window - 1) + 1).sum())
 
 
 def dense_attention(q, k, v, causal: bool, scale: float) -> torch.Tensor:
