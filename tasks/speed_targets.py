@@ -70,11 +70,16 @@ def _case(name: str, n: int, causal: bool = True, **params) -> Case:
 
 SDPA_C8, SDPA_C16 = _case("sdpa", 8192), _case("sdpa", 16384)
 # The papers' absolute sizes (the variants' defaults are fractions of the sequence, which would
-# make an O(n·w) pattern grow with n): the same sizes as the presets' throughput grids
+# make an O(n·w) pattern grow with n): the same sizes as the presets' throughput grids, and
+# those tests/variants/test_memory_scaling.py measures at N = 8192
 PAPER_SIZES: dict[str, dict[str, float]] = {
     "window": {"window": 256},
+    "peer_local_window": {"window": 256},
+    "peer_natten_window": {"window": 256},
     "strided": {"local": 64, "stride": 64},
     "bigbird": {"block": 64, "n_random": 2},
+    "learned_pattern": {"block": 64},
+    "topk": {"k": 32},
 }
 
 
