@@ -246,6 +246,28 @@ class VariantContractTests:
             weights @ v, variant(q, k, v, causal=causal), rtol=1e-5, atol=1e-5
         )
 
+    @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+    def test_density_is_a_fraction_that_weights_confirm(self, variant_name, causal):
+        """``density`` is in (0, 1], and a sparse variant scores no fewer pairs than its weights
+        keep (a nonzero weight is a scored pair), at a length that is no multiple of a block.
+
+        Every task records density beside its scores, and the board sets quality against it.
+        """
+        variant = _make(variant_name)
+        if causal and not variant.supports_causal:
+            pytest.skip("non-causal variant")
+        n = 37
+        density = variant.density(n, n, causal)
+        assert 0 < density <= 1, f"density {density} at n={n} is not a fraction"
+        q, k, _ = random_qkv(b=1, h=H, n=n, d=D)
+        try:
+            with torch.no_grad():
+                weights = variant.attention_weights(0.1 * q, 0.1 * k, causal=causal)
+        except NotImplementedError:
+            return
+        kept = float((weights != 0).sum()) / H
+        assert variant.scored_pairs(n, n, causal) >= kept - 1e-6
+
     def test_bfloat16_runs(self, variant_name):
         """The variant runs in bfloat16 (the GPU sweeps' dtype) and agrees with float32.
 

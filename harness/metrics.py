@@ -44,6 +44,14 @@ class MetricPoint:
     higher_is_better: bool | None = None
 
 
+DENSITY = Metric(
+    "density",
+    None,  # a property of the variant at this length, not a score: never ranked
+    "Fraction of the allowed (causal) query–key pairs the variant scores at the task's sequence "
+    "length (1: dense or linear-cost)",
+)
+
+
 POINT_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(MetricPoint))
 
 

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from attnbench.harness.layer import MultiHeadAttention
+from attnbench.harness.variant_api import mean_density
 
 
 @dataclass
@@ -189,3 +190,8 @@ class SequenceModel(nn.Module):
     def attention_layers(self) -> list[MultiHeadAttention]:
         """The attention layers, first to last (for diagnostics of trained models)."""
         return [block.attn for block in self.blocks]
+
+    def density(self, n: int) -> float:
+        """Mean `AttentionVariant.density` of the attention layers for a sequence of n (each
+        layer's own pattern, as trained so far)."""
+        return mean_density([a.attention for a in self.attention_layers()], n, n, self.cfg.causal)

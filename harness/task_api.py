@@ -92,6 +92,15 @@ class Task:
         """Run one job and return its metric points."""
         raise NotImplementedError
 
+    def density_size(self) -> tuple[int, int, bool] | None:
+        """(queries, keys, causal) of the attention a job's variant runs at, where the task
+        records its ``density`` (`harness.metrics.DENSITY`); None: the task records none.
+
+        Declared apart from `run` so that a config check can compute every job's density from
+        its parameters alone, without running it (tests/conf/test_presets_density.py).
+        """
+        return None
+
     def check(self) -> None:
         """Refuse impossible parameters with a `ValueError` of one sentence (none by default).
 

@@ -7,6 +7,13 @@ the output projection live in `harness.layer`, not in the variant.
 Causal convention (all variants): query i may see key j iff j <= i (top-left aligned; with N == M
 this is the usual autoregressive mask).
 
+Density: ``scored_pairs(n, m, causal)`` is how many (query, key) pairs the variant scores for n
+queries and m keys (default: every allowed pair); ``density`` divides it by the allowed pairs, so
+it is 1 for dense and linear-cost variants and below 1 for a sparse pattern. Every task records it
+at the lengths its variant sees. Sizes of a pattern (a window, a block, k) may be given relative
+to the sequence: `AttentionVariant.size_at` is the one rule (a value in (0, 1) is a fraction of
+the length, rounded up; a value >= 1 an absolute count).
+
 Adding a variant::
 
     @dataclass
@@ -27,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.metadata
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -36,6 +44,15 @@ from torch import nn
 from attnbench.harness.registry import Registry
 
 COST_CLASSES = ("n²", "n·w", "n")
+
+
+def allowed_pairs(n: int, m: int, causal: bool) -> int:
+    """The (query, key) pairs a dense variant scores: n·m, or under the causal convention
+    (key j visible to query i iff j <= i) the sum over queries of min(i + 1, m)."""
+    if not causal:
+        return n * m
+    full = min(n, m)  # queries 0 … full − 1 see i + 1 keys, the rest all m
+    return full * (full + 1) // 2 + (n - full) * m
 
 
 class UnsupportedError(RuntimeError):
@@ -136,6 +153,43 @@ class AttentionVariant(nn.Module):
         flops = 2.0 * batch * heads * n * m * (d + dv)
         return flops / 2 if causal else flops
 
+    def scored_pairs(self, n: int, m: int, causal: bool) -> float:
+        """How many (query, key) pairs the variant scores for n queries and m keys.
+
+        Default: every allowed pair (`allowed_pairs`): dense and linear-cost variants mix every
+        visible key. A sparse variant overrides this with the exact count of its pattern at this
+        length (no N×M tensor: arithmetic on its positions or block lists).
+        """
+        return float(allowed_pairs(n, m, causal))
+
+    def density(self, n: int, m: int, causal: bool) -> float:
+        """The fraction of allowed (causal) query–key pairs the variant scores: `scored_pairs`
+        over `allowed_pairs` (1.0 for dense and linear-cost variants). Not to be overridden:
+        override `scored_pairs`, so a variant's density and its pair count never disagree."""
+        allowed = allowed_pairs(n, m, causal)
+        return self.scored_pairs(n, m, causal) / allowed if allowed else 1.0
+
+    def size_at(self, key: str, n: int) -> int:
+        """The hyperparameter ``key`` (a window, a block, k) resolved for a sequence of n.
+
+        The rule of every pattern size: a value in (0, 1) is a fraction of the sequence length,
+        ceil(value·n) and at least 1, so the pattern stays as sparse at every length; a value
+        >= 1 is an absolute count of positions (a paper's size, such as a window of 256).
+        `check_size` refuses anything else when the variant is built.
+        """
+        value = float(getattr(self.params, key))
+        return max(1, math.ceil(value * n)) if value < 1 else int(value)
+
+    def check_size(self, key: str) -> None:
+        """Refuse a pattern size that is neither a fraction in (0, 1) nor a whole count >= 1,
+        with one sentence naming the value and the fix."""
+        value = float(getattr(self.params, key))
+        if not (math.isfinite(value) and value > 0 and (value < 1 or value.is_integer())):
+            raise ValueError(
+                f"{key} must be a fraction of the sequence in (0, 1) or a whole number of "
+                f"positions >= 1, got {value:g}."
+            )
+
     def check_inputs(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> None:
         """Validate shapes and causal support; call at the top of ``forward``."""
         if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
@@ -193,6 +247,14 @@ def _check_contract(name: str, cls: type[AttentionVariant]) -> None:
     for attr in ("peer_of", "library"):
         if not isinstance(getattr(cls, attr), str):
             raise TypeError(f"variant '{name}': '{attr}' must be a string ('' for none).")
+
+
+def mean_density(variants: list[AttentionVariant], n: int, m: int, causal: bool) -> float:
+    """The mean `AttentionVariant.density` of ``variants`` (e.g. a model's attention layers,
+    each with its own learned pattern) for n queries, m keys; 1.0 for none."""
+    if not variants:
+        return 1.0
+    return sum(v.density(n, m, causal) for v in variants) / len(variants)
 
 
 def build_variant(

@@ -9,7 +9,9 @@ takes our w and uses buckets of W = w − 1, so ``peer_local_window`` and ``wind
 ``window`` parameter compute the same operator (tests/peers/test_local_attention.py checks it to
 float32 rounding). Rotary embeddings are off (the library adds them only when given ``dim``; we
 pass ``use_rotary_pos_emb=False`` as well): our variants see q and k as given, and positions are
-the model's business.
+the model's business. A relative ``window`` (a fraction in (0, 1), `AttentionVariant.size_at`)
+is resolved for each sequence length, as `window` resolves it, and the library's modules (they
+hold no parameters) are built per resolved w.
 
 Lengths that are not a multiple of W are zero-padded by the library (``autopad``); not causal,
 those padded keys would enter a late query's softmax with score 0, so the adapter passes a key
@@ -25,13 +27,15 @@ import torch
 
 from attnbench import register_variant
 from attnbench.peers.availability import PeerVariant
+from attnbench.variants.masking import WINDOW, window_pairs
 
 
 @dataclass
 class LocalWindowParams:
     """Hyperparameters of `peer_local_window`."""
 
-    window: int = 256  # w, as in `window`: causal keeps the w latest keys, else |i − j| < w
+    # w, as in `window`: causal keeps the w latest keys, else |i − j| < w; (0, 1): a fraction
+    window: float = WINDOW
 
 
 @register_variant("peer_local_window")
@@ -48,39 +52,58 @@ class LocalWindowPeer(PeerVariant):
     module = "local_attention"
 
     def __init__(self, params: LocalWindowParams, shape) -> None:
-        if params.window < 2:
+        super().__init__(params, shape)
+        self.check_size("window")
+        if params.window >= 1 and params.window < 2:
             raise ValueError(
                 f"peer_local_window window must be >= 2 (buckets of w − 1 positions), got "
-                f"{params.window}; use window=2 or more."
+                f"{params.window:g}; use window=2 or more."
             )
-        super().__init__(params, shape)
-        lib = self.lib()
-        common = dict(
-            window_size=params.window - 1,
-            look_backward=1,
-            exact_windowsize=True,
-            autopad=True,
-            use_rotary_pos_emb=False,
-        )
-        # two instances: causal is a constructor argument in local-attention (no parameters)
-        self.full_attention = lib.LocalAttention(causal=False, look_forward=1, **common)
-        self.causal_attention = lib.LocalAttention(causal=True, look_forward=0, **common)
+        self.lib()
+        self._modules_by_w: dict[tuple[int, bool], object] = {}
+
+    def window(self, n: int) -> int:
+        """w for a sequence of n, as `window` resolves it (not clamped: the library pads)."""
+        return self.size_at("window", n)
+
+    def attention(self, w: int, causal: bool):
+        """local-attention's module for windows of w >= 2 (buckets of w − 1), causal or not."""
+        if (w, causal) not in self._modules_by_w:
+            self._modules_by_w[(w, causal)] = self.lib().LocalAttention(
+                causal=causal,
+                look_forward=0 if causal else 1,
+                window_size=w - 1,
+                look_backward=1,
+                exact_windowsize=True,
+                autopad=True,
+                use_rotary_pos_emb=False,
+            )
+        return self._modules_by_w[(w, causal)]
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False
     ) -> torch.Tensor:
         self.check_inputs(q, k, v, causal)
-        if causal:
-            return self.causal_attention(q, k, v)
         b, h, n, _ = q.shape
+        w = self.window(n)
+        if w == 1:  # a fraction of a short sequence: each query sees itself alone, out = v
+            return v.clone()
+        attention = self.attention(w, causal)
+        if causal:
+            return attention(q, k, v)
         mask = None
-        if n % (self.params.window - 1):  # padded keys must not enter the softmax (see above)
+        if n % (w - 1):  # padded keys must not enter the softmax (see above)
             mask = torch.ones(b * h, n, dtype=torch.bool, device=q.device)
-        return self.full_attention(q, k, v, mask=mask)
+        return attention(q, k, v, mask=mask)
+
+    def scored_pairs(self, n: int, m: int, causal: bool) -> float:
+        """The pairs of our `window` with the same w (the exact window: padded and look-around
+        keys outside it are masked, not part of the operator)."""
+        return float(window_pairs(n, min(self.window(n), n), causal))
 
     def forward_flops(self, batch, heads, n, m, d, dv, causal) -> float:
         """Work the library does: every query scores 2 (causal) or 3 buckets of W keys, over the
         sequence padded to a multiple of W (masked pairs included)."""
-        w = self.params.window - 1
+        w = max(self.window(n) - 1, 1)
         padded = math.ceil(n / w) * w
         return 2.0 * batch * heads * padded * (2 if causal else 3) * w * (d + dv)

@@ -19,13 +19,16 @@ from dataclasses import dataclass
 
 from attnbench import register_variant
 from attnbench.peers.availability import PeerVariant
+from attnbench.variants.masking import WINDOW
 
 
 @dataclass
 class NattenWindowParams:
     """Hyperparameters of `peer_natten_window`."""
 
-    window: int = 256  # w, as in `window`: kernel k = w causal, 2w − 1 not causal
+    # w, as in `window` (a fraction of the sequence in (0, 1), or a count): kernel k = w causal,
+    # 2w − 1 not causal
+    window: float = WINDOW
 
 
 @register_variant("peer_natten_window")
@@ -44,14 +47,25 @@ class NattenWindowPeer(PeerVariant):
     devices = ("cuda",)
 
     def __init__(self, params: NattenWindowParams, shape) -> None:
-        if params.window < 1:
-            raise ValueError(f"peer_natten_window window must be >= 1, got {params.window}.")
         super().__init__(params, shape)
+        self.check_size("window")
+
+    def kernel(self, n: int, causal: bool) -> int:
+        """NATTEN's kernel size for a sequence of n: w causal, 2w − 1 not, clamped to n."""
+        w = self.size_at("window", n)
+        return min(w if causal else 2 * w - 1, n)
+
+    def scored_pairs(self, n: int, m: int, causal: bool) -> float:
+        """Causal: the k latest keys (fewer at the start); not causal: k keys for every query
+        (the neighbourhood shifts at the borders)."""
+        k = self.kernel(n, causal)
+        if not causal:
+            return float(n * k)
+        return float(sum(min(i + 1, k) for i in range(n)))
 
     def forward(self, q, k, v, causal=False):
         self.check_inputs(q, k, v, causal)
-        n = q.shape[-2]
-        kernel = min(self.params.window if causal else 2 * self.params.window - 1, n)
+        kernel = self.kernel(q.shape[-2], causal)
         out = self.lib().na1d(
             q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), kernel, is_causal=causal
         )

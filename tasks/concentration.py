@@ -35,6 +35,7 @@ from functools import lru_cache
 import torch
 
 from attnbench import JobContext, Metric, MetricPoint, Task, TaskResult, VariantShape, register_task
+from attnbench.harness.metrics import DENSITY
 from attnbench.tasks import concentration_theory as theory
 
 # The built-in variant classes that have a closed form, by qualified name. Named, not imported: a
@@ -49,6 +50,7 @@ SIGMOID = "attnbench.variants.pointwise.SigmoidAttention"
 DECAY = "attnbench.variants.decay.DecayAttention"
 
 SOURCES = ("gaussian", "recall")
+RECALL_SEQ_LEN = 64  # source=recall: length of the recall model's sequences (causal)
 ROW_STATISTICS = ("sparsity_s", "entropy", "effective_size", "max_weight")  # over non-empty rows
 
 
@@ -254,6 +256,7 @@ class Concentration(Task):
             None,
             "The variant's own closed-form S (theory.md §2), only where it applies at this N",
         ),
+        DENSITY,
     )
 
     def check(self) -> None:
@@ -272,6 +275,13 @@ class Concentration(Task):
             raise ValueError(f"task.scales must all be finite and > 0, got {self.scale_values()}.")
         if p.source == "recall":
             self.require_positive("recall_steps")
+
+    def density_size(self) -> tuple[int, int, bool]:
+        """gaussian: seq_len queries and keys (``causal``); recall: the recall model's
+        sequences (`RECALL_SEQ_LEN`, causal)."""
+        if self.params.source == "recall":
+            return RECALL_SEQ_LEN, RECALL_SEQ_LEN, True
+        return self.params.seq_len, self.params.seq_len, self.params.causal
 
     def scale_values(self) -> list[float]:
         """The scales γ to sweep."""
@@ -317,6 +327,7 @@ class Concentration(Task):
                 if theory.applies(r) and not empty.all() and not p.causal:
                     value = float(torch.cat(theory_s).mean())
                     points.append(MetricPoint("sparsity_s_theory", value, "scale", scale))
+        points.append(MetricPoint("density", variant.density(*self.density_size())))
         details = {
             "closed_form": form.label if form else None,
             "closed_form_rel_se": rel_se,  # r per scale; drawn where r <= APPLIES_MAX_REL_SE
@@ -329,7 +340,7 @@ class Concentration(Task):
 
         recall = Recall(
             RecallParams(
-                seq_len=64,
+                seq_len=RECALL_SEQ_LEN,
                 n_kv_pairs=8,
                 min_kv_pairs=8,
                 test_doublings=0,
@@ -342,12 +353,13 @@ class Concentration(Task):
             )
         )
         model, curve = recall.fit(ctx)
-        x, _ = recall.data(64, (64, 8), ctx.generator(300))
+        x, _ = recall.data(64, (RECALL_SEQ_LEN, 8), ctx.generator(300))
         maps = attention_maps(model, x.to(ctx.device))
         points = []
         for layer, (w, causal) in enumerate(maps):
             for name, value in row_statistics(w.cpu(), causal).items():
                 points.append(MetricPoint(name, value, "layer", layer))
+        points.append(MetricPoint("density", model.density(RECALL_SEQ_LEN)))
         return TaskResult(points=points, details={"loss_curve": curve})
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from attnbench import JobContext, Metric, MetricPoint, Task, TaskResult, Tuning, register_task
+from attnbench.harness.metrics import DENSITY
 from attnbench.harness.model import ModelConfig, SequenceModel
 from attnbench.harness.task_api import TEST_STREAM, VALIDATION_STREAM
 from attnbench.harness.training import IGNORE_INDEX, TrainConfig, fit_token_model
@@ -82,7 +83,13 @@ class SelectiveCopy(Task):
         Metric("exact_match", True, "Fraction of sequences written out entirely right"),
         Metric("chance_accuracy", None, "Chance token accuracy: one over the data tokens"),
         Metric("final_loss", False, "Training loss at the end (mean of the last stretch)"),
+        DENSITY,
     )
+
+    def density_size(self) -> tuple[int, int, bool]:
+        """The model's input: context, separator and the output but its last token, causal."""
+        n = self.params.seq_len + self.params.n_to_copy
+        return n, n, True
 
     def check(self) -> None:
         """Refuse impossible sizes with one sentence."""
@@ -119,7 +126,7 @@ class SelectiveCopy(Task):
             d_model=p.d_model,
             n_layers=p.n_layers,
             n_heads=p.n_heads,
-            max_len=p.seq_len + p.n_to_copy,
+            max_len=self.density_size()[0],
             vocab_size=p.vocab_size,
             output_dim=p.vocab_size,
             token_shift=True,
@@ -143,6 +150,7 @@ class SelectiveCopy(Task):
             MetricPoint("val_accuracy", float(val_right.float().mean())),
             MetricPoint("chance_accuracy", 1 / (p.vocab_size - FIRST_DATA)),
             MetricPoint("final_loss", curve[-1][1]),
+            MetricPoint("density", model.density(self.density_size()[0])),
         ]
         return TaskResult(points=points, details={"loss_curve": curve})
 

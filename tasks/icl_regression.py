@@ -61,9 +61,11 @@ from attnbench import (
     register_task,
 )
 from attnbench.harness.layer import MultiHeadAttention
+from attnbench.harness.metrics import DENSITY
 from attnbench.harness.model import ModelConfig, SequenceModel
 from attnbench.harness.task_api import TEST_STREAM, VALIDATION_STREAM
 from attnbench.harness.training import TrainConfig, train
+from attnbench.harness.variant_api import mean_density
 from attnbench.tasks import regression_baselines as rb
 
 MODES = ("prompt", "attention_system", "one_layer")
@@ -189,6 +191,7 @@ class IclRegression(Task):
         Metric("gd_over_zero_se", None, "Standard error of gd_over_zero (paired)"),
         Metric("gd_over_zero_theory", None, "The exact expected value of gd_over_zero"),
         Metric("final_loss", False, "Training loss at the end"),
+        DENSITY,
     )
 
     def check(self) -> None:
@@ -264,6 +267,17 @@ class IclRegression(Task):
         """(P, n) error / d of each baseline on the given prompts."""
         return {name: rb.prefix_errors(f, xs, ys, targets) for name, f in self.baselines().items()}
 
+    def density_size(self) -> tuple[int, int, bool]:
+        """The attention of each mode: prompt, 2·n_points tokens, causal; one_layer, the
+        n_points examples and the query, not causal; attention_system, the n_points history
+        points as queries and keys, not causal."""
+        n = self.params.n_points
+        if self.params.mode == "prompt":
+            return 2 * n, 2 * n, True
+        if self.params.mode == "one_layer":
+            return n + 1, n + 1, False
+        return n, n, False
+
     def run(self, ctx: JobContext) -> TaskResult:
         if self.params.mode == "prompt":
             return self.run_prompt(ctx)
@@ -296,7 +310,7 @@ class IclRegression(Task):
             d_model=p.d_model,
             n_layers=p.n_layers,
             n_heads=p.n_heads,
-            max_len=2 * p.n_points,
+            max_len=self.density_size()[0],
             input_dim=p.n_dims,
             output_dim=1,
         )
@@ -337,6 +351,7 @@ class IclRegression(Task):
             MetricPoint("mse_mean", float(model_err.mean())),
             MetricPoint("val_mse_mean", float(val_err.mean())),
             MetricPoint("final_loss", curve[-1][1]),
+            MetricPoint("density", model.density(self.density_size()[0])),
         ]
         for i in range(p.n_points):
             points += [
@@ -410,6 +425,7 @@ class IclRegression(Task):
             MetricPoint("gd_over_zero_se", gd_zero_se),
             MetricPoint("gd_over_zero_theory", theory.ratio_to_zero),
             MetricPoint("final_loss", curve[-1][1]),
+            MetricPoint("density", layer.attention.attention.density(*self.density_size())),
         ]
         dist, scale = self.inputs()
         details = {
@@ -427,7 +443,7 @@ class IclRegression(Task):
     def run_attention_system(self, ctx: JobContext) -> TaskResult:
         p = self.params
         n, d = p.n_points, p.n_dims
-        ratios, error_rates, linear_everywhere = [], [], True
+        ratios, error_rates, linear_everywhere, systems = [], [], True, []
         errors = {name: [] for name in ("mse", *SYSTEM_BASELINES)}
         curves = []
         for run in range(p.system_runs):
@@ -436,6 +452,7 @@ class IclRegression(Task):
             beta = torch.randn(d, generator=gen)
             y = x @ beta + p.noise_std * torch.randn(n, generator=gen)
             system = AttentionSystem(ctx, d, n, gen)
+            systems.append(system.h)
             curve = system.fit(x, y, p.steps)
             curves.append(curve)
             with torch.no_grad():
@@ -458,6 +475,7 @@ class IclRegression(Task):
             MetricPoint("loss_ratio_vs_ls", float(torch.tensor(ratios).median())),
             MetricPoint("final_loss", float(torch.tensor([c[-1][1] for c in curves]).mean())),
             MetricPoint("mse_mean", sum(errors["mse"]) / len(errors["mse"])),
+            MetricPoint("density", mean_density(systems, *self.density_size())),
         ]
         if linear_everywhere:
             points.append(MetricPoint("error_rate_vs_ls", max(error_rates)))

@@ -35,6 +35,7 @@ import torch
 from torch import nn
 
 from attnbench import JobContext, Metric, MetricPoint, Task, TaskResult, Tuning, register_task
+from attnbench.harness.metrics import DENSITY
 from attnbench.harness.model import ModelConfig, SequenceModel
 from attnbench.harness.task_api import TEST_STREAM, VALIDATION_STREAM
 from attnbench.harness.training import TrainConfig, train
@@ -117,7 +118,13 @@ class Recall(Task):
             "context_guess_by_pairs", None, "Accuracy of answering a random value of the context"
         ),
         Metric("final_loss", False, "Training loss at the end (mean of the last stretch)"),
+        DENSITY,
+        Metric("density_by_pairs", None, "density at each test configuration's length"),
     )
+
+    def density_size(self) -> tuple[int, int, bool]:
+        """The longest training sequence (``seq_len``)."""
+        return self.params.seq_len, self.params.seq_len, self.params.causal
 
     def check(self) -> None:
         """Refuse configurations no sequence can satisfy, with one sentence."""
@@ -269,11 +276,13 @@ class Recall(Task):
             MetricPoint("accuracy_trained_sizes", sum(trained) / len(trained)),
             MetricPoint("chance_accuracy", 1 / (p.vocab_size - p.vocab_size // 2)),
             MetricPoint("final_loss", curve[-1][1]),
+            MetricPoint("density", model.density(p.seq_len)),
         ]
         if beyond:
             points.append(MetricPoint("accuracy_beyond", sum(beyond) / len(beyond)))
-        for (_, k), acc in by_config.items():
+        for (length, k), acc in by_config.items():
             points.append(MetricPoint("accuracy_by_pairs", acc, "n_kv_pairs", k))
+            points.append(MetricPoint("density_by_pairs", model.density(length), "n_kv_pairs", k))
             points.append(MetricPoint("context_guess_by_pairs", 1 / k, "n_kv_pairs", k))
         details = {"loss_curve": curve, "train_configs": training_mixture(p), "test_configs": tests}
         return TaskResult(points=points, details=details)

@@ -30,6 +30,7 @@ from attnbench import (
 )
 from attnbench.harness.discovery import load_plugins
 from attnbench.harness.memory import isolated_cpu_peak, peak_memory_mib
+from attnbench.harness.metrics import DENSITY
 from attnbench.harness.timing import time_call
 
 
@@ -70,12 +71,17 @@ class Throughput(Task):
         Metric("tokens_per_s", True, "Forward tokens per second (B·N / latency)", "tokens/s"),
         Metric("first_call_ms", False, "Latency of the very first call (init, compile)", "ms"),
         Metric("fwd_samples", None, "Number of forward timing samples behind the median"),
+        DENSITY,
     )
 
     def check(self) -> None:
         """Refuse sizes below 1 with one sentence."""
         self.require_positive("seq_len", "batch_size", "n_heads", "head_dim", "min_samples")
         self.require_finite("min_run_time", above=0)
+
+    def density_size(self) -> tuple[int, int, bool]:
+        """The timed attention: seq_len queries and keys."""
+        return self.params.seq_len, self.params.seq_len, self.params.causal
 
     def run(self, ctx: JobContext) -> TaskResult:
         p = self.params
@@ -122,6 +128,7 @@ class Throughput(Task):
             "gflops": flops / (fwd.median_ms * 1e-3) / 1e9,
             "tokens_per_s": p.batch_size * p.seq_len / (fwd.median_ms * 1e-3),
             "first_call_ms": fwd.first_call_ms,
+            "density": variant.density(*self.density_size()),
         }
         values["fwd_samples"] = fwd.n_samples
         details = {

@@ -68,7 +68,11 @@ REFUSALS = [
     (["task=icl_regression", "task.lr=0"], "task.lr must be a finite number > 0, got 0.0."),
     (["task=recall", "task.n_layers=0"], "task.n_layers must be >= 1, got 0."),
     (["task=icl_regression", "task.noise_std=nan"], "task.noise_std must be a finite number >= 0"),
-    (["variant=window", "variant.window=0"], "variant window: window must be >= 1, got 0."),
+    (
+        ["variant=window", "variant.window=0"],
+        "variant window: window must be a fraction of the sequence in (0, 1) or a whole number "
+        "of positions >= 1, got 0.",
+    ),
     (["variant=decay", "variant.decay=1.5"], "variant decay: decay must be in (0, 1]"),
 ]
 if not torch.cuda.is_available():

@@ -51,6 +51,27 @@ def dedupe_blocks(key_blocks: torch.Tensor) -> torch.Tensor:
     return sorted_idx.masked_fill(repeated | (sorted_idx < 0), -1)
 
 
+def listed_pairs(key_blocks: torch.Tensor, n: int, block: int, causal: bool) -> torch.Tensor:
+    """Token pairs (query, key) each query block's listed key blocks hold, exactly.
+
+    ``key_blocks`` is (..., nb, K) with −1 for none, over a sequence of n = M positions in blocks
+    of ``block`` (the last one may be shorter). Causal counts only j <= i: an earlier block is
+    whole, the block itself a triangle, a later one nothing. Returns (..., nb) float64 counts, so
+    a variant's `scored_pairs` follows the engine's block lists without an N×N pattern.
+    """
+    nb = key_blocks.shape[-2]
+    size = (n - torch.arange(nb, dtype=torch.float64) * block).clamp(max=block)
+    valid = key_blocks >= 0
+    kb = key_blocks.clamp(min=0).cpu()
+    query_size = size.view(-1, 1).expand(nb, kb.shape[-1])
+    pairs = query_size * size[kb]
+    if causal:
+        c = torch.arange(nb).view(-1, 1)
+        triangle = query_size * (query_size + 1) / 2
+        pairs = torch.where(kb < c, pairs, torch.where(kb == c, triangle, 0))
+    return pairs.masked_fill(~valid.cpu(), 0).sum(dim=-1)
+
+
 def block_sparse_attention(
     q: torch.Tensor,
     k: torch.Tensor,

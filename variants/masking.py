@@ -7,7 +7,12 @@ the position with weight e⁰.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
+
+# The default window of `window` and of its peers (one value, so they stay the same operator):
+# a fraction of the sequence (`AttentionVariant.size_at`)
+WINDOW = 0.2
 
 
 def causal_pattern(n: int, m: int, device: torch.device | str | None = None) -> torch.Tensor:
@@ -20,3 +25,13 @@ def causal_pattern(n: int, m: int, device: torch.device | str | None = None) -> 
 def apply_pattern(logits: torch.Tensor, pattern: torch.Tensor) -> torch.Tensor:
     """Logits with excluded positions set to −∞ (``pattern`` broadcasts over leading dims)."""
     return logits.masked_fill(~pattern, float("-inf"))
+
+
+def window_pairs(n: int, window: int, causal: bool) -> int:
+    """Number of (query, key) pairs a window of ``window`` keeps for a sequence of n: causal the
+    ``window`` latest keys (itself included), else keys with |i − j| < window."""
+    i = np.arange(n)
+    before = np.minimum(i, window - 1)
+    if causal:
+        return int((before + 1).sum())
+    return int((before + np.minimum(n - 1 - i, window - 1) + 1).sum())

@@ -5,6 +5,12 @@ block computes only its ``keep`` best key blocks by P (its own block always amon
 blocks only when causal) and adds the gate log σ(P) to their logits, so σ(P) → 0 fades a block
 out smoothly and gradients reach P through the kept blocks. Skipped blocks are not computed.
 
+Sizes (``block``, ``k``) follow `AttentionVariant.size_at`: a value in (0, 1) is a fraction of the
+sequence seen, >= 1 an absolute count. `learned_pattern` with a relative block sizes its logit
+table for the most blocks any length up to ``max_len`` can have (at most ⌈1/block⌉), so block c of
+its table is the c-th such fraction of whatever length is seen: one pattern over relative
+positions, shared by a training mixture of lengths.
+
 `topk`: each query keeps its k highest-scoring keys (−∞ elsewhere) and takes the softmax over
 those. Scores are computed for all keys (cost n²), in query chunks so that memory stays
 O(chunk·M + N·k); the softmax and value mixing touch only the k kept keys.
@@ -15,12 +21,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from attnbench import AttentionVariant, VariantShape, register_variant
-from attnbench.variants.blocksparse import block_sparse_attention, rows_per_chunk
+from attnbench.variants.blocksparse import block_sparse_attention, listed_pairs, rows_per_chunk
 from attnbench.variants.masking import apply_pattern, causal_pattern
 
 
@@ -28,7 +35,7 @@ from attnbench.variants.masking import apply_pattern, causal_pattern
 class LearnedPatternParams:
     """Hyperparameters of `learned_pattern`."""
 
-    block: int = 64  # positions per block
+    block: float = 1 / 32  # positions per block; (0, 1): a fraction of the sequence
     keep: int = 4  # key blocks computed per query block (its own included)
     locality: float = (
         1.0  # initial P = 3 − locality·|c − c'|: a local prior, σ(3) ≈ 0.95 on the diagonal
@@ -47,14 +54,27 @@ class LearnedPatternAttention(AttentionVariant):
 
     def __init__(self, params: LearnedPatternParams, shape: VariantShape) -> None:
         super().__init__(params, shape)
-        if params.block < 1 or params.keep < 1:
-            raise ValueError(
-                f"learned_pattern block and keep must be >= 1, got {params.block}, {params.keep}."
-            )
-        nb = math.ceil(shape.max_len / params.block)
+        self.check_size("block")
+        if params.keep < 1:
+            raise ValueError(f"learned_pattern keep must be >= 1, got {params.keep}.")
+        nb = self.table_blocks(shape.max_len)
         c = torch.arange(nb, dtype=torch.float32)
         prior = 3.0 - params.locality * (c[:, None] - c[None, :]).abs()
         self.pattern_logits = nn.Parameter(prior.expand(shape.n_heads, nb, nb).clone())
+
+    def table_blocks(self, max_len: int) -> int:
+        """Blocks of the logit table: the most that any length up to ``max_len`` is cut into.
+
+        Absolute block b: ⌈max_len / b⌉. Relative block f: ⌈n / ⌈f·n⌉⌉ <= ⌈1/f⌉ for every n, and
+        never more than n, so min(max_len, ⌈1/f⌉) (the count at max_len itself can be fewer).
+        """
+        if self.params.block >= 1:
+            return math.ceil(max_len / self.size_at("block", max_len))
+        return min(max_len, math.ceil(1 / self.params.block))
+
+    def block(self, n: int) -> int:
+        """Positions per block for a sequence of n (`AttentionVariant.size_at`)."""
+        return self.size_at("block", n)
 
     def selected_blocks(self, nb: int, causal: bool) -> torch.Tensor:
         """(H, nb, K) key blocks each query block computes (−1 where fewer are allowed)."""
@@ -74,7 +94,7 @@ class LearnedPatternAttention(AttentionVariant):
 
     def forward(self, q, k, v, causal=False):
         self.check_inputs(q, k, v, causal)
-        b = self.params.block
+        b = self.block(q.shape[-2])
         nb = math.ceil(q.shape[-2] / b)
         if nb == 1:  # one block: its gate shifts every logit of a row equally, softmax ignores it
             scale = 1 / math.sqrt(q.shape[-1])
@@ -94,11 +114,15 @@ class LearnedPatternAttention(AttentionVariant):
         )[0]
 
     def attention_weights(self, q, k, causal=False):
-        n, b = q.shape[-2], self.params.block
+        n = q.shape[-2]
+        b = self.block(n)
         nb = math.ceil(n / b)
         blocks = self.selected_blocks(nb, causal)
-        kept = torch.zeros(blocks.shape[0], nb, nb, dtype=torch.bool, device=q.device)
-        kept.scatter_(-1, blocks.clamp(min=0), blocks >= 0)
+        # −1 (no block) goes to a spare column, dropped: scattering it onto block 0 as False
+        # could overwrite that block's True
+        kept = torch.zeros(blocks.shape[0], nb, nb + 1, dtype=torch.bool, device=q.device)
+        kept.scatter_(-1, blocks.masked_fill(blocks < 0, nb).to(q.device), True)
+        kept = kept[..., :nb]
         pos = torch.arange(n, device=q.device) // b
         pattern = kept[:, pos][:, :, pos]  # (H, N, N)
         bias = F.logsigmoid(self.pattern_logits[:, :nb, :nb])[:, pos][:, :, pos]
@@ -107,10 +131,20 @@ class LearnedPatternAttention(AttentionVariant):
             pattern = pattern & causal_pattern(n, n, q.device)
         return apply_pattern(logits, pattern).softmax(dim=-1)
 
+    def scored_pairs(self, n: int, m: int, causal: bool) -> float:
+        """Pairs of the blocks each head selects now (causal at token level), mean over heads.
+
+        The selection follows the learned logits, so a trained instance may differ slightly
+        from a fresh one (a partial last block, or the causal diagonal, selected or not)."""
+        b = self.block(n)
+        nb = math.ceil(n / b)
+        if nb == 1:  # one block: dense (see forward)
+            return super().scored_pairs(n, m, causal)
+        pairs = listed_pairs(self.selected_blocks(nb, causal), n, b, causal)  # (H, nb)
+        return float(pairs.sum(dim=-1).mean())
+
     def forward_flops(self, batch, heads, n, m, d, dv, causal) -> float:
-        b = self.params.block
-        pairs = n * min(self.params.keep * b, n) / (2 if causal else 1)
-        return 2.0 * batch * heads * pairs * (d + dv)
+        return 2.0 * batch * heads * self.scored_pairs(n, m, causal) * (d + dv)
 
 
 DENSE_MIX_MAX_KEYS = 1024  # topk: below this many keys, mix values by a scattered dense matmul
@@ -120,7 +154,8 @@ DENSE_MIX_MAX_KEYS = 1024  # topk: below this many keys, mix values by a scatter
 class TopKParams:
     """Hyperparameters of `topk`."""
 
-    k: int = 32  # keys kept per query (all keys when k >= M)
+    # keys kept per query (all keys when k >= M); (0, 1): a fraction of the keys
+    k: float = 0.2
 
 
 @register_variant("topk")
@@ -134,13 +169,16 @@ class TopKAttention(AttentionVariant):
 
     def __init__(self, params: TopKParams, shape: VariantShape) -> None:
         super().__init__(params, shape)
-        if params.k < 1:
-            raise ValueError(f"topk k must be >= 1, got {params.k}.")
+        self.check_size("k")
+
+    def keep(self, m: int) -> int:
+        """Keys kept per query among m keys (`AttentionVariant.size_at`, at most m)."""
+        return min(self.size_at("k", m), m)
 
     def forward(self, q, k, v, causal=False):
         self.check_inputs(q, k, v, causal)
         n, m = q.shape[-2], k.shape[-2]
-        keep = min(self.params.k, m)
+        keep = self.keep(m)
         scale = 1 / math.sqrt(q.shape[-1])
         chunk = rows_per_chunk(q, m)
         outs = []
@@ -175,11 +213,20 @@ class TopKAttention(AttentionVariant):
         scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
         if causal:
             scores = apply_pattern(scores, causal_pattern(q.shape[-2], k.shape[-2], q.device))
-        keep = min(self.params.k, k.shape[-2])
+        keep = self.keep(k.shape[-2])
         threshold = scores.topk(keep, dim=-1).values[..., -1:]
         return scores.masked_fill(scores < threshold, float("-inf")).softmax(dim=-1)
 
+    def scored_pairs(self, n: int, m: int, causal: bool) -> float:
+        """Pairs in the softmax: per query min(k, its allowed keys). (Finding them scores every
+        pair, so topk's cost stays n² and `forward_flops` counts that work, not these pairs.)"""
+        keep = self.keep(m)
+        if not causal:
+            return float(n * keep)
+        i = np.arange(n)
+        return float(np.minimum(np.minimum(i + 1, m), keep).sum())
+
     def forward_flops(self, batch, heads, n, m, d, dv, causal) -> float:
         """All scores; the mix is dense up to DENSE_MIX_MAX_KEYS keys, then k-sparse."""
-        mixed = m if m <= DENSE_MIX_MAX_KEYS else min(self.params.k, m)
+        mixed = m if m <= DENSE_MIX_MAX_KEYS else self.keep(m)
         return 2.0 * batch * heads * n * (m * d / (2 if causal else 1) + mixed * dv)

@@ -1,6 +1,11 @@
 """Fixed sparse patterns: `window`, `strided` and `bigbird`.
 
-Each is softmax attention restricted to a pattern that depends only on positions. None of them
+Each is softmax attention restricted to a pattern that depends only on positions. Pattern sizes
+(``window``, ``local``, ``stride``, ``block``) follow `AttentionVariant.size_at`: a value in
+(0, 1) is a fraction of the sequence length actually seen (rounded up), a value >= 1 an absolute
+count. The defaults are fractions, so the patterns stay sparse at every length a task uses
+(density <= 0.5: README, "Sparse variants at matched density"); the throughput presets pin the
+papers' absolute sizes. None of them
 builds an N×N matrix: they run on the block-sparse engine (`variants.blocksparse`), which gathers
 and scores only the key blocks a query block can see. The dense boolean pattern applied as −∞ is
 their reference (in the tests), not their implementation.
@@ -29,10 +34,21 @@ from attnbench import AttentionVariant, VariantShape, register_variant
 from attnbench.variants.blocksparse import (
     block_sparse_attention,
     dedupe_blocks,
+    listed_pairs,
     local_key_blocks,
     merge_partials,
 )
-from attnbench.variants.masking import apply_pattern
+from attnbench.variants.masking import WINDOW, apply_pattern, window_pairs
+
+# Default sizes, as fractions of the sequence: each keeps the pattern at density <= 0.5 at every
+# length from 8 to 100k, causal and not (bigbird from 11 / 14 tokens: below, its window, global
+# and random blocks of one token each are already half the keys); checked in
+# tests/variants/test_density.py, tabulated in README ("Sparse variants at matched density").
+# window: WINDOW (variants.masking, shared with the window peers), a fifth of the sequence,
+# density 2f − f² ≈ 0.36 (at most 0.46)
+STRIDED_LOCAL = 0.1  # strided's local window: a tenth of the sequence
+STRIDED_STRIDE = 1 / 3  # strided's stride: two or three dilated keys per query
+BIGBIRD_BLOCK = 1 / 32  # bigbird's block: 32 blocks per sequence (one token each below 33)
 
 
 def dense_weights(q: torch.Tensor, k: torch.Tensor, pattern: torch.Tensor) -> torch.Tensor:
@@ -46,25 +62,11 @@ def _grid(n: int, device) -> tuple[torch.Tensor, torch.Tensor]:
     return pos.view(-1, 1), pos.view(1, -1)
 
 
-def _positive(name: str, value: int) -> None:
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}.")
-
-
 def window_predicate(window: int, causal: bool):
     """Token-level window rule as a predicate on (query, key) positions."""
     if causal:
         return lambda i, j: (i >= j) & (i - j < window)
     return lambda i, j: (i - j).abs() < window
-
-
-def window_pairs(n: int, window: int, causal: bool) -> int:
-    """Number of (query, key) pairs the window keeps for a sequence of n."""
-    i = np.arange(n)
-    before = np.minimum(i, window - 1)
-    if causal:
-        return int((before + 1).sum())
-    return int((before + np.minimum(n - 1 - i, window - 1) + 1).sum())
 
 
 def dense_attention(q, k, v, causal: bool, scale: float) -> torch.Tensor:
@@ -96,7 +98,9 @@ def local_attention(
 class WindowParams:
     """Hyperparameters of `window`."""
 
-    window: int = 256  # w: causal keeps the w latest keys, non-causal keys with |i − j| < w
+    # w: causal keeps the w latest keys, non-causal keys with |i − j| < w; a value in (0, 1) is
+    # a fraction of the sequence (0.2: density 2f − f² ≈ 0.36), >= 1 a count (the paper's 256)
+    window: float = WINDOW
     block: int = 0  # tile length of the block-sparse engine; 0 = min(w, 128)
 
 
@@ -112,12 +116,12 @@ class WindowAttention(AttentionVariant):
 
     def __init__(self, params: WindowParams, shape: VariantShape) -> None:
         super().__init__(params, shape)
-        _positive("window", params.window)
+        self.check_size("window")
         if params.block < 0:
             raise ValueError(f"window block must be >= 0 (0 = automatic), got {params.block}.")
 
     def _window(self, n: int) -> int:
-        return min(self.params.window, n)
+        return min(self.size_at("window", n), n)
 
     def forward(self, q, k, v, causal=False):
         self.check_inputs(q, k, v, causal)
@@ -132,16 +136,20 @@ class WindowAttention(AttentionVariant):
         i, j = _grid(q.shape[-2], q.device)
         return dense_weights(q, k, window_predicate(self._window(q.shape[-2]), causal)(i, j))
 
+    def scored_pairs(self, n: int, m: int, causal: bool) -> float:
+        return float(window_pairs(n, self._window(n), causal))
+
     def forward_flops(self, batch, heads, n, m, d, dv, causal) -> float:
-        return 2.0 * batch * heads * window_pairs(n, self._window(n), causal) * (d + dv)
+        return 2.0 * batch * heads * self.scored_pairs(n, m, causal) * (d + dv)
 
 
 @dataclass
 class StridedParams:
     """Hyperparameters of `strided`."""
 
-    stride: int = 64  # keys at multiples of the stride away are kept
-    local: int = 64  # local window, as in `window`
+    # keys at multiples of the stride away are kept; (0, 1): a fraction of the sequence
+    stride: float = STRIDED_STRIDE
+    local: float = STRIDED_LOCAL  # local window, as in `window` (a fraction or a count)
 
 
 @register_variant("strided")
@@ -161,13 +169,17 @@ class StridedAttention(AttentionVariant):
 
     def __init__(self, params: StridedParams, shape: VariantShape) -> None:
         super().__init__(params, shape)
-        _positive("stride", params.stride)
-        _positive("local", params.local)
+        self.check_size("stride")
+        self.check_size("local")
+
+    def sizes(self, n: int) -> tuple[int, int]:
+        """(local window, stride) resolved for a sequence of n (`AttentionVariant.size_at`)."""
+        return min(self.size_at("local", n), n), self.size_at("stride", n)
 
     def forward(self, q, k, v, causal=False):
         self.check_inputs(q, k, v, causal)
-        n, s = q.shape[-2], self.params.stride
-        local = min(self.params.local, n)
+        n = q.shape[-2]
+        local, s = self.sizes(n)
         scale = 1 / math.sqrt(q.shape[-1])
         if local >= n or s == 1:  # every pair is in the pattern: dense attention, exactly
             return dense_attention(q, k, v, causal, scale)
@@ -202,15 +214,17 @@ class StridedAttention(AttentionVariant):
     def pattern(self, n: int, causal: bool, device=None) -> torch.Tensor:
         """The dense (n, n) boolean pattern (for diagnostics at small n)."""
         i, j = _grid(n, device)
-        local = window_predicate(min(self.params.local, n), causal)(i, j)
-        dilated = (i - j) % self.params.stride == 0
+        local, stride = self.sizes(n)
+        local = window_predicate(local, causal)(i, j)
+        dilated = (i - j) % stride == 0
         return local | (dilated & (j <= i) if causal else dilated)
 
     def attention_weights(self, q, k, causal=False):
         return dense_weights(q, k, self.pattern(q.shape[-2], causal, q.device))
 
-    def forward_flops(self, batch, heads, n, m, d, dv, causal) -> float:
-        s, local = self.params.stride, min(self.params.local, n)
+    def scored_pairs(self, n: int, m: int, causal: bool) -> float:
+        """The local window's pairs plus the dilated keys outside it, counted per query."""
+        local, s = self.sizes(n)
         i = np.arange(n)
         if causal:
             dilated = i // s - np.minimum(i, local - 1) // s
@@ -219,18 +233,20 @@ class StridedAttention(AttentionVariant):
             total = i // s + after // s
             near = np.minimum(i, local - 1) // s + np.minimum(after, local - 1) // s
             dilated = total - near
-        pairs = window_pairs(n, local, causal) + int(dilated.sum())
-        return 2.0 * batch * heads * pairs * (d + dv)
+        return float(window_pairs(n, local, causal) + int(dilated.sum()))
+
+    def forward_flops(self, batch, heads, n, m, d, dv, causal) -> float:
+        return 2.0 * batch * heads * self.scored_pairs(n, m, causal) * (d + dv)
 
 
 @dataclass
 class BigBirdParams:
     """Hyperparameters of `bigbird`."""
 
-    block: int = 64  # positions per block
+    block: float = BIGBIRD_BLOCK  # positions per block; (0, 1): a fraction of the sequence
     window_blocks: int = 1  # neighbouring blocks seen on each side
     n_global: int = 1  # leading blocks that see and are seen by every position
-    n_random: int = 2  # random key blocks per query block
+    n_random: int = 1  # random key blocks per query block (throughput presets: 2)
     seed: int = 0  # seed of the random blocks (fixed per sequence length)
 
 
@@ -246,7 +262,7 @@ class BigBirdAttention(AttentionVariant):
 
     def __init__(self, params: BigBirdParams, shape: VariantShape) -> None:
         super().__init__(params, shape)
-        _positive("block", params.block)
+        self.check_size("block")
         for name in ("window_blocks", "n_global", "n_random"):
             if getattr(params, name) < 0:
                 raise ValueError(f"bigbird {name} must be >= 0, got {getattr(params, name)}.")
@@ -283,9 +299,14 @@ class BigBirdAttention(AttentionVariant):
         invalid = (blocks < 0) | (blocks >= nb) | ((blocks > c) if causal else False)
         return dedupe_blocks(blocks.masked_fill(invalid, -1)).to(device)
 
+    def block(self, n: int) -> int:
+        """Positions per block for a sequence of n (`AttentionVariant.size_at`)."""
+        return self.size_at("block", n)
+
     def forward(self, q, k, v, causal=False):
         self.check_inputs(q, k, v, causal)
-        n, b = q.shape[-2], self.params.block
+        n = q.shape[-2]
+        b = self.block(n)
         scale = 1 / math.sqrt(q.shape[-1])
         nb = math.ceil(n / b)
         blocks = self.key_blocks(nb, causal)
@@ -310,7 +331,7 @@ class BigBirdAttention(AttentionVariant):
 
     def pattern(self, n: int, causal: bool, device=None) -> torch.Tensor:
         """The dense (n, n) boolean pattern (for diagnostics at small n)."""
-        b = self.params.block
+        b = self.block(n)
         nb = math.ceil(n / b)
         blocks = self.key_blocks(nb, causal)
         kept = torch.zeros(nb, nb + 1, dtype=torch.bool)
@@ -324,16 +345,18 @@ class BigBirdAttention(AttentionVariant):
     def attention_weights(self, q, k, causal=False):
         return dense_weights(q, k, self.pattern(q.shape[-2], causal, q.device))
 
-    def forward_flops(self, batch, heads, n, m, d, dv, causal) -> float:
-        """Pairs counted at block granularity (diagonal blocks halved when causal)."""
-        b = self.params.block
+    def scored_pairs(self, n: int, m: int, causal: bool) -> float:
+        """Exact pairs of the pattern: the listed blocks of the other query blocks (causal at
+        token level), and every allowed key of the global blocks' queries."""
+        b = self.block(n)
         nb = math.ceil(n / b)
-        blocks = self.key_blocks(nb, causal)
         n_glob_blocks = min(self.params.n_global, nb)
-        pairs = 0.0
-        for c in range(n_glob_blocks, nb):
-            for kb in blocks[c].tolist():
-                if kb >= 0:
-                    pairs += b * b / (2 if causal and kb == c else 1)
-        pairs += n_glob_blocks * b * (n / (2 if causal else 1))
-        return 2.0 * batch * heads * pairs * (d + dv)
+        listed = listed_pairs(self.key_blocks(nb, causal), n, b, causal)
+        n_glob = min(n_glob_blocks * b, n)
+        glob = n_glob * (n_glob + 1) / 2 if causal else n_glob * n
+        return float(listed[n_glob_blocks:].sum()) + glob
+
+    def forward_flops(self, batch, heads, n, m, d, dv, causal) -> float:
+        """The pairs of `scored_pairs` (masked pairs of a computed tile are not counted, as
+        FlashAttention's convention halves causal attention)."""
+        return 2.0 * batch * heads * self.scored_pairs(n, m, causal) * (d + dv)

@@ -34,7 +34,7 @@ def test_same_operator_as_window(n, w, causal):
 
 def test_no_rotary_embedding_and_exact_window():
     peer = build_variant("peer_local_window", {"window": 9})
-    for attention in (peer.full_attention, peer.causal_attention):
+    for attention in (peer.attention(9, causal=False), peer.attention(9, causal=True)):
         assert attention.rel_pos is None  # q and k are used as given
         assert attention.exact_windowsize and attention.window_size == 8
 
@@ -42,3 +42,16 @@ def test_no_rotary_embedding_and_exact_window():
 def test_bad_window_is_refused():
     with pytest.raises(ValueError, match="window must be >= 2"):
         build_variant("peer_local_window", {"window": 1})
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("n", [3, 17, 64, 300])
+def test_relative_window_is_windows_operator_and_density(n, causal):
+    """A fraction of the sequence resolves to the same w as `window`'s (one rule), so the two
+    stay peers at the relative default; their densities agree too."""
+    shape = VariantShape(n_heads=2, head_dim=8, max_len=512)
+    q, k, v = random_qkv(b=1, n=n, seed=n)
+    ours = build_variant("window", {"window": 0.25}, shape)
+    peer = build_variant("peer_local_window", {"window": 0.25}, shape)
+    torch.testing.assert_close(peer(q, k, v, causal=causal), ours(q, k, v, causal=causal))
+    assert peer.density(n, n, causal) == ours.density(n, n, causal) < 1

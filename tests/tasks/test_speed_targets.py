@@ -39,3 +39,20 @@ def test_main_exits_non_zero_when_a_target_is_missed(monkeypatch, capsys):
     monkeypatch.setattr(speed_targets, "measure", lambda **_: ([missed], {case.key: 1.0}))
     assert speed_targets.main(["--rounds", "1"]) == 1
     assert "| too slow | 0.5 [0.4, 0.6] | ≥ 1 | NO |" in capsys.readouterr().out
+
+
+def test_sparse_targets_time_the_papers_absolute_sizes():
+    """The sparse defaults are fractions of the sequence (a pattern that grows with n); the
+    speed targets time the O(n·w) algorithms at the papers' absolute sizes, given explicitly."""
+    from attnbench.harness.variant_api import VARIANTS
+
+    sparse = [
+        c
+        for t in speed_targets.TARGETS
+        for c in t.cases()
+        if c.variant != "sdpa" and VARIANTS.get(c.variant).family == "sparse"
+    ]
+    assert {c.variant for c in sparse} == {"window", "strided", "bigbird"}
+    for case in sparse:
+        assert case.params == speed_targets.PAPER_SIZES[case.variant]
+        assert all(value >= 1 for value in case.params.values()), case

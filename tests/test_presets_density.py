@@ -1,0 +1,166 @@
+"""Sparse variants are sparse wherever they are compared (issue #14).
+
+For every preset in conf/sweep/ and for the task defaults (no preset), every job that puts a
+registered variant of family "sparse" on a quality task (a task that declares no `cost_metric`:
+throughput declares one) must run at density <= 0.5 at the length the task records `density` at
+(`Task.density_size`). The grids are expanded as the `grids` sweeper expands them (Hydra's
+override parser: comma lists, globs over the registry), each job composed with Hydra (typed values)
+and its task and variant built from the registries, so a newly registered sparse variant or task
+is checked with no change here.
+
+The other side: the throughput grids time the sparse variants at absolute sizes (the papers'),
+never at a fraction of the sequence: a float hyperparameter of a sparse variant in (0, 1) is a
+fraction (`AttentionVariant.size_at`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import OmegaConf
+
+from attnbench.harness.app import CONF_DIR
+from attnbench.harness.config import store_configs
+from attnbench.harness.task_api import TASKS, build_task
+from attnbench.harness.variant_api import VARIANTS, VariantShape, build_variant
+
+store_configs()
+SWEEPS = sorted(p.stem for p in (Path(CONF_DIR) / "sweep").glob("*.yaml"))
+BOUND = 0.5
+
+
+def _compose(overrides: list[str], hydra_cfg: bool = False):
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        return compose("config", overrides=overrides, return_hydra_config=hydra_cfg)
+
+
+def sparse_variants() -> list[str]:
+    """Registered variants of family "sparse" that can be built here (a CUDA-only peer is
+    skipped on a CPU machine; it resolves its window as `window` does)."""
+    return [
+        n
+        for n in VARIANTS.names()
+        if VARIANTS.get(n).family == "sparse" and not VARIANTS.get(n).unavailable("cpu")
+    ]
+
+
+def is_quality(task: str) -> bool:
+    """A task that scores quality, not cost (throughput declares its `cost_metric`)."""
+    return not TASKS.get(task).cost_metric
+
+
+def expand(grid: dict) -> list[list[str]]:
+    """A grid's jobs as override lists, expanded as the grids sweeper does (comma lists and
+    ``glob(...)`` over the registered names of the key's group)."""
+    choices = []
+    for key, value in grid.items():
+        (override,) = OverridesParser.create().parse_overrides([f"{key}={value}"])
+        if str(value).startswith("glob("):
+            names = VARIANTS.names() if key == "variant" else TASKS.names()
+            values = override.value().filter(names)
+        elif override.is_discrete_sweep():
+            values = list(override.sweep_string_iterator())
+        else:
+            values = [override.get_value_element_as_str()]
+        choices.append([f"{key}={v}" for v in values])
+    return [list(job) for job in itertools.product(*choices)]
+
+
+def _job(overrides: tuple[str, ...]):
+    """(task, its values, variant name, its values) of one composed job."""
+    cfg = _compose(list(overrides))
+    task = OmegaConf.to_container(cfg.task, resolve=True)
+    variant = OmegaConf.to_container(cfg.variant, resolve=True)
+    return task.pop("name"), task, variant.pop("name"), variant
+
+
+def density_violations(jobs: list[list[str]]) -> list[str]:
+    """One line per job that puts a sparse variant on a quality task at density > BOUND."""
+    sparse = set(sparse_variants())
+    found = []
+    for job in jobs:
+        given = dict(o.split("=", 1) for o in job)
+        if given.get("variant") not in sparse or not is_quality(given["task"]):
+            continue
+        task_name, task_params, name, params = _job(tuple(job))
+        size = build_task(task_name, task_params).density_size()
+        assert size is not None, f"task {task_name} records no density"
+        n, m, causal = size
+        density = build_variant(name, params, VariantShape(1, 8, max(n, m))).density(n, m, causal)
+        if density > BOUND:
+            found.append(f"{' '.join(job)}: density {density:.3f} at n={n}, m={m}, {causal=}")
+    return found
+
+
+def fraction_sizes_on_cost_tasks(jobs: list[list[str]]) -> list[str]:
+    """One line per job that times a sparse variant with a size given as a fraction."""
+    sparse = set(sparse_variants())
+    found = []
+    for job in jobs:
+        given = dict(o.split("=", 1) for o in job)
+        if given.get("variant") not in sparse or is_quality(given["task"]):
+            continue
+        _, _, name, params = _job(tuple(job))
+        fields = dataclasses.fields(VARIANTS.get(name).Params)
+        floats = {f.name for f in fields if f.type in ("float", float)}
+        fractions = {k: v for k, v in params.items() if k in floats and 0 < v < 1}
+        if fractions:
+            found.append(f"{' '.join(job)}: {fractions} are fractions of the sequence")
+    return found
+
+
+def preset_jobs(sweep: str) -> list[list[str]]:
+    cfg = _compose([f"sweep={sweep}"], hydra_cfg=True)
+    sweeper = cfg.hydra.sweeper
+    grids = list(sweeper.grids) if "grids" in sweeper else [sweeper.params]
+    return [job for grid in grids for job in expand(OmegaConf.to_container(grid))]
+
+
+@pytest.mark.parametrize("sweep", SWEEPS)
+def test_every_preset_runs_sparse_variants_at_most_half_dense_on_quality_tasks(sweep):
+    assert density_violations(preset_jobs(sweep)) == []
+
+
+@pytest.mark.parametrize("sweep", SWEEPS)
+def test_every_preset_times_sparse_variants_at_absolute_sizes(sweep):
+    assert fraction_sizes_on_cost_tasks(preset_jobs(sweep)) == []
+
+
+@pytest.mark.parametrize("task", [t for t in TASKS.names() if is_quality(t)])
+def test_task_defaults_run_every_sparse_variant_at_most_half_dense(task):
+    jobs = [[f"variant={v}", f"task={task}"] for v in sparse_variants()]
+    assert density_violations(jobs) == []
+
+
+def test_the_quick_preset_has_jobs_for_every_sparse_variant_on_every_quality_task():
+    """The bound is not met vacuously: every pair is a job of `sweep=quick` (peers aside)."""
+    pairs = {
+        (dict(o.split("=", 1) for o in job)["variant"], dict(o.split("=", 1) for o in job)["task"])
+        for job in preset_jobs("quick")
+    }
+    ours = [v for v in sparse_variants() if not VARIANTS.get(v).library]
+    for task in (t for t in TASKS.names() if is_quality(t)):
+        assert {(v, task) for v in ours} <= pairs
+
+
+def test_a_dense_window_is_reported():
+    """The check can fail: a window of 0.9 of the sequence, or the paper's 256 on recall."""
+    jobs = expand({"variant": "window", "variant.window": "0.9,256,0.2", "task": "recall"})
+    found = density_violations(jobs)
+    assert len(found) == 2
+    assert "variant.window=0.9" in found[0] and "variant.window=256" in found[1]
+    assert "density 1.000" in found[1]
+
+
+def test_a_fraction_on_throughput_is_reported():
+    jobs = expand({"variant": "window,topk,softmax", "task": "throughput"})
+    found = fraction_sizes_on_cost_tasks(jobs)
+    assert [line.split(":")[0] for line in found] == [
+        "variant=window task=throughput",
+        "variant=topk task=throughput",
+    ]
