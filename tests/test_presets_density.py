@@ -28,6 +28,7 @@ from attnbench.harness.app import CONF_DIR
 from attnbench.harness.config import store_configs
 from attnbench.harness.task_api import TASKS, build_task
 from attnbench.harness.variant_api import VARIANTS, VariantShape, build_variant
+from hydra_plugins.attnbench_sweeper.grids_sweeper import RUN_ALONE
 
 store_configs()
 SWEEPS = sorted(p.stem for p in (Path(CONF_DIR) / "sweep").glob("*.yaml"))
@@ -59,6 +60,8 @@ def expand(grid: dict) -> list[list[str]]:
     ``glob(...)`` over the registered names of the key's group)."""
     choices = []
     for key, value in grid.items():
+        if key == RUN_ALONE:  # how the sweeper launches the grid's jobs, not an override
+            continue
         (override,) = OverridesParser.create().parse_overrides([f"{key}={value}"])
         if str(value).startswith("glob("):
             names = VARIANTS.names() if key == "variant" else TASKS.names()

@@ -15,6 +15,7 @@ from attnbench.harness.app import CONF_DIR
 from attnbench.harness.config import store_configs
 from attnbench.harness.task_api import TASKS
 from attnbench.harness.variant_api import VARIANTS
+from hydra_plugins.attnbench_sweeper.grids_sweeper import RUN_ALONE
 
 store_configs()
 SWEEPS = sorted(p.stem for p in (Path(CONF_DIR) / "sweep").glob("*.yaml"))
@@ -112,6 +113,8 @@ def test_every_grid_composes_into_a_job(sweep):
     for grid in _grids(cfg.hydra.sweeper):
         overrides = []
         for key, value in grid.items():
+            if key == RUN_ALONE:  # how the sweeper launches the grid's jobs, not an override
+                continue
             value = str(value)
             first = value.split(",")[0] if not value.startswith(("glob", "[")) else value
             overrides.append(f"{key}={'softmax' if first.startswith('glob') else first}")

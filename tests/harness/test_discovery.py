@@ -133,7 +133,7 @@ def test_plugin_passes_its_own_test_suite(plugin_site, tmp_path):
 
     The JUnit report pins the count: 14 contract tests (every check of `attnbench.testing`)
     and the plugin's 2 reference tests, none skipped, so the suite cannot pass by running
-    nothing (a check added to `attnbench.testing` changes the 14 here).
+    nothing (a check added to `attnbench.testing` changes the 18 here).
     """
     folder = tmp_path / "plugin"
     shutil.copytree(
@@ -151,7 +151,7 @@ def test_plugin_passes_its_own_test_suite(plugin_site, tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     suite = ElementTree.parse(report).getroot().find("testsuite")
     counts = {k: int(suite.get(k)) for k in ("tests", "failures", "errors", "skipped")}
-    assert counts == {"tests": 16, "failures": 0, "errors": 0, "skipped": 0}
+    assert counts == {"tests": 18, "failures": 0, "errors": 0, "skipped": 0}
     classes = [case.get("classname") for case in suite.iter("testcase")]
     assert classes.count("tests.test_cosine.TestCosineSoftmax") == 14, classes
 
