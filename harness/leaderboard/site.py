@@ -273,7 +273,7 @@ def _shown(frame: pd.DataFrame, include_stale: bool) -> tuple[pd.DataFrame, int]
     stale = frame.loc[~frame["current"] & ~frame["derived"], "run_id"].nunique()
     if not include_stale:
         frame = frame[frame["current"]]
-    return with_machine(frame), 0 if include_stale else stale
+    return with_machine(frame), stale
 
 
 def build_site(
@@ -351,6 +351,7 @@ def build_site(
             provenance=_provenance(frame) if not frame.empty else None,
             n_runs=frame.loc[~frame["derived"], "run_id"].nunique() if not frame.empty else 0,
             n_stale=n_stale,
+            include_stale=include_stale,
             plotly_js=PLOTLY_JS,
         )
     )

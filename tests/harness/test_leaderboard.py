@@ -374,7 +374,14 @@ def test_runs_of_older_code_are_left_out_and_counted(tmp_path):
     assert ">linear<" not in html  # its numbers are not on the page
     everything = build_site(tmp_path, include_stale=True).read_text()
     assert "2 runs." in everything and "older code are left out" not in everything
+    assert "1 of them are of older code than the installed one" in everything
     assert ">linear<" in everything
+
+
+def test_a_board_of_current_code_says_none_is_stale(tmp_path):
+    _write(tmp_path, "a", "softmax", 64, 2.0)
+    collect(tmp_path)
+    assert "All of them are of the installed code (none stale)." in build_site(tmp_path).read_text()
 
 
 def test_an_ok_run_whose_latest_attempt_failed_says_so(tmp_path):
