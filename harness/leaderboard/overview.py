@@ -46,7 +46,11 @@ def overview(
         Column("rank", "rank", "Rank by mean win rate within machine and dtype", True),
         Column("variant", "variant"),
         Column("family", "family"),
-        Column("machine", "machine", "Hardware (CPU model or GPU) and, on CPU, threads"),
+        Column(
+            "machine",
+            "machine",
+            "Hardware (CPU model or GPU); timings compete only at equal threads",
+        ),
         Column("dtype", "dtype"),
         Column(
             "win_rate",

@@ -12,12 +12,13 @@ What is compared, per task, comes from the task's own declarations (`harness.tas
 - any other task (quality: accuracy, loss) is compared on its headline, the two values side by
   side, with the difference ours − peer as the sort key (a ratio of accuracies reads badly).
 
-Same run only: a pair of values is made only from rows of the same machine (hardware and, on CPU,
-threads: `ranking.machine_labels`), the same host, dtype, task parameters and curve position, so
-that both were measured under the same conditions, in practice in the same sweep. Ratios across
-machines are never made. Only current rows count (records of the installed code, collection's
-``current``), and where a job has several (several sweeps, a record of unknown code beside a
-newer one), the newest record of each seed. Seeds are averaged on each side before the ratio.
+Same run only: a pair of values is made only from rows of the same machine (hardware,
+`ranking.machine_labels`) and thread count, the same host, dtype, task parameters and curve
+position, so that both were measured under the same conditions, in practice in the same sweep.
+Ratios across machines are never made. Only current rows count (records of the installed code,
+collection's ``current``), and where a job has several (several sweeps, a record of unknown code
+beside a newer one), the newest record of each seed. Seeds are averaged on each side before the
+ratio.
 Variant parameters pair where they agree on the names both sides have (a parameter only one side
 has says nothing about the other); a side with several configurations in a task is labelled with
 its parameters.
@@ -36,7 +37,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from attnbench.harness.leaderboard.ranking import MACHINE, machine_labels
+from attnbench.harness.leaderboard.ranking import MACHINE, THREADS, machine_labels
 from attnbench.harness.leaderboard.tables import (
     Cell,
     Column,
@@ -53,7 +54,7 @@ LIBRARY = "variant_library"  # column: "<distribution> <version>" ("" for our ow
 OURS = "attnbench"  # the library our own variants are named with
 HOST = "host"  # working column: hostname, "" when unknown
 # a value measured per job: one pair of values per (setting, curve position) and metric
-POINT = [MACHINE, HOST, "dtype", "task_params", "metric", "x_name", "x_value"]
+POINT = [MACHINE, THREADS, HOST, "dtype", "task_params", "metric", "x_name", "x_value"]
 
 
 @dataclass

@@ -1,7 +1,9 @@
 """The overview: one row per variant (per machine and dtype), one column per task's headline metric.
 
-A *machine* is the hardware a run was measured on (CPU model or GPU name, `machine_labels`), with
-the thread count on CPU: a laptop's timings never compete with a server's.
+A *machine* is the hardware a run was measured on (CPU model or GPU name, `machine_labels`): a
+laptop's timings never compete with a server's. The thread count is part of every contest and
+point instead (`SETTING`), so timings compete only at equal threads, while a variant's row keeps
+its quality runs (one thread each under joblib) and its timings (two threads) together.
 
 Ranking is by **mean win rate**. A *contest* is one task setting (task parameters and curve
 position, on one machine and dtype) of a task whose headline metric has a direction. In a contest
@@ -41,26 +43,21 @@ from attnbench.harness.metric_points import POINT, point_stats
 TIE_RTOL = 1e-9
 TIE_Z = 2.0  # a difference within TIE_Z combined standard errors is a tie
 MACHINE = "machine"  # the column `machine_labels` fills
+THREADS = "threads"
 ENTRY = ["variant", "variant_params", MACHINE, "dtype"]
-SETTING = ["task_params", "x_name", "x_value"]
+SETTING = ["task_params", "x_name", "x_value", THREADS]
 CONTEST = [MACHINE, "dtype", *SETTING]  # entries compete only on the same machine and dtype
-MACHINE_POINT = [MACHINE if c == "device" else c for c in POINT]
+MACHINE_POINT = [MACHINE if c == "device" else c for c in POINT] + [THREADS]
 
 
 def machine_labels(frame: pd.DataFrame) -> pd.Series:
-    """Each row's machine: its hardware (CPU model or GPU name; the device type when unknown),
-    with the thread count on CPU, where timings depend on it."""
+    """Each row's machine: its hardware (CPU model or GPU name; the device type when unknown).
+    Threads are not part of it: they are part of each contest (see the module docstring)."""
 
-    def label(hardware: object, device: object, threads: object) -> str:
-        name = str(hardware) if isinstance(hardware, str) and hardware else str(device)
-        if device == "cpu" and isinstance(threads, int | float) and threads == threads and threads:
-            return f"{name} · {int(threads)} threads"
-        return name
+    def label(hardware: object, device: object) -> str:
+        return str(hardware) if isinstance(hardware, str) and hardware else str(device)
 
-    labels = [
-        label(h, d, t)
-        for h, d, t in zip(frame["hardware"], frame["device"], frame["threads"], strict=True)
-    ]
+    labels = [label(h, d) for h, d in zip(frame["hardware"], frame["device"], strict=True)]
     return pd.Series(labels, index=frame.index, dtype=object)
 
 

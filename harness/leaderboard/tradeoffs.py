@@ -26,7 +26,7 @@ from attnbench.harness.leaderboard.charts import (
     scatter_figure,
 )
 from attnbench.harness.leaderboard.columns import Columns
-from attnbench.harness.leaderboard.ranking import MACHINE, Headline
+from attnbench.harness.leaderboard.ranking import MACHINE, THREADS, Headline
 from attnbench.harness.task_info import TaskInfo
 
 DENSITY = "density"  # the scalar metric every task records (see the module docstring)
@@ -52,8 +52,9 @@ def _latency(ok: pd.DataFrame, infos: dict[str, TaskInfo]) -> tuple[pd.Series, s
         return None
     cost_task, cost_metric = axis
     cost = ok[(ok["task"] == cost_task) & (ok["metric"] == cost_metric)]
-    machine, dtype = cost.groupby([MACHINE, "dtype"]).size().idxmax()
-    cost = cost[(cost[MACHINE] == machine) & (cost["dtype"] == dtype)]
+    # one machine, dtype and thread count for every variant's cost; quality from that machine
+    machine, dtype, threads = cost.groupby([MACHINE, "dtype", THREADS]).size().idxmax()
+    cost = cost[(cost[MACHINE] == machine) & (cost["dtype"] == dtype) & (cost[THREADS] == threads)]
     x_name = cost["x_name"].dropna().iloc[0] if cost["x_name"].notna().any() else None
     if x_name is not None:
         lengths = cost.groupby("x_value")["variant"].nunique()
@@ -64,7 +65,7 @@ def _latency(ok: pd.DataFrame, infos: dict[str, TaskInfo]) -> tuple[pd.Series, s
         where = ""
     declared = infos[cost_task].metric(cost_metric)
     unit = f"{declared.unit}, " if declared and declared.unit else ""
-    title = f"{cost_task} {cost_metric}{where} ({unit}{machine}, {dtype})"
+    title = f"{cost_task} {cost_metric}{where} ({unit}{machine} · {threads:g} threads, {dtype})"
     return cost.groupby("variant")["value"].median(), title, (machine, dtype)
 
 

@@ -17,7 +17,7 @@ from attnbench.harness.leaderboard.ranking import (
     task_win_rates,
     uncertainty,
 )
-from attnbench.harness.metric_points import point_stats
+from attnbench.harness.metric_points import POINT, point_stats
 
 HEADLINES = [
     Headline("t_up", "acc", True, "accuracy"),
@@ -66,7 +66,7 @@ FRAME = pd.DataFrame(
     columns=COLUMNS,
 )
 FRAME = FRAME.assign(machine=machine_labels(FRAME))
-CPU, GPU = "Some CPU · 2 threads", "Some GPU"
+CPU, GPU = "Some CPU", "Some GPU"
 
 
 def test_contest_scores_count_ties_as_half():
@@ -78,7 +78,7 @@ def test_contest_scores_count_ties_as_half():
 
 
 def test_task_win_rates_average_over_contests():
-    stats = point_stats(FRAME)
+    stats = point_stats(FRAME, [*POINT, "threads"])
     points = stats[(stats.task == "t_up") & (stats.device == "cpu")].rename(
         columns={"device": "machine"}
     )
