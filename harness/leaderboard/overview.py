@@ -8,6 +8,7 @@ and the marks of the best entries, plus the attributes the page filters rows on.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 
@@ -26,8 +27,27 @@ class Overview:
     options: dict[str, list[str]] = field(default_factory=dict)  # distinct values per filter
 
 
-def _label(variant: str, params: str, n_configs: int) -> str:
-    return variant if n_configs == 1 else f"{variant} {params}"
+def _labels(entries: pd.DataFrame) -> dict[tuple[str, str], str]:
+    """(variant, params JSON) → its row label: the name alone where a variant has one
+    configuration, else the name and only the parameters that differ between its configurations
+    (e.g. `window window=0.2` beside `window window=256`: quality at matched density, timing at
+    the paper's size), so that a label says what sets the rows apart."""
+    labels = {}
+    for variant, group in entries.groupby("variant"):
+        texts = sorted(set(group["variant_params"]))
+        if len(texts) == 1:
+            labels[(variant, texts[0])] = variant
+            continue
+        params = {t: json.loads(t) if t else {} for t in texts}
+        keys = sorted({k for p in params.values() for k in p})
+        differing = [k for k in keys if len({repr(p.get(k)) for p in params.values()}) > 1]
+        for text, p in params.items():
+            shown = ", ".join(
+                f"{k}={p.get(k, '–'):g}" if isinstance(p.get(k), float) else f"{k}={p.get(k, '–')}"
+                for k in differing
+            )
+            labels[(variant, text)] = f"{variant} {shown}"
+    return labels
 
 
 def overview(
@@ -38,7 +58,7 @@ def overview(
     if computed is None:
         return None
     headlines = computed.headlines
-    configs = computed.entries.to_frame(index=False).groupby("variant")["variant_params"].nunique()
+    labels = _labels(computed.entries.to_frame(index=False))
     overall, aggregate, n_tasks = computed.overall, computed.aggregate, computed.n_tasks
     value_cols, rank_cols = computed.values, computed.task_ranks
 
@@ -80,7 +100,7 @@ def overview(
         rate = aggregate.get(key, math.nan)
         cells = [
             Cell(_rank_text(rank), _sort(rank), rank == 1),
-            Cell(_label(variant, params, int(configs[variant])), variant),
+            Cell(labels[(variant, params)], variant),
             Cell(families.get(variant, ""), families.get(variant, "")),
             Cell(machine, machine),
             Cell(dtype, dtype),

@@ -172,6 +172,8 @@ def standings(frame: pd.DataFrame, headlines: list[Headline]) -> Standings | Non
         )
         if h.higher_is_better is not None:
             rate = task_win_rates(points["mean"], h.higher_is_better, uncertainty(points))
+            if rate.empty:  # no contest had two entries: nothing to rank in this task
+                continue
             rates[h.task] = rate
             task_ranks[h.task] = rank_within_hardware(rate)
     by_task = pd.concat(rates, axis=1) if rates else pd.DataFrame()

@@ -144,3 +144,18 @@ def test_seed_spread_turns_a_small_lead_into_a_tie_in_the_overview():
     narrow = frame.assign(value=frame["value"].where(frame["variant"] == "B", 0.95))
     computed = standings(narrow, [HEADLINES[0]])  # A: 0.95 with no seed spread; B 0.88 ± 0.017
     assert computed.task_ranks["t_up"].tolist() == [1, 2]
+
+
+def test_a_variant_with_several_configurations_is_labelled_by_what_differs():
+    rows = [
+        {**_row("t_up", "acc", "W", 0.5), "variant_params": '{"block": 0, "window": 0.2}'},
+        {
+            **_row("t_down", "ms", "W", 1.0),
+            "variant_params": '{"block": 0, "window": 256.0}',
+        },
+        _row("t_up", "acc", "A", 0.9),
+    ]
+    frame = pd.DataFrame(rows, columns=COLUMNS)
+    frame = frame.assign(machine=machine_labels(frame))
+    labels = {row[1].text for row in overview(frame, HEADLINES, FAMILIES).table.rows}
+    assert labels == {"A", "W window=0.2", "W window=256"}
