@@ -351,6 +351,12 @@ def build_site(
             provenance=_provenance(frame) if not frame.empty else None,
             n_runs=frame.loc[~frame["derived"], "run_id"].nunique() if not frame.empty else 0,
             n_stale=n_stale,
+            n_tuned_out=(
+                every_run.loc[~every_run["derived"], "run_id"].nunique()
+                - frame.loc[~frame["derived"], "run_id"].nunique()
+                if not frame.empty
+                else 0
+            ),
             include_stale=include_stale,
             plotly_js=PLOTLY_JS,
         )

@@ -43,10 +43,12 @@ class Candidate:
     values: dict
     score: float  # mean of select_by over seeds; NaN when it has none
     n_seeds: int
+    shown: list[str] = field(default_factory=list)  # the axes the label names (empty: all)
 
     @property
     def label(self) -> str:
-        return ", ".join(f"{k}={v}" for k, v in sorted(self.values.items()))
+        names = self.shown or sorted(self.values)
+        return ", ".join(f"{k}={self.values.get(k)}" for k in names)
 
 
 @dataclass
@@ -106,9 +108,14 @@ def select_tuned(
             ].groupby("axis_values")["value"]
             means, counts = scores.mean(), scores.count()
             labels = sorted(group["axis_values"].unique())
+            values = [json.loads(v) for v in labels]
+            # name only the axes this group varies (icl_regression's prompt mode tunes lr; its
+            # layer_lr is the unused default), all of them where nothing varies
+            axes = sorted({k for v in values for k in v})
+            shown = [k for k in axes if len({repr(v.get(k)) for v in values}) > 1]
             choice.candidates = [
-                Candidate(json.loads(v), float(means.get(v, math.nan)), int(counts.get(v, 0)))
-                for v in labels
+                Candidate(v, float(means.get(t, math.nan)), int(counts.get(t, 0)), shown)
+                for v, t in zip(values, labels, strict=True)
             ]
             choice.winner = _choose(choice.candidates, higher)
             choices.append(choice)

@@ -123,3 +123,19 @@ def test_a_group_without_any_score_keeps_its_runs_and_lower_is_better_is_respect
 def test_tuning_survives_the_tables_metadata():
     info = INFOS["train"]
     assert TaskInfo.from_dict(json.loads(json.dumps(info.to_dict()))).tuning == info.tuning
+
+
+def test_the_label_names_only_the_axes_a_group_varies():
+    infos = {
+        "train": TaskInfo(
+            name="train",
+            metrics=[Metric("val_acc", True, "")],
+            tuning=Tuning(["lr", "layer_lr"], "val_acc"),
+        )
+    }
+    frame = _frame([_rows("A", 0.001, 0.2, 0.2), _rows("A", 0.01, 0.9, 0.9)])
+    frame["task_params"] = frame["task_params"].map(
+        lambda t: json.dumps({**json.loads(t), "layer_lr": 0.5}, sort_keys=True)
+    )
+    kept, _ = select_tuned(frame, infos)
+    assert set(kept[TUNED]) == {"lr=0.01"}
