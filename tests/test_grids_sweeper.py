@@ -203,7 +203,15 @@ def test_command_line_narrows_every_grid(tmp_path):
     ]
 
 
-def test_a_run_alone_grid_launches_each_job_in_a_batch_of_its_own(hydra_sweep_runner, tmp_path):
+def process_id(cfg):
+    """The process a job ran in (module level: the joblib launcher pickles it by reference)."""
+    return os.getpid()
+
+
+@pytest.mark.parametrize("launcher", ["basic", "joblib"])
+def test_run_alone_jobs_run_one_at_a_time_in_the_sweeps_own_process(
+    hydra_sweep_runner, tmp_path, launcher
+):
     grids = (
         "hydra.sweeper.grids=[{group1:file1,bar:'1,2'},"
         "{group1:file2,bar:'3,4',run_alone:true},{group1:file1,bar:'5,6'}]"
@@ -212,12 +220,21 @@ def test_a_run_alone_grid_launches_each_job_in_a_batch_of_its_own(hydra_sweep_ru
     sweep = hydra_sweep_runner(
         calling_file=None,
         calling_module="hydra.test_utils.a_module",
-        task_function=None,
+        task_function=process_id,
         config_path="configs",
         config_name="compose.yaml",
-        overrides=[*GRIDS, grids],
+        overrides=[*GRIDS, grids, f"hydra/launcher={launcher}"],
         temp_dir=tmp_path,
     )
     with sweep:
-        batches = [[r.overrides[-1] for r in batch] for batch in sweep.returns]
-    assert batches == [["bar=1", "bar=2"], ["bar=3"], ["bar=4"], ["bar=5", "bar=6"]]
+        batches = [[(r.overrides[-1], r.return_value) for r in b] for b in sweep.returns]
+    assert [[o for o, _ in b] for b in batches] == [
+        ["bar=1", "bar=2"],
+        ["bar=3"],
+        ["bar=4"],
+        ["bar=5", "bar=6"],
+    ]
+    alone = {pid for b in batches[1:3] for _, pid in b}
+    shared = {pid for b in (batches[0], batches[3]) for _, pid in b}
+    assert alone == {os.getpid()}  # the sweep's own process, whatever the launcher
+    assert (shared == {os.getpid()}) == (launcher == "basic")  # joblib: worker processes

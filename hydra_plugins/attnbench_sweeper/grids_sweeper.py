@@ -19,10 +19,13 @@ with no choice is dropped (its other keys, such as ``task.min_run_time``, may no
 command line's choice), the others run only the common choices; if no grid is left, that is one
 sentence and exit 2. Any other key of the command line replaces the grid's value.
 
-A grid may set ``run_alone: true`` (a key of the grid, not an override): each of its jobs is
-handed to the launcher in a batch of its own, so that with a parallel launcher (joblib) a job that
-times something never shares the machine with another job of the sweep, while the other grids'
-jobs still run side by side (conf/sweep/standard.yaml).
+A grid may set ``run_alone: true`` (a key of the grid, not an override): each of its jobs runs
+by itself in the sweep's own process (Hydra's basic launcher), whatever the configured launcher,
+so that with a parallel launcher (joblib) a job that times something never shares the machine
+with another job of the sweep, while the other grids' jobs still run side by side
+(conf/sweep/quick.yaml, standard.yaml). In-process also keeps the per-process set-up a timing job
+reuses (the memory probe, `attnbench.harness.memory`), which a worker process must shut down after
+every job.
 
 Beyond the basic sweeper, three promises (see ``attnbench --help`` in README.md):
 
@@ -45,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
+from hydra._internal.core_plugins.basic_launcher import BasicLauncher
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -104,6 +108,7 @@ class GridsSweeper(BasicSweeper):
         self.grids = [{str(k): str(v) for k, v in g.items() if k != RUN_ALONE} for g in grids]
         self.alone = [bool(g.get(RUN_ALONE, False)) for g in grids]
         self.alone_jobs: set[tuple[str, ...]] = set()
+        self.in_process: BasicLauncher | None = None  # runs the run_alone jobs
         self.job_check = job_check
         self.guard: GuardedTask | None = None
 
@@ -210,6 +215,19 @@ class GridsSweeper(BasicSweeper):
 
     # --- running them ----------------------------------------------------------------------
 
+    def _launcher_of(self, batch: Sequence[Sequence[str]]) -> Any:
+        """The configured launcher, or for a `run_alone` job Hydra's basic launcher: in this
+        process, nothing else running."""
+        if not (len(batch) == 1 and tuple(batch[0]) in self.alone_jobs):
+            return self.launcher
+        if self.in_process is None:
+            assert self.hydra_context is not None and self.config is not None
+            self.in_process = BasicLauncher()
+            self.in_process.setup(
+                hydra_context=self.hydra_context, task_function=self.guard, config=self.config
+            )
+        return self.in_process
+
     def batches(self, jobs: list[list[str]]) -> list[list[list[str]]]:
         """The launcher's batches, in job order: a `run_alone` grid's job alone, runs of the
         other jobs in chunks of ``max_batch_size`` (all of a run when None)."""
@@ -261,7 +279,7 @@ class GridsSweeper(BasicSweeper):
                 batch = self.get_job_batch()
                 self.validate_batch_is_legal(batch)
                 try:
-                    results = self.launcher.launch(batch, initial_job_idx=first)
+                    results = self._launcher_of(batch).launch(batch, initial_job_idx=first)
                 except (StopSweep, KeyboardInterrupt) as exc:
                     self._aborted(batch, exc)
                     return returns
