@@ -49,8 +49,9 @@ class TestHydrasIntegrationSuite(IntegrationTestSuite):
     """Real Hydra apps in subprocesses: task names, sweep and job directories, original cwd."""
 
 
-def _sweep(runner, tmp_path, task_function, *overrides):
-    """Run a sweep of Hydra's test app with the grids sweeper; return the flat job returns."""
+def _sweep_batches(runner, tmp_path, task_function, *overrides):
+    """Run a sweep of Hydra's test app with the grids sweeper; return the job returns per batch
+    the launcher was handed."""
     OUTCOME.reset()
     sweep = runner(
         calling_file=None,
@@ -62,7 +63,14 @@ def _sweep(runner, tmp_path, task_function, *overrides):
         temp_dir=tmp_path,
     )
     with sweep:
-        return [r for batch in sweep.returns for r in batch]
+        return sweep.returns
+
+
+def _sweep(runner, tmp_path, task_function, *overrides):
+    """Run a sweep of Hydra's test app with the grids sweeper; return the flat job returns."""
+    return [
+        r for batch in _sweep_batches(runner, tmp_path, task_function, *overrides) for r in batch
+    ]
 
 
 def fails_for_bar_2(cfg):
@@ -216,18 +224,10 @@ def test_run_alone_jobs_run_one_at_a_time_in_the_sweeps_own_process(
         "hydra.sweeper.grids=[{group1:file1,bar:'1,2'},"
         "{group1:file2,bar:'3,4',run_alone:true},{group1:file1,bar:'5,6'}]"
     )
-    OUTCOME.reset()
-    sweep = hydra_sweep_runner(
-        calling_file=None,
-        calling_module="hydra.test_utils.a_module",
-        task_function=process_id,
-        config_path="configs",
-        config_name="compose.yaml",
-        overrides=[*GRIDS, grids, f"hydra/launcher={launcher}"],
-        temp_dir=tmp_path,
+    returns = _sweep_batches(
+        hydra_sweep_runner, tmp_path, process_id, grids, f"hydra/launcher={launcher}"
     )
-    with sweep:
-        batches = [[(r.overrides[-1], r.return_value) for r in b] for b in sweep.returns]
+    batches = [[(r.overrides[-1], r.return_value) for r in b] for b in returns]
     assert [[o for o, _ in b] for b in batches] == [
         ["bar=1", "bar=2"],
         ["bar=3"],
