@@ -15,7 +15,13 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from attnbench.harness.leaderboard.ranking import Headline, standings
-from attnbench.harness.leaderboard.tables import Cell, Column, Table, format_value
+from attnbench.harness.leaderboard.tables import (
+    Cell,
+    Column,
+    Table,
+    differing_keys,
+    format_value,
+)
 
 
 @dataclass
@@ -39,8 +45,7 @@ def _labels(entries: pd.DataFrame) -> dict[tuple[str, str], str]:
             labels[(variant, texts[0])] = variant
             continue
         params = {t: json.loads(t) if t else {} for t in texts}
-        keys = sorted({k for p in params.values() for k in p})
-        differing = [k for k in keys if len({repr(p.get(k)) for p in params.values()}) > 1]
+        differing = differing_keys(list(params.values()))
         for text, p in params.items():
             shown = ", ".join(
                 f"{k}={p.get(k, '–'):g}" if isinstance(p.get(k), float) else f"{k}={p.get(k, '–')}"

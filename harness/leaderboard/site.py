@@ -38,7 +38,12 @@ from attnbench.harness.leaderboard.overview import overview
 from attnbench.harness.leaderboard.peers import labelled, peer_section, unavailable
 from attnbench.harness.leaderboard.publish import SiteError, check_paths, copy_records
 from attnbench.harness.leaderboard.ranking import with_machine
-from attnbench.harness.leaderboard.tables import Table, task_table, unfinished_table
+from attnbench.harness.leaderboard.tables import (
+    Table,
+    differing_keys,
+    task_table,
+    unfinished_table,
+)
 from attnbench.harness.leaderboard.tradeoffs import tradeoff_charts
 from attnbench.harness.leaderboard.tuning import Choice, select_tuned, tuning_table
 from attnbench.harness.records import atomic_write_text, runs_dir
@@ -101,8 +106,7 @@ def _settings(rows: pd.DataFrame, x_name: str) -> list[tuple[str, str, pd.DataFr
     keys = _setting_key(rows["task_params"], x_name)
     groups = list(rows.groupby(keys, sort=True))
     params = [json.loads(key) for key, _ in groups]
-    names = sorted({k for p in params for k in p})
-    differing = [k for k in names if len({repr(p.get(k)) for p in params}) > 1]
+    differing = differing_keys(params)
 
     def label(p: dict) -> str:
         text = ", ".join(f"{k}={p.get(k)}" for k in differing[:MAX_LABEL_PARAMS])
@@ -171,8 +175,7 @@ def _bar_settings(rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     keys = _setting_key(rows["task_params"], "")
     groups = list(rows.groupby(keys, sort=True))
     params = [json.loads(key) for key, _ in groups]
-    names = sorted({k for p in params for k in p})
-    differing = [k for k in names if len({repr(p.get(k)) for p in params}) > 1]
+    differing = differing_keys(params)
     return [
         (", ".join(f"{k}={p.get(k)}" for k in differing), group)
         for (_, group), p in zip(groups, params, strict=True)

@@ -60,6 +60,13 @@ def format_value(value: float) -> str:
     return f"{value:.4g}"
 
 
+def differing_keys(params: list[dict]) -> list[str]:
+    """The keys, sorted, whose values are not the same in every dict of ``params`` (a key some
+    dicts lack differs); what a label must name to tell settings or configurations apart."""
+    names = sorted({k for p in params for k in p})
+    return [k for k in names if len({repr(p.get(k)) for p in params}) > 1]
+
+
 def expand_params(frame: pd.DataFrame, column: str, prefix: str) -> pd.DataFrame:
     """The JSON-text column ``column`` as one column per parameter, named ``prefix.key``."""
     params = pd.json_normalize(frame[column].map(json.loads).tolist())

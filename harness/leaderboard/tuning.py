@@ -29,7 +29,13 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from attnbench.harness.leaderboard.ranking import MACHINE
-from attnbench.harness.leaderboard.tables import Cell, Column, Table, format_value
+from attnbench.harness.leaderboard.tables import (
+    Cell,
+    Column,
+    Table,
+    differing_keys,
+    format_value,
+)
 from attnbench.harness.task_info import TaskInfo
 
 TUNED = "tuned"  # column of the kept rows: the winning values, e.g. "lr=0.003"
@@ -111,8 +117,7 @@ def select_tuned(
             values = [json.loads(v) for v in labels]
             # name only the axes this group varies (icl_regression's prompt mode tunes lr; its
             # layer_lr is the unused default), all of them where nothing varies
-            axes = sorted({k for v in values for k in v})
-            shown = [k for k in axes if len({repr(v.get(k)) for v in values}) > 1]
+            shown = differing_keys(values)
             choice.candidates = [
                 Candidate(v, float(means.get(t, math.nan)), int(counts.get(t, 0)), shown)
                 for v, t in zip(values, labels, strict=True)
@@ -143,7 +148,7 @@ def tuning_table(choices: list[Choice], task: str) -> Table | None:
     if not mine:
         return None
     settings = sorted({c.setting for c in mine})
-    differing = _differing(settings)
+    differing = differing_keys([json.loads(s) for s in settings])
     columns = [
         Column("variant", "variant"),
         Column("setting", "setting", "Task parameters that differ between settings"),
@@ -162,9 +167,3 @@ def tuning_table(choices: list[Choice], task: str) -> Table | None:
             [Cell(c.variant, c.variant), Cell(label, label), Cell(chosen, chosen), Cell(tried, "")]
         )
     return Table(columns, rows)
-
-
-def _differing(settings: list[str]) -> list[str]:
-    params = [json.loads(s) for s in settings]
-    names = sorted({k for p in params for k in p})
-    return [k for k in names if len({repr(p.get(k)) for p in params}) > 1]
