@@ -6,9 +6,11 @@ Each is softmax attention restricted to a pattern that depends only on positions
 count. The defaults are fractions, so the patterns stay sparse at every length a task uses
 (density <= 0.5: README, "Sparse variants at matched density"); the throughput presets pin the
 papers' absolute sizes. None of them
-builds an N×N matrix: they run on the block-sparse engine (`variants.blocksparse`), which gathers
-and scores only the key blocks a query block can see. The dense boolean pattern applied as −∞ is
-their reference (in the tests), not their implementation.
+builds an N×N matrix: `window` on CPU runs on the banded engine (`variants.banded`: overlapping
+views of K and V, one SDPA call), the others (and `window` on CUDA) on the block-sparse engine
+(`variants.blocksparse`), which gathers and scores only the key blocks a query block can see.
+The dense boolean pattern applied as −∞ is their reference (in the tests), not their
+implementation.
 
 Conventions (i = query position, j = key position):
 - window w, causal: i − w < j ≤ i (the w most recent keys, itself included); non-causal:
@@ -31,6 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from attnbench import AttentionVariant, VariantShape, register_variant
+from attnbench.variants.banded import banded_attention
 from attnbench.variants.blocksparse import (
     block_sparse_attention,
     dedupe_blocks,
@@ -101,7 +104,8 @@ class WindowParams:
     # w: causal keeps the w latest keys, non-causal keys with |i − j| < w; a value in (0, 1) is
     # a fraction of the sequence (0.2: density 2f − f² ≈ 0.36), >= 1 a count (the paper's 256)
     window: float = WINDOW
-    block: int = 0  # tile length of the block-sparse engine; 0 = min(w, 128)
+    # queries per tile: 0 = automatic (CPU: `variants.banded`'s choice; CUDA: min(w, 128))
+    block: int = 0
 
 
 @register_variant("window")
@@ -129,8 +133,11 @@ class WindowAttention(AttentionVariant):
         w = self._window(n)
         if w >= n:  # the window covers the whole sequence: dense attention, exactly
             return dense_attention(q, k, v, causal, scale)
-        block = self.params.block or min(w, 128)
-        return local_attention(q, k, v, w, causal, block, scale, with_lse=False)[0]
+        if q.is_cuda:  # flex_attention over the window's key blocks
+            block = self.params.block or min(w, 128)
+            return local_attention(q, k, v, w, causal, block, scale, with_lse=False)[0]
+        after = 0 if causal else w - 1
+        return banded_attention(q, k, v, w - 1, after, scale, block=self.params.block)
 
     def attention_weights(self, q, k, causal=False):
         i, j = _grid(q.shape[-2], q.device)
