@@ -73,3 +73,35 @@ def test_relu2_weights_vanish_exactly_where_s_plus_b_is_not_positive(bias):
     p = stats.norm.cdf(-bias)
     sd = math.sqrt(p * (1 - p) / b)
     assert float((w == 0).double().mean()) == pytest.approx(p, abs=4 * sd)
+
+
+@pytest.mark.parametrize("name", ["relu2", "sigmoid"])
+@pytest.mark.parametrize("causal, n, m", [(True, 61, 61), (False, 61, 61), (False, 23, 50)])
+@pytest.mark.parametrize("tiles", [(8, 16), (16, 8), (7, 5)])
+def test_pointwise_tiles_match_dense_forward_and_gradients(name, causal, n, m, tiles):
+    """Small tiles so that every case crosses many tile edges and (causal) the diagonal."""
+    from attnbench.variants.pointwise import pointwise_attention
+
+    variant = build_variant(name, {})
+    gen = torch.Generator().manual_seed(n * m)
+    q, k, v = (torch.randn(2, 2, size, 8, generator=gen, dtype=torch.float64) for size in (n, m, m))
+    mask = _causal(n, m) if causal else torch.ones(n, m, dtype=torch.bool)
+    expected = (variant.weight(_scores(q, k), m) * mask) @ v
+
+    def run(*xs):
+        return pointwise_attention(
+            *xs, lambda s: variant.weight(s, m), lambda s: variant.weight_(s, m), causal, tiles
+        )
+
+    with torch.no_grad():  # the in-place kernel
+        torch.testing.assert_close(run(q, k, v), expected, rtol=1e-10, atol=1e-12)
+    leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
+    out = run(*leaves)  # the autograd kernel
+    torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-12)
+    grad = torch.randn_like(out)
+    ours = torch.autograd.grad(out, leaves, grad)
+    dense_leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
+    dq, dk, dv = dense_leaves
+    dense = (variant.weight(dq @ dk.transpose(-2, -1) / math.sqrt(8), m) * mask) @ dv
+    for a, b in zip(ours, torch.autograd.grad(dense, dense_leaves, grad)):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
