@@ -6,13 +6,17 @@ normalisation in the log domain: a row half-step sets f_i = −logsumexp_j(L_ij 
 Conventions (Sinkformers'): ``n_iters`` counts half-steps and starts with rows, so one half-step
 is exactly softmax. Nothing is ever divided: every update is a log-sum-exp.
 
-Memory: L is never held whole. Each half-step is one pass over query chunks (O(chunk·M) live);
-column log-sum-exps are accumulated across chunks. The last half-step, when it is a row step, is
-softmax(L + g): one fused `F.scaled_dot_product_attention` call with g as an additive mask.
-Row and column passes fold (B, H) into one batch so that `torch.baddbmm` adds the potential inside
-the GEMM. Limits converge slowly when L has a large spread: measure the marginal error
-(`marginal_error`) rather than assume it. Not causal: column normalisation couples every
-query to every key.
+Memory: L is never held whole. A row half-step and the column half-step after it share one pass
+over query chunks (O(chunk·M) live): a chunk's rows are complete, so its row softmax
+P = exp(L + g + f) is final within the chunk, and the column step only needs the column sums of P
+accumulated over chunks, g ← g + log(N/M) − log Σ_i P_ij. So n_iters = 3 costs one such pass plus
+the last row half-step, which is softmax(L + g): one fused `F.scaled_dot_product_attention` call
+with g as an additive mask. Where a column sum is too small for float precision (a key no query
+attends to, at very low temperature) the pass is redone exactly in the log domain, with
+log-sum-exps over rows and columns. Passes fold (B, H) into one batch so that `torch.baddbmm` adds
+the potential inside the GEMM; chunks are sized to stay in cache (`CHUNK_BYTES`). Limits converge
+slowly when L has a large spread: measure the marginal error (`marginal_error`) rather than
+assume it. Not causal: column normalisation couples every query to every key.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ import torch.nn.functional as F
 
 from attnbench import AttentionVariant, VariantShape, register_variant
 from attnbench.variants.blocksparse import rows_per_chunk
+
+CHUNK_BYTES = 4 * 1024 * 1024  # logits of one chunk of a fused pass (fits in cache, 2 CPU cores)
 
 
 @dataclass
@@ -55,38 +61,67 @@ class SinkhornAttention(AttentionVariant):
         return 1.0 / (math.sqrt(q.shape[-1]) * self.params.temperature)
 
     def potentials(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Log-potentials (f, g) after all half-steps except a final row step (see forward)."""
+        """Log-potentials (f, g) after all half-steps except a final row step (see forward).
+
+        f is only needed (and only computed) when n_iters is even; for odd n_iters it is zeros.
+        """
         bsz, heads, n, d = q.shape
         m = k.shape[-2]
-        scale = self._scale(q)
         q3 = q.reshape(bsz * heads, n, d)  # (B, H) folded: baddbmm adds the bias in the GEMM
         kt3 = k.reshape(bsz * heads, m, d).transpose(1, 2)
-        step = rows_per_chunk(q, m)
-        starts = range(0, n, step)
         f = q.new_zeros(bsz * heads, n)
         g = q.new_zeros(bsz * heads, m)
-        col_mass = math.log(n / m)
-        last = self.params.n_iters if self.params.n_iters % 2 == 0 else self.params.n_iters - 1
-        for half_step in range(1, last + 1):
-            if half_step % 2:  # rows: f_i = −logsumexp_j(L_ij + g_j)
-                bias = g.unsqueeze(-2)
-                f = -torch.cat(
-                    [
-                        torch.baddbmm(bias, q3[:, s : s + step], kt3, alpha=scale).logsumexp(-1)
-                        for s in starts
-                    ],
-                    dim=-1,
-                )
-            else:  # columns: g_j = log(N/M) − logsumexp_i(L_ij + f_i), accumulated over chunks
-                bias = f.unsqueeze(-1)
-                parts = [
-                    torch.baddbmm(
-                        bias[:, s : s + step], q3[:, s : s + step], kt3, alpha=scale
-                    ).logsumexp(-2)
-                    for s in starts
-                ]
-                g = col_mass - torch.stack(parts).logsumexp(dim=0)
+        pairs = self.params.n_iters // 2  # (row, column) half-step pairs before the output
+        for pair in range(pairs):
+            need_f = pair == pairs - 1 and self.params.n_iters % 2 == 0
+            f, g = self._row_then_column(q3, kt3, g, self._scale(q), need_f)
         return f.reshape(bsz, heads, n), g.reshape(bsz, heads, m)
+
+    @staticmethod
+    def _row_then_column(q3, kt3, g, scale, need_f):
+        """One row half-step then one column half-step, in one pass over query chunks."""
+        bh, n, m = q3.shape[0], q3.shape[1], kt3.shape[2]
+        step = max(1, CHUNK_BYTES // (bh * m * q3.element_size()))
+        bias = g.unsqueeze(-2)
+        col_sum = q3.new_zeros(bh, m)
+        f = q3.new_zeros(bh, n)
+        for s in range(0, n, step):
+            logits = torch.baddbmm(bias, q3[:, s : s + step], kt3, alpha=scale)  # L + g
+            if need_f:
+                lse = logits.logsumexp(-1, keepdim=True)
+                f[:, s : s + step] = -lse.squeeze(-1)
+                probs = (logits - lse).exp()
+            else:
+                probs = logits.softmax(-1)
+            col_sum += probs.sum(-2)
+        col_mass = math.log(n / m)
+        # each term of a column sum is flushed below float's smallest normal: a sum this far above
+        # n of those loses at most 1e-7 of itself; below, redo the pass in the log domain
+        if bool((col_sum >= n * torch.finfo(q3.dtype).tiny * 1e7).all()):
+            return f, g + col_mass - col_sum.log()
+        return SinkhornAttention._row_then_column_log(q3, kt3, g, scale)
+
+    @staticmethod
+    def _row_then_column_log(q3, kt3, g, scale):
+        """`_row_then_column` with log-sum-exps only: exact where probabilities underflow."""
+        n, m = q3.shape[1], kt3.shape[2]
+        step = rows_per_chunk(q3.unsqueeze(0), m)
+        starts = range(0, n, step)
+        f = -torch.cat(
+            [
+                torch.baddbmm(g.unsqueeze(-2), q3[:, s : s + step], kt3, alpha=scale).logsumexp(-1)
+                for s in starts
+            ],
+            dim=-1,
+        )
+        bias = f.unsqueeze(-1)
+        parts = [
+            torch.baddbmm(bias[:, s : s + step], q3[:, s : s + step], kt3, alpha=scale).logsumexp(
+                -2
+            )
+            for s in starts
+        ]
+        return f, math.log(n / m) - torch.stack(parts).logsumexp(dim=0)
 
     def forward(self, q, k, v, causal=False):
         self.check_inputs(q, k, v, causal)
