@@ -7,6 +7,8 @@ the position with weight e⁰.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 
@@ -20,6 +22,15 @@ def causal_pattern(n: int, m: int, device: torch.device | str | None = None) -> 
     i = torch.arange(n, device=device).unsqueeze(1)
     j = torch.arange(m, device=device).unsqueeze(0)
     return j <= i
+
+
+@functools.lru_cache(maxsize=128)
+def future_keys(rows: int, cols: int, offset: int, device: str = "cpu") -> torch.Tensor:
+    """(rows, cols) bool, True where a tile's key is after its query (j > i): the tile's first
+    query is at position r0 and its first key at c0, with ``offset`` = r0 − c0. Cached, because
+    a tiled causal kernel masks the same diagonal tiles on every call."""
+    i = torch.arange(rows, device=device).view(-1, 1)
+    return torch.arange(cols, device=device).view(1, -1) - i > offset
 
 
 def apply_pattern(logits: torch.Tensor, pattern: torch.Tensor) -> torch.Tensor:

@@ -16,7 +16,6 @@ on 2 CPU cores at N = 8192 (256 × 512 keeps a tile of 4 heads in 2 MiB, within 
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,21 +24,11 @@ import torch
 import torch.nn.functional as F
 
 from attnbench import AttentionVariant, register_variant
-from attnbench.variants.masking import causal_pattern
+from attnbench.variants.masking import causal_pattern, future_keys
 
 QUERY_TILE, KEY_TILE = 256, 512
 
 Weight = Callable[[torch.Tensor], torch.Tensor]
-
-
-@functools.lru_cache(maxsize=64)
-def _future(rows: int, cols: int, offset: int, device: str) -> torch.Tensor:
-    """(rows, cols) bool: key col0 + b is after query row0 + a, with offset = row0 − col0."""
-    return (
-        torch.arange(cols, device=device).view(1, -1)
-        - torch.arange(rows, device=device).view(-1, 1)
-        > offset
-    )
 
 
 def pointwise_attention(
@@ -74,7 +63,7 @@ def pointwise_attention(
             scores = torch.bmm(q3[:, s:e], kt[:, :, ks:ke])
             w = weight_(scores) if inplace else weight(scores)
             if causal and ke - 1 > s:  # the tile crosses the diagonal
-                future = _future(e - s, ke - ks, s - ks, device)
+                future = future_keys(e - s, ke - ks, s - ks, device)
                 w = w.masked_fill_(future, 0.0) if inplace else w.masked_fill(future, 0.0)
             if inplace:
                 if ks == 0:
