@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -83,6 +84,7 @@ def block_sparse_attention(
     allowed: Predicate | None = None,
     block_bias: torch.Tensor | None = None,
     with_lse: bool = True,
+    plan_key: Hashable | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Softmax attention restricted to listed key blocks (see the module docstring).
 
@@ -98,6 +100,9 @@ def block_sparse_attention(
         with_lse: Also return the log-sum-exp. Without it (and without ``block_bias``) each
             group of tiles goes through one fused `F.scaled_dot_product_attention` call with a
             boolean mask, which never writes the logits out.
+        plan_key: A hashable name of the pattern (``key_blocks`` and ``allowed``) for this
+            length, when it is fixed: the pattern-only work (gather indices, token masks) is then
+            computed once and reused by every call with the same key, shapes and device.
 
     Returns:
         (out (B, H, N, Dv), lse (B, H, N) or None).
@@ -105,61 +110,51 @@ def block_sparse_attention(
     bsz, heads, n, d = q.shape
     m, dv = k.shape[-2], v.shape[-1]
     nbq, nbk = math.ceil(n / block), math.ceil(m / block)
-    qb = _pad_to(q, nbq * block).reshape(bsz, heads, nbq, block, d)
-    kb = _pad_to(k, nbk * block).reshape(bsz, heads, nbk, block, d)
-    vb = _pad_to(v, nbk * block).reshape(bsz, heads, nbk, block, dv)
-    shared = key_blocks.dim() == 2  # one pattern for every batch and head
-    used = (key_blocks >= 0).flatten(0, -2).any(dim=0)  # drop columns no query block uses
-    if not bool(used.all()):
-        key_blocks = key_blocks[..., used]
-        if block_bias is not None:
-            block_bias = block_bias[..., used]
-    if not shared:
-        key_blocks = key_blocks.expand(bsz, heads, nbq, key_blocks.shape[-1])
     if not with_lse and block_bias is None and q.is_cuda:
         return flex_block_sparse_attention(q, k, v, key_blocks, block, scale, allowed), None
-    n_keys = key_blocks.shape[-1] * block
-    valid = (key_blocks >= 0) & (key_blocks < nbk)
-    idx = key_blocks.clamp(0, nbk - 1)
-    offsets = torch.arange(block, device=q.device)
-    bytes_per_qblock = 3 * bsz * heads * block * n_keys * q.element_size()
-    group = max(1, TILE_BYTES // max(1, bytes_per_qblock))
+    shared = key_blocks.dim() == 2  # one pattern for every batch and head
+    if block_bias is not None or plan_key is None:
+        plan = _tile_plan(key_blocks, block_bias, n, m, block, allowed, q)
+    else:
+        cache_key = (plan_key, n, m, block, bsz, heads, q.element_size(), str(q.device))
+        plan = _PLANS.get(cache_key)
+        if plan is None:
+            plan = _PLANS[cache_key] = _tile_plan(key_blocks, None, n, m, block, allowed, q)
+            while len(_PLANS) > PLAN_CACHE_SIZE:
+                _PLANS.pop(next(iter(_PLANS)))
+    qb = _pad_to(q, nbq * block).reshape(bsz, heads, nbq, block, d)
+    kb = _pad_to(k, nbk * block)
+    vb = _pad_to(v, nbk * block)
+    if shared:  # (B·H, nbk, block·D): one index_select copies whole key blocks
+        kb = kb.reshape(bsz * heads, nbk, block * d)
+        vb = vb.reshape(bsz * heads, nbk, block * dv)
+    else:
+        kb = kb.reshape(bsz, heads, nbk, block, d)
+        vb = vb.reshape(bsz, heads, nbk, block, dv)
     fused = not with_lse and block_bias is None
 
     outs, lses = [], []
-    for s in range(0, nbq, group):
-        e = min(nbq, s + group)
+    for (s, e), ib, keep, dead, bias in zip(
+        plan.groups, plan.index, plan.keep, plan.dead, plan.bias, strict=True
+    ):
         g = e - s
-        ib = idx[s:e] if shared else idx[:, :, s:e]
+        n_keys = ib.shape[-1] * block
         if shared:
-            kg, vg = kb[:, :, ib], vb[:, :, ib]  # (B, H, g, K, block, D)
+            flat = ib.flatten()
+            kg = kb.index_select(1, flat).reshape(bsz, heads, g, n_keys, d)
+            vg = vb.index_select(1, flat).reshape(bsz, heads, g, n_keys, dv)
         else:
             bi = torch.arange(bsz, device=q.device).view(-1, 1, 1, 1)
             hi = torch.arange(heads, device=q.device).view(1, -1, 1, 1)
-            kg, vg = kb[bi, hi, ib], vb[bi, hi, ib]
-        kg = kg.reshape(bsz, heads, g, n_keys, d)
-        vg = vg.reshape(bsz, heads, g, n_keys, dv)
-
-        kpos = (ib.unsqueeze(-1) * block + offsets).flatten(-2).unsqueeze(-2)  # (.., g, 1, K·block)
-        vb_ok = valid[s:e] if shared else valid[:, :, s:e]
-        keep = vb_ok.unsqueeze(-1).expand(*vb_ok.shape, block).flatten(-2).unsqueeze(-2)
-        keep = keep & (kpos < m)
-        if allowed is not None:
-            qpos = ((torch.arange(s, e, device=q.device) * block).view(-1, 1) + offsets).unsqueeze(
-                -1
-            )
-            keep = keep & allowed(qpos, kpos)
+            kg = kb[bi, hi, ib].reshape(bsz, heads, g, n_keys, d)
+            vg = vb[bi, hi, ib].reshape(bsz, heads, g, n_keys, dv)
         if fused:
-            outs.append(_fused_tiles(qb[:, :, s:e], kg, vg, keep, scale))
+            outs.append(_fused_tiles(qb[:, :, s:e], kg, vg, keep, dead, scale))
             continue
         logits = (qb[:, :, s:e] @ kg.transpose(-2, -1)) * scale  # (B, H, g, block, K·block)
-        if block_bias is not None:
-            bias = block_bias.expand(*block_bias.shape[:-2], nbq, block_bias.shape[-1])[..., s:e, :]
-            logits = logits + bias.unsqueeze(-1).expand(*bias.shape, block).flatten(-2).unsqueeze(
-                -2
-            )
-        dead = ~keep.any(dim=-1, keepdim=True)  # rows with no key: finite junk, zeroed below
-        logits = logits.masked_fill(~keep & ~dead, float("-inf"))
+        if bias is not None:
+            logits = logits + bias
+        logits = logits.masked_fill(~keep & ~dead, float("-inf"))  # dead rows: finite junk
         lse = torch.logsumexp(logits, dim=-1, keepdim=True)
         probs = torch.exp(logits - lse).masked_fill(dead, 0.0)
         outs.append(probs @ vg)
@@ -169,6 +164,65 @@ def block_sparse_attention(
         return out, None
     lse = torch.cat(lses, dim=2).reshape(bsz, heads, nbq * block)[:, :, :n]
     return out, lse
+
+
+PLAN_CACHE_SIZE = 32  # patterns whose pattern-only work is kept (`plan_key`)
+_PLANS: dict[Hashable, _TilePlan] = {}
+
+
+@dataclass(frozen=True)
+class _TilePlan:
+    """The pattern-only work of a call, per group of query blocks (s, e): the key blocks to
+    gather, the token mask, the rows with no key and the logit bias of the tiles."""
+
+    groups: list[tuple[int, int]]
+    index: list[torch.Tensor]  # (g, K) shared, else (B, H, g, K): clamped key block indices
+    keep: list[torch.Tensor]  # bool, broadcastable to (B, H, g, block, K·block)
+    dead: list[torch.Tensor]  # bool (..., g, block, 1): rows with no allowed key
+    bias: list[torch.Tensor | None]  # (B, H, g, 1, K·block) block bias, or None
+
+
+def _tile_plan(key_blocks, block_bias, n, m, block, allowed, q) -> _TilePlan:
+    """Gather indices, token masks and biases of every group (`block_sparse_attention`)."""
+    bsz, heads = q.shape[:2]
+    nbq, nbk = math.ceil(n / block), math.ceil(m / block)
+    shared = key_blocks.dim() == 2
+    used = (key_blocks >= 0).flatten(0, -2).any(dim=0)  # drop columns no query block uses
+    if not bool(used.all()):
+        key_blocks = key_blocks[..., used]
+        if block_bias is not None:
+            block_bias = block_bias[..., used]
+    if not shared:
+        key_blocks = key_blocks.expand(bsz, heads, nbq, key_blocks.shape[-1])
+    n_keys = key_blocks.shape[-1] * block
+    valid = (key_blocks >= 0) & (key_blocks < nbk)
+    idx = key_blocks.clamp(0, nbk - 1)
+    offsets = torch.arange(block, device=q.device)
+    bytes_per_qblock = 3 * bsz * heads * block * n_keys * q.element_size()
+    group = max(1, TILE_BYTES // max(1, bytes_per_qblock))
+    plan = _TilePlan([], [], [], [], [])
+    for s in range(0, nbq, group):
+        e = min(nbq, s + group)
+        ib = idx[s:e] if shared else idx[:, :, s:e]
+        kpos = (ib.unsqueeze(-1) * block + offsets).flatten(-2).unsqueeze(-2)  # (.., g, 1, K·block)
+        ok = valid[s:e] if shared else valid[:, :, s:e]
+        keep = ok.unsqueeze(-1).expand(*ok.shape, block).flatten(-2).unsqueeze(-2)
+        keep = keep & (kpos < m)
+        if allowed is not None:
+            qpos = ((torch.arange(s, e, device=q.device) * block).view(-1, 1) + offsets).unsqueeze(
+                -1
+            )
+            keep = keep & allowed(qpos, kpos)
+        bias = None
+        if block_bias is not None:
+            b = block_bias.expand(*block_bias.shape[:-2], nbq, block_bias.shape[-1])[..., s:e, :]
+            bias = b.unsqueeze(-1).expand(*b.shape, block).flatten(-2).unsqueeze(-2)
+        plan.groups.append((s, e))
+        plan.index.append(ib.contiguous())
+        plan.keep.append(keep)
+        plan.dead.append(~keep.any(dim=-1, keepdim=True))
+        plan.bias.append(bias)
+    return plan
 
 
 @functools.cache
@@ -227,24 +281,29 @@ def flex_block_sparse_attention(
 
 
 def _fused_tiles(
-    qg: torch.Tensor, kg: torch.Tensor, vg: torch.Tensor, keep: torch.Tensor, scale: float
+    qg: torch.Tensor,
+    kg: torch.Tensor,
+    vg: torch.Tensor,
+    keep: torch.Tensor,
+    dead: torch.Tensor,
+    scale: float,
 ) -> torch.Tensor:
     """Softmax attention of a group of query tiles with SDPA: (B, H, g, block, Dv).
 
     qg (B, H, g, block, D); kg, vg (B, H, g, K·block, ·); keep broadcastable to
-    (B, H, g, block, K·block). SDPA takes 4-d inputs, so (B, H) fold into one batch dimension and
-    the tile index g becomes the "heads" dimension the mask can broadcast over. A row with no
-    allowed key comes out as 0, as on the unfused path.
+    (B, H, g, block, K·block), dead its rows without a key. SDPA takes 4-d inputs, so (B, H)
+    fold into one batch dimension and the tile index g becomes the "heads" dimension the mask
+    can broadcast over. A row with no allowed key comes out as 0, as on the unfused path.
     """
     bsz, heads, g, block, _ = qg.shape
     fold = lambda x: x.reshape(bsz * heads, g, *x.shape[-2:])  # noqa: E731
     mask = keep.reshape(-1, *keep.shape[-3:]) if keep.dim() > 3 else keep.unsqueeze(0)
     mask = mask.expand(-1, g, block, -1)
     out = F.scaled_dot_product_attention(fold(qg), fold(kg), fold(vg), attn_mask=mask, scale=scale)
-    dead = ~mask.any(dim=-1, keepdim=True)
+    out = out.reshape(bsz, heads, g, block, -1)
     if bool(dead.any()):
         out = out.masked_fill(dead, 0.0)
-    return out.reshape(bsz, heads, g, block, -1)
+    return out
 
 
 def merge_partials(

@@ -208,7 +208,14 @@ class StridedAttention(AttentionVariant):
 
         diagonal = torch.arange(s, device=q.device).view(-1, 1)
         out, lse = block_sparse_attention(
-            regroup(q), regroup(k), regroup(v), diagonal, rows, scale=scale, allowed=dilated_only
+            regroup(q),
+            regroup(k),
+            regroup(v),
+            diagonal,
+            rows,
+            scale=scale,
+            allowed=dilated_only,
+            plan_key=("strided dilated", local, s, n, causal),
         )
 
         def ungroup(x):
@@ -274,6 +281,7 @@ class BigBirdAttention(AttentionVariant):
             if getattr(params, name) < 0:
                 raise ValueError(f"bigbird {name} must be >= 0, got {getattr(params, name)}.")
         self._random: dict[tuple[int, bool], torch.Tensor] = {}
+        self._lists: dict[tuple[int, bool], tuple[torch.Tensor, bool]] = {}
 
     def random_blocks(self, nb: int, causal: bool) -> torch.Tensor:
         """(nb, n_random) random key blocks per query block, −1 where too few candidates.
@@ -316,12 +324,24 @@ class BigBirdAttention(AttentionVariant):
         b = self.block(n)
         scale = 1 / math.sqrt(q.shape[-1])
         nb = math.ceil(n / b)
-        blocks = self.key_blocks(nb, causal)
-        if self._covers_all(blocks, nb, causal):  # dense attention, exactly
+        if (nb, causal) not in self._lists:  # the pattern of a length: built once
+            blocks = self.key_blocks(nb, causal)
+            self._lists[nb, causal] = blocks, self._covers_all(blocks, nb, causal)
+        blocks, covers_all = self._lists[nb, causal]
+        if covers_all:  # dense attention, exactly
             return dense_attention(q, k, v, causal, scale)
         allowed = (lambda i, j: j <= i) if causal else None
+        p = self.params
         out, _ = block_sparse_attention(
-            q, k, v, blocks.to(q.device), b, scale=scale, allowed=allowed, with_lse=False
+            q,
+            k,
+            v,
+            blocks.to(q.device),
+            b,
+            scale=scale,
+            allowed=allowed,
+            with_lse=False,
+            plan_key=("bigbird", b, nb, causal, p.window_blocks, p.n_global, p.n_random, p.seed),
         )
         n_glob = min(self.params.n_global * b, n)
         if n_glob == 0:
