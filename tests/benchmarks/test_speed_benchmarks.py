@@ -1,8 +1,9 @@
-"""The speed targets of issue #5 as pytest-benchmark benchmarks (CPU, float32).
+"""The speed targets (issues #5 and #15) as pytest-benchmark benchmarks (CPU, float32).
 
-Each fast variant's forward is a pytest-benchmark case, so its statistics land in
-pytest-benchmark's table and JSON; `test_speed_targets_hold` measures every target as a ratio
-within interleaved rounds (`attnbench.tasks.speed_targets`) and asserts the bounds. Run on demand:
+Each timed call (a forward, or a forward+backward) is a pytest-benchmark case, so its
+statistics land in pytest-benchmark's table and JSON; `test_speed_targets_hold` measures every
+target as a ratio within interleaved rounds (`attnbench.tasks.speed_targets`) and asserts the
+bounds. Run on demand:
 
     pytest -o addopts="" tests/benchmarks
 """
@@ -13,9 +14,11 @@ import pytest
 import torch
 
 from attnbench.harness.memory import reuse_freed_memory
-from attnbench.tasks.speed_targets import TARGETS, Case, _forward, format_table, measure
+from attnbench.tasks.speed_targets import Case, _call, all_targets, format_table, measure
 
-CASES = sorted({c for t in TARGETS if t.quantity == "time" for c in t.cases()}, key=lambda c: c.key)
+CASES = sorted(
+    {c for t in all_targets() if t.quantity == "time" for c in t.cases()}, key=lambda c: c.key
+)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -29,10 +32,8 @@ def _cpu_timing_settings():
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.key)
-def test_forward_speed(benchmark, case: Case):
-    fn = _forward(case)
-    with torch.no_grad():
-        benchmark.pedantic(fn, rounds=5, warmup_rounds=1, iterations=1)
+def test_call_speed(benchmark, case: Case):
+    benchmark.pedantic(_call(case), rounds=5, warmup_rounds=1, iterations=1)
 
 
 def test_speed_targets_hold(benchmark):

@@ -33,12 +33,40 @@ def test_measure_gives_one_ratio_per_round_and_a_memory_reading():
     assert "| time ratio |" in table and "of 3 rounds" in table
 
 
+def test_marginal_cost_factor_and_reported_rows():
+    """(numerator − minus) / denominator × factor; a row without a bound is reported, not judged."""
+    a, b, c = Case("softmax", 64, False), Case("softmax", 128, False), Case("softmax", 256, False)
+    marginal = Target("step", c, a, None, False, minus=b)
+    assert marginal.value({a: 2.0, b: 3.0, c: 7.0}) == 2.0
+    assert Outcome(marginal, 9.0, 9.0, 9.0).met
+    scaled = Target("ideal", a, b, 0.5, True, factor=0.25)
+    assert scaled.value({a: 8.0, b: 1.0}) == 2.0
+    assert "(reported)" in format_table([Outcome(marginal, 2.0, 1.0, 3.0)], {}, 1)
+
+
+def test_cases_differ_by_every_parameter_and_by_backward():
+    """Sinkhorn at n_iters 2 and 3 are two calls; so are a forward and a forward+backward."""
+    two, three = (Case("sinkhorn", 64, False, {"n_iters": i}) for i in (2, 3))
+    assert two != three and len({two, three}) == 2
+    assert Case("window", 64, True) != Case("window", 64, True, backward=True)
+    assert Case("window", 64, True, {"window": 8}) == Case("window", 64, True, {"window": 8})
+
+
+def test_forward_backward_case_times_gradients_and_its_peak_is_measured():
+    case = Case("linear", 256, True, {}, backward=True)
+    targets = [Target("bwd peak", case, None, None, False, "memory")]
+    (peak,), _ = measure(targets, rounds=1, threads=1, min_run_time=0.01)
+    assert peak.median is None or peak.median > 0
+    call = speed_targets._call(case)
+    call()  # runs forward and backward, leaves no gradient behind
+
+
 def test_main_exits_non_zero_when_a_target_is_missed(monkeypatch, capsys):
     case = Case("softmax", 64, False)
     missed = Outcome(Target("too slow", case, case, 1.0, True), 0.5, 0.4, 0.6)
     monkeypatch.setattr(speed_targets, "measure", lambda **_: ([missed], {case.key: 1.0}))
     assert speed_targets.main(["--rounds", "1"]) == 1
-    assert "| too slow | 0.5 [0.4, 0.6] | ≥ 1 | NO |" in capsys.readouterr().out
+    assert "| too slow | 0.4 | 0.5 | 0.6 | ≥ 1 | NO |" in capsys.readouterr().out
 
 
 def test_sparse_targets_time_the_papers_absolute_sizes():
@@ -48,11 +76,11 @@ def test_sparse_targets_time_the_papers_absolute_sizes():
 
     sparse = [
         c
-        for t in speed_targets.TARGETS
+        for t in speed_targets.all_targets()
         for c in t.cases()
         if c.variant != "sdpa" and VARIANTS.get(c.variant).family == "sparse"
     ]
-    assert {c.variant for c in sparse} == {"window", "strided", "bigbird"}
+    assert {c.variant for c in sparse} == {"window", "strided", "bigbird", "topk"}
     for case in sparse:
         assert case.params == speed_targets.PAPER_SIZES[case.variant]
         assert all(value >= 1 for value in case.params.values()), case

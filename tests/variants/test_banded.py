@@ -6,10 +6,10 @@ import math
 
 import pytest
 import torch
+from references import dense_masked_softmax
 
 from attnbench.variants import banded
 from attnbench.variants.banded import banded_attention
-from references import dense_masked_softmax
 
 
 def band(n: int, before: int, after: int) -> torch.Tensor:
@@ -53,7 +53,7 @@ def test_banded_gradients_match_dense(n, before, after, block):
 
     ours = grads(lambda q, k, v: banded_attention(q, k, v, before, after, 8**-0.5, block=block))
     dense = grads(lambda q, k, v: dense_masked_softmax(q, k, v, band(n, before, after)))
-    for a, b in zip(ours, dense):
+    for a, b in zip(ours, dense, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
 
 

@@ -103,5 +103,5 @@ def test_pointwise_tiles_match_dense_forward_and_gradients(name, causal, n, m, t
     dense_leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
     dq, dk, dv = dense_leaves
     dense = (variant.weight(dq @ dk.transpose(-2, -1) / math.sqrt(8), m) * mask) @ dv
-    for a, b in zip(ours, torch.autograd.grad(dense, dense_leaves, grad)):
+    for a, b in zip(ours, torch.autograd.grad(dense, dense_leaves, grad), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)

@@ -138,7 +138,9 @@ def test_chunked_passes_and_gradients_equal_dense_half_steps(n_iters, monkeypatc
     torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-12)
     grad = torch.randn_like(out)
     for a, b in zip(
-        torch.autograd.grad(out, leaves, grad), torch.autograd.grad(expected, dense_leaves, grad)
+        torch.autograd.grad(out, leaves, grad),
+        torch.autograd.grad(expected, dense_leaves, grad),
+        strict=True,
     ):
         torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-10)
 
