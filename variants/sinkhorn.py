@@ -11,12 +11,15 @@ over query chunks (O(chunk·M) live): a chunk's rows are complete, so its row so
 P = exp(L + g + f) is final within the chunk, and the column step only needs the column sums of P
 accumulated over chunks, g ← g + log(N/M) − log Σ_i P_ij. So n_iters = 3 costs one such pass plus
 the last row half-step, which is softmax(L + g): one fused `F.scaled_dot_product_attention` call
-with g as an additive mask. Where a column sum is too small for float precision (a key no query
-attends to, at very low temperature) the pass is redone exactly in the log domain, with
-log-sum-exps over rows and columns. Passes fold (B, H) into one batch so that `torch.baddbmm` adds
-the potential inside the GEMM; chunks are sized to stay in cache (`CHUNK_BYTES`). Limits converge
-slowly when L has a large spread: measure the marginal error (`marginal_error`) rather than
-assume it. Not causal: column normalisation couples every query to every key.
+with g as an additive mask. An even n_iters ends on a column step, whose plan is the previous row
+softmax with column j scaled by exp(g_new − g_old)_j: the same SDPA call on scaled values. So
+n_iters = 2k and 2k + 1 cost the same: k passes and one SDPA call. Where a column sum is too
+small for float precision (a key no query attends to, at very low temperature) the pass is redone
+exactly in the log domain, with log-sum-exps over rows and columns. Passes fold (B, H) into one
+batch so that `torch.baddbmm` adds the potential inside the GEMM; chunks are sized to stay in
+cache (`CHUNK_BYTES`). Limits converge slowly when L has a large spread: measure the marginal
+error (`marginal_error`) rather than assume it. Not causal: column normalisation couples every
+query to every key.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from attnbench import AttentionVariant, VariantShape, register_variant
 from attnbench.variants.blocksparse import rows_per_chunk
 
 CHUNK_BYTES = 4 * 1024 * 1024  # logits of one chunk of a fused pass (fits in cache, 2 CPU cores)
+SHIFT_LIMIT = 60.0  # largest column shift folded into the values (e^60 ≪ float32's e^88)
 
 
 @dataclass
@@ -61,44 +65,34 @@ class SinkhornAttention(AttentionVariant):
         return 1.0 / (math.sqrt(q.shape[-1]) * self.params.temperature)
 
     def potentials(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Log-potentials (f, g) after all half-steps except a final row step (see forward).
+        """Column log-potentials (g before the last column half-step, g after it), (B, H, M).
 
-        f is only needed (and only computed) when n_iters is even; for odd n_iters it is zeros.
+        Every (row, column) pair of half-steps is one fused pass; the final row half-step of an
+        odd n_iters is left to `forward`. Row potentials are never stored: they follow from g.
         """
         bsz, heads, n, d = q.shape
         m = k.shape[-2]
         q3 = q.reshape(bsz * heads, n, d)  # (B, H) folded: baddbmm adds the bias in the GEMM
         kt3 = k.reshape(bsz * heads, m, d).transpose(1, 2)
-        f = q.new_zeros(bsz * heads, n)
-        g = q.new_zeros(bsz * heads, m)
-        pairs = self.params.n_iters // 2  # (row, column) half-step pairs before the output
-        for pair in range(pairs):
-            need_f = pair == pairs - 1 and self.params.n_iters % 2 == 0
-            f, g = self._row_then_column(q3, kt3, g, self._scale(q), need_f)
-        return f.reshape(bsz, heads, n), g.reshape(bsz, heads, m)
+        g_prev = g = q.new_zeros(bsz * heads, m)
+        for _ in range(self.params.n_iters // 2):
+            g_prev, g = g, self._row_then_column(q3, kt3, g, self._scale(q))
+        return g_prev.reshape(bsz, heads, m), g.reshape(bsz, heads, m)
 
     @staticmethod
-    def _row_then_column(q3, kt3, g, scale, need_f):
-        """One row half-step then one column half-step, in one pass over query chunks."""
+    def _row_then_column(q3, kt3, g, scale):
+        """g after one row half-step then one column half-step, in one pass over query chunks."""
         bh, n, m = q3.shape[0], q3.shape[1], kt3.shape[2]
         step = max(1, CHUNK_BYTES // (bh * m * q3.element_size()))
         bias = g.unsqueeze(-2)
         col_sum = q3.new_zeros(bh, m)
-        f = q3.new_zeros(bh, n)
         for s in range(0, n, step):
-            logits = torch.baddbmm(bias, q3[:, s : s + step], kt3, alpha=scale)  # L + g
-            if need_f:
-                lse = logits.logsumexp(-1, keepdim=True)
-                f[:, s : s + step] = -lse.squeeze(-1)
-                probs = (logits - lse).exp()
-            else:
-                probs = logits.softmax(-1)
+            probs = torch.baddbmm(bias, q3[:, s : s + step], kt3, alpha=scale).softmax(-1)
             col_sum += probs.sum(-2)
-        col_mass = math.log(n / m)
         # each term of a column sum is flushed below float's smallest normal: a sum this far above
         # n of those loses at most 1e-7 of itself; below, redo the pass in the log domain
         if bool((col_sum >= n * torch.finfo(q3.dtype).tiny * 1e7).all()):
-            return f, g + col_mass - col_sum.log()
+            return g + math.log(n / m) - col_sum.log()
         return SinkhornAttention._row_then_column_log(q3, kt3, g, scale)
 
     @staticmethod
@@ -121,28 +115,39 @@ class SinkhornAttention(AttentionVariant):
             )
             for s in starts
         ]
-        return f, math.log(n / m) - torch.stack(parts).logsumexp(dim=0)
+        return math.log(n / m) - torch.stack(parts).logsumexp(dim=0)
 
     def forward(self, q, k, v, causal=False):
         self.check_inputs(q, k, v, causal)
-        f, g = self.potentials(q, k)
+        g_prev, g = self.potentials(q, k)
         scale = self._scale(q)
         if self.params.n_iters % 2 == 1:  # the final row half-step is softmax(L + g): fused SDPA
             return F.scaled_dot_product_attention(q, k, v, attn_mask=g.unsqueeze(-2), scale=scale)
+        # even: the plan is the last row step's softmax(L + g_prev) with column j scaled by
+        # exp(g − g_prev), so scaling value j instead makes it one fused SDPA call, as long as
+        # the scales stay well inside float range
+        shift = g - g_prev
+        if bool(shift.max() < SHIFT_LIMIT):
+            scaled = v * shift.exp().unsqueeze(-1)
+            return F.scaled_dot_product_attention(
+                q, k, scaled, attn_mask=g_prev.unsqueeze(-2), scale=scale
+            )
         kt = k.transpose(-2, -1)
         step = rows_per_chunk(q, k.shape[-2])
         outs = []
         for s in range(0, q.shape[-2], step):
-            logits = (q[:, :, s : s + step] @ kt) * scale + g.unsqueeze(-2)
-            outs.append(torch.exp(logits + f[:, :, s : s + step].unsqueeze(-1)) @ v)
+            logits = (q[:, :, s : s + step] @ kt) * scale
+            lse = (logits + g_prev.unsqueeze(-2)).logsumexp(-1, keepdim=True)
+            outs.append(torch.exp(logits + g.unsqueeze(-2) - lse) @ v)
         return torch.cat(outs, dim=2)
 
     def attention_weights(self, q, k, causal=False):
-        f, g = self.potentials(q, k)
-        logits = (q @ k.transpose(-2, -1)) * self._scale(q) + g.unsqueeze(-2)
+        g_prev, g = self.potentials(q, k)
+        logits = (q @ k.transpose(-2, -1)) * self._scale(q)
         if self.params.n_iters % 2 == 1:
-            return torch.softmax(logits, dim=-1)
-        return torch.exp(logits + f.unsqueeze(-1))
+            return torch.softmax(logits + g.unsqueeze(-2), dim=-1)
+        log_rows = (logits + g_prev.unsqueeze(-2)).log_softmax(dim=-1)
+        return torch.exp(log_rows + (g - g_prev).unsqueeze(-2))
 
     @staticmethod
     def marginal_error(weights: torch.Tensor) -> tuple[float, float]:

@@ -163,3 +163,17 @@ def test_underflowing_column_sums_fall_back_to_the_log_domain(monkeypatch):
     assert calls, "the fused pass should have found underflowing column sums"
     plan = sinkhorn_log_dense(_logits(q.double() * 10, k.double(), 0.01), 3)
     torch.testing.assert_close(out.double(), plan @ v.double(), atol=1e-3, rtol=1e-3)
+
+
+@pytest.mark.parametrize("fold_into_values", [True, False])
+def test_even_half_steps_by_scaled_values_or_explicitly(fold_into_values, monkeypatch):
+    """An even n_iters ends on a column step: SDPA on values scaled by exp(g − g_prev), or, when
+    a scale would leave float range, the explicit chunked plan. Both equal the dense plan."""
+    from attnbench.variants import sinkhorn
+
+    if not fold_into_values:
+        monkeypatch.setattr(sinkhorn, "SHIFT_LIMIT", float("-inf"))
+    q, k, v = random_qkv(b=1, h=2, n=24, m=40, d=8)
+    variant = build_variant("sinkhorn", {"n_iters": 4, "temperature": 0.7})
+    plan = sinkhorn_dense(_logits(q, k, 0.7), 4)
+    torch.testing.assert_close(variant(q, k, v), (plan @ v.double()).float(), rtol=1e-5, atol=1e-5)
