@@ -29,6 +29,43 @@ FORWARD_BLOCK = 32  # queries per block when no gradient is needed
 BACKWARD_BLOCK = 64  # queries per block when autograd records the call
 
 
+# PyTorch's CPU flash kernel, which also returns the row log-sum-exp (a private op: absent in
+# another build, then callers that need the log-sum-exp take their explicit path)
+_CPU_FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+
+
+def lse_available(q: torch.Tensor) -> bool:
+    """Whether `attention_with_lse` can run on ``q``'s device without autograd."""
+    grad = torch.is_grad_enabled() and q.requires_grad
+    return _CPU_FLASH is not None and q.device.type == "cpu" and not grad
+
+
+def attention_with_lse(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor, scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out, row log-sum-exp) of softmax attention over the boolean pattern ``allowed`` (CPU,
+    no autograd: see `lse_available`). A row with no allowed key gives out 0 and lse −∞."""
+    additive = _additive(allowed, q.dtype)
+    out, lse = _CPU_FLASH(q, k, v, attn_mask=additive, scale=scale)
+    empty = _empty_rows(allowed)
+    return out, (lse.masked_fill(empty, float("-inf")) if empty is not None else lse)
+
+
+@functools.lru_cache(maxsize=64)
+def _additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The pattern as an additive mask (0 / −∞): the flash op takes no boolean mask."""
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(
+        ~allowed, float("-inf")
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _empty_rows(allowed: torch.Tensor) -> torch.Tensor | None:
+    """Rows of the pattern without a key (the flash op reports lse 0 there), or None."""
+    empty = ~allowed.any(dim=-1)
+    return empty if bool(empty.any()) else None
+
+
 @functools.lru_cache(maxsize=64)
 def _band_mask(rows: int, cols: int, row0: int, col0: int, before: int, after: int, device: str):
     """(rows, cols) bool: query row0 + a may see key col0 + b (the band, inside the sequence)."""
@@ -45,7 +82,8 @@ def banded_attention(
     after: int,
     scale: float,
     block: int = 0,
-) -> torch.Tensor:
+    with_lse: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Softmax attention of query i over keys [i − before, i + after] ∩ [0, N).
 
     Args:
@@ -53,6 +91,8 @@ def banded_attention(
         before, after: Keys seen before and after each query (causal window w: w − 1 and 0).
         scale: Logit scale.
         block: Queries per block; 0 picks `FORWARD_BLOCK` or `BACKWARD_BLOCK` (module docstring).
+        with_lse: Return (out, row log-sum-exp (B, H, N)), for exact merges with other key sets
+            (only where `lse_available`).
     """
     bsz, heads, n, d = q.shape
     dv = v.shape[-1]
@@ -64,13 +104,19 @@ def banded_attention(
     n_blocks = max(0, (n - after - body_start) // block)
     body_end = body_start + n_blocks * block
     device = str(q.device)
-    parts = []
+    parts, lses = [], []
+
+    def attend(qp, kp, vp, mask):
+        if not with_lse:
+            return sdpa(qp, kp, vp, attn_mask=mask, scale=scale)
+        out, lse = attention_with_lse(qp, kp, vp, mask, scale)
+        lses.append(lse.reshape(bsz, heads, -1))
+        return out
+
     if body_start > 0:  # head: the first queries, whose band starts before key 0
         keys = min(n, body_start + after)
         mask = _band_mask(body_start, keys, 0, 0, before, after, device)
-        parts.append(
-            sdpa(q[:, :, :body_start], k[:, :, :keys], v[:, :, :keys], attn_mask=mask, scale=scale)
-        )
+        parts.append(attend(q[:, :, :body_start], k[:, :, :keys], v[:, :, :keys], mask))
     if n_blocks:
         fold = bsz * heads
         qb = q[:, :, body_start:body_end].reshape(fold, n_blocks, block, d)
@@ -82,11 +128,12 @@ def banded_attention(
             for x in (k, v)
         )
         mask = _band_mask(block, span, before, 0, before, after, device)
-        out = sdpa(qb, kb, vb, attn_mask=mask, scale=scale)
+        out = attend(qb, kb, vb, mask)
         parts.append(out.reshape(bsz, heads, n_blocks * block, dv))
     if body_end < n:  # tail: the last queries, whose band ends after key N − 1
         first_key = max(0, body_end - before)
         mask = _band_mask(n - body_end, n - first_key, body_end, first_key, before, after, device)
         tail = (x[:, :, first_key:] for x in (k, v))
-        parts.append(sdpa(q[:, :, body_end:], *tail, attn_mask=mask, scale=scale))
-    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)
+        parts.append(attend(q[:, :, body_end:], *tail, mask))
+    out = parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)
+    return (out, torch.cat(lses, dim=2)) if with_lse else out

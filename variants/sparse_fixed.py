@@ -25,6 +25,7 @@ Conventions (i = query position, j = key position):
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -33,7 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from attnbench import AttentionVariant, VariantShape, register_variant
-from attnbench.variants.banded import banded_attention
+from attnbench.variants.banded import attention_with_lse, banded_attention, lse_available
 from attnbench.variants.blocksparse import (
     block_sparse_attention,
     dedupe_blocks,
@@ -190,6 +191,8 @@ class StridedAttention(AttentionVariant):
         scale = 1 / math.sqrt(q.shape[-1])
         if local >= n or s == 1:  # every pair is in the pattern: dense attention, exactly
             return dense_attention(q, k, v, causal, scale)
+        if lse_available(q) and n % s == 0 and not (k.requires_grad or v.requires_grad):
+            return _strided_fused(q, k, v, local, s, causal, scale)
         local_part = local_attention(q, k, v, local, causal, min(local, 128), scale)
 
         rows = math.ceil(n / s)  # positions a·s + r, regrouped as r·rows + a
@@ -251,6 +254,45 @@ class StridedAttention(AttentionVariant):
 
     def forward_flops(self, batch, heads, n, m, d, dv, causal) -> float:
         return 2.0 * batch * heads * self.scored_pairs(n, m, causal) * (d + dv)
+
+
+@functools.lru_cache(maxsize=32)
+def _dilated_pattern(rows: int, gap: int, causal: bool, device: str) -> torch.Tensor:
+    """(rows, rows) bool over one residue class: row a sees row a′ at least ``gap`` rows away
+    (earlier only, when causal): the dilated keys outside the local window."""
+    a = torch.arange(rows, device=device)
+    apart = a.view(-1, 1) - a.view(1, -1)
+    return apart >= gap if causal else apart.abs() >= gap
+
+
+def _strided_fused(q, k, v, local: int, s: int, causal: bool, scale: float) -> torch.Tensor:
+    """`strided` without autograd on CPU, N a multiple of the stride: two flash calls that
+    return their log-sum-exps, merged exactly, and no copy of Q, K or V.
+
+    The local part is the banded engine's; the dilated part regroups positions a·s + r by
+    residue r as strided views ((B, H, s, N/s, D), no copy), where it is one pattern shared by
+    every class: keys at least ⌈local/s⌉ rows away.
+    """
+    bsz, heads, n, d = q.shape
+    rows = n // s
+    local_out, local_lse = banded_attention(
+        q, k, v, local - 1, 0 if causal else local - 1, scale, with_lse=True
+    )
+    by_residue = [
+        x.view(bsz, heads, rows, s, x.shape[-1]).transpose(2, 3).reshape(bsz * heads, s, rows, -1)
+        for x in (q, k, v)
+    ]
+    pattern = _dilated_pattern(rows, -(-local // s), causal, str(q.device))
+    far_out, far_lse = attention_with_lse(*by_residue, pattern, scale)
+    # back to positions: (B·H, s, rows, ·) → (B, H, rows, s, ·), a view
+    far_out = far_out.view(bsz, heads, s, rows, -1).transpose(2, 3)
+    far_lse = far_lse.view(bsz, heads, s, rows).transpose(2, 3)
+    local_out = local_out.view(bsz, heads, rows, s, -1)
+    local_lse = local_lse.view(bsz, heads, rows, s)
+    lse = torch.logaddexp(local_lse, far_lse)  # every query sees itself: finite
+    out = local_out * (local_lse - lse).exp_().unsqueeze(-1)
+    out += far_out * (far_lse - lse).exp_().unsqueeze(-1)
+    return out.view(bsz, heads, n, -1)
 
 
 @dataclass
