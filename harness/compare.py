@@ -16,6 +16,13 @@ kind of loss is a regression of its own:
   missing, with that status noted. Points of a FAILED job's setting are not listed again.
 - ``EMPTY``: NEW has no runs at all (also when OLD has none).
 
+A point whose timing is unsteady in either table (its task's steadiness flag,
+`harness.task_info.TaskInfo.steadiness`, is 0 for a seed at that point) is not judged: where it
+would be ``WORSE`` it is listed as ``UNSTEADY`` instead, with the change and the table whose
+timing never settled, and it is not a regression (the remedy is to measure again on a quiet
+machine, not to revert). The flags come from the tables' task descriptions; a CSV table has
+none, and a run without the flag (an older record) is unknown, which is judged as before.
+
 Points and jobs only in NEW are listed as ``NEW`` and are not regressions. Which rows count:
 
 - Derived rows (column ``derived`` true: the scaling fits of `harness.scaling`) are left out.
@@ -36,12 +43,18 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from attnbench.harness.metric_points import POINT, point_stats
+from attnbench.harness.metric_points import (
+    POINT,
+    declared_steadiness,
+    point_stats,
+    unsteady_rows,
+)
 from attnbench.harness.table_file import TableError, load
 
 FAILURES = ("failed", "oom", "timeout")  # not `unsupported`: that is a declaration, not a crash
@@ -91,10 +104,22 @@ def _split(frame: pd.DataFrame, other: pd.DataFrame, cols: list[str]) -> tuple[p
     return marked[absent], marked[~absent]
 
 
-def points(table: pd.DataFrame) -> pd.DataFrame:
-    """Seed-averaged points of the runs of ``table`` with at least one value, every metric."""
-    stats = point_stats(runs(table))
+def points(table: pd.DataFrame, steadiness: Iterable[tuple[str, str, str]] = ()) -> pd.DataFrame:
+    """Seed-averaged points of the runs of ``table`` with at least one value, every metric, and
+    ``unsteady``: whether a seed's timing behind the point was flagged unsteady (``steadiness``:
+    (task, metric, flag metric), `harness.metric_points.declared_steadiness`)."""
+    rows = runs(table)
+    stats = point_stats(rows)
     stats["spread"] = stats["spread"].fillna(0.0)  # unknown spread counts as none
+    unsteady = unsteady_rows(rows, steadiness)
+    stats["unsteady"] = False
+    if unsteady.any():
+        marked = point_stats(rows[unsteady])[POINT].drop_duplicates()
+        stats["unsteady"] = (
+            stats.merge(marked, on=POINT, how="left", indicator=True)["_merge"]
+            .eq("both")
+            .to_numpy()
+        )
     return stats[stats["n"] > 0]
 
 
@@ -138,8 +163,9 @@ class Comparison:
 
     Attributes:
         matched: One row per directed metric point in both tables: the POINT columns, ``mean``,
-            ``spread`` and ``n`` (``_old`` / ``_new``), ``worse_by`` (relative change in the bad
-            direction; negative: it improved) and ``regressed``.
+            ``spread``, ``n`` and ``unsteady`` (``_old`` / ``_new``), ``worse_by`` (relative
+            change in the bad direction; negative: it improved), ``regressed``, and
+            ``unsteady_worse`` (it would have regressed, but a timing behind it is unsteady).
         missing: OLD's points NEW lacks, grouped (see `gaps`); each row is one MISSING line.
         failed: NEW's failing jobs where OLD ran the setting ok: JOB columns, status, error.
         new: NEW's points OLD lacks, grouped like ``missing`` (not regressions).
@@ -181,14 +207,25 @@ def _judge(old: pd.DataFrame, new: pd.DataFrame, threshold: float) -> pd.DataFra
     scale = merged["mean_old"].abs().replace(0.0, np.nan)
     merged["worse_by"] = sign * delta / scale
     outside = delta.abs() > merged["spread_old"] + merged["spread_new"]
-    merged["regressed"] = (merged["worse_by"] > threshold) & outside
+    worse = (merged["worse_by"] > threshold) & outside
+    unsteady = merged["unsteady_old"] | merged["unsteady_new"]
+    merged["regressed"] = worse & ~unsteady
+    merged["unsteady_worse"] = worse & unsteady
     return merged
 
 
-def compare(old: pd.DataFrame, new: pd.DataFrame, threshold: float = 0.05) -> Comparison:
-    """Hold the table ``new`` to everything the table ``old`` had (see the module docstring)."""
+def compare(
+    old: pd.DataFrame,
+    new: pd.DataFrame,
+    threshold: float = 0.05,
+    steadiness: Iterable[tuple[str, str, str]] = (),
+) -> Comparison:
+    """Hold the table ``new`` to everything the table ``old`` had (see the module docstring).
+    ``steadiness``: the (task, metric, flag metric) pairs whose flag marks unsteady timings
+    (`harness.metric_points.declared_steadiness` of the tables' task descriptions)."""
+    steadiness = list(steadiness)
     old_runs, new_runs = runs(old), runs(new)
-    old_points, new_points = points(old), points(new)
+    old_points, new_points = points(old, steadiness), points(new, steadiness)
     old_jobs, new_jobs = jobs(old), jobs(new)
 
     failing = new_jobs[~new_jobs["ok"] & new_jobs["failing"]]
@@ -243,8 +280,8 @@ def _plural(n: int, word: str) -> str:
 
 
 def format_report(result: Comparison, threshold: float) -> str:
-    """Text report: one line per regression (WORSE, FAILED, MISSING, EMPTY), the NEW lines, then
-    a one-line count of each kind."""
+    """Text report: one line per regression (WORSE, FAILED, MISSING, EMPTY), per UNSTEADY point
+    (worse, but not judged), the NEW lines, then a one-line count of each kind."""
     lines = []
     matched = result.matched
     for _, r in matched[matched["regressed"]].sort_values("worse_by", ascending=False).iterrows():
@@ -253,6 +290,15 @@ def format_report(result: Comparison, threshold: float) -> str:
             f"WORSE {r['task']} × {r['variant']} {r['variant_params']}: {r['metric']}{where} "
             f"{r['mean_old']:.4g} → {r['mean_new']:.4g} ({100 * r['worse_by']:+.1f}%, "
             f"spread {r['spread_old']:.2g} / {r['spread_new']:.2g})"
+        )
+    for _, r in matched[matched["unsteady_worse"]].iterrows():
+        where = f" at {r['x_name']}={r['x_value']:g}" if r["x_name"] else ""
+        sides = [side for side in ("OLD", "NEW") if r[f"unsteady_{side.lower()}"]]
+        lines.append(
+            f"UNSTEADY {r['task']} × {r['variant']} {r['variant_params']}: {r['metric']}{where} "
+            f"{r['mean_old']:.4g} → {r['mean_new']:.4g} ({100 * r['worse_by']:+.1f}%) not "
+            f"judged: the timing in {' and '.join(sides)} is unsteady (measure it again on a "
+            "quiet machine)"
         )
     lines += [_job_line("FAILED", r, "in NEW, ok in OLD") for _, r in result.failed.iterrows()]
     lines += [_gap_line("MISSING", r, "NEW") for _, r in result.missing.iterrows()]
@@ -274,6 +320,8 @@ def format_report(result: Comparison, threshold: float) -> str:
         f"{_plural(counts['MISSING'], 'metric point')} missing in NEW, "
         f"{_plural(counts['FAILED'], 'job')} failed in NEW"
     )
+    n_unsteady = int(matched["unsteady_worse"].sum())
+    summary += f"; {n_unsteady} worse but unsteady, not judged" if n_unsteady else ""
     summary += "; NEW is empty" if result.new_is_empty else ""
     lines.append(summary + f"; {_plural(n_new, 'metric point')} new in NEW.")
     return "\n".join(lines)
@@ -296,12 +344,13 @@ def main(argv: list[str] | None = None) -> int:
     if not args.threshold >= 0:
         parser.error(f"--threshold must be >= 0, got {args.threshold}.")
     try:
-        old, _, _ = load(args.old, REQUIRED)
-        new, _, _ = load(args.new, REQUIRED)
+        old, old_infos, _ = load(args.old, REQUIRED)
+        new, new_infos, _ = load(args.new, REQUIRED)
     except TableError as exc:
         print(f"attnbench-compare: {exc}", file=sys.stderr)
         return 2
-    result = compare(old, new, args.threshold)
+    steadiness = declared_steadiness({**old_infos, **new_infos})
+    result = compare(old, new, args.threshold, steadiness)
     print(format_report(result, args.threshold))
     return 1 if args.fail and result.regressed else 0
 

@@ -84,6 +84,8 @@ class Task:
     # a parameter whose values measure different things: one overview column per value
     column_by: ClassVar[str] = ""
     column_headlines: ClassVar[dict[str, str]] = {}  # value of column_by → its column's headline
+    # timed metric → its run's 0/1 metric saying the timing was steady (TaskInfo.steadiness)
+    steadiness: ClassVar[dict[str, str]] = {}
 
     def __init__(self, params: Any) -> None:
         self.params = params
@@ -159,6 +161,7 @@ class Task:
             tuning=Tuning(list(cls.tuning.params), cls.tuning.select_by) if cls.tuning else None,
             column_by=cls.column_by,
             column_headlines=dict(cls.column_headlines),
+            steadiness=dict(cls.steadiness),
         )
 
     @classmethod

@@ -1,6 +1,7 @@
 """A task's self-description: what the engine and the leaderboard need to know about a task.
 
-A task declares its metrics, headline, charts, cost metric and scaling fits as class attributes
+A task declares its metrics, headline, charts, cost metric, scaling fits and which of its metrics
+come from timings that may be unsteady as class attributes
 (`harness.task_api.Task`). `Task.describe()` turns them into a `TaskInfo`, which every record
 carries and collection writes into the results table's metadata. So the leaderboard and the
 collector work from the results alone: they never import a task, and a board can be built where
@@ -66,6 +67,11 @@ class TaskInfo:
         column_headlines: Value of ``column_by`` (as text) → the headline metric of its column,
             where it differs from ``headline``; values not named use ``headline``. Columns come
             in sorted order of the values (the table's metadata does not keep a dict's order).
+        steadiness: metric → the metric of the same run and curve position that says whether
+            the timing behind it was steady: 1.0 steady, 0.0 not (e.g. ``{"fwd_ms":
+            "fwd_steady"}``; `harness.timing`). A value whose flag is 0 is marked on the
+            leaderboard and enters no contest; a run without the flag (an older record) counts
+            as unknown, which is not unsteady. Empty: nothing is judged.
     """
 
     name: str
@@ -82,6 +88,7 @@ class TaskInfo:
     tuning: Tuning | None = None
     column_by: str = ""
     column_headlines: dict[str, str] = field(default_factory=dict)
+    steadiness: dict[str, str] = field(default_factory=dict)
 
     def all_metrics(self) -> list[Metric]:
         """The declared metrics, then those the scaling fits add at collection."""

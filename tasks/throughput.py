@@ -8,6 +8,13 @@ The variant core alone is timed on random q, k, v of shape (B, H, N, D), built o
 region. Timing method: `harness.timing`; memory method: `harness.memory`. FLOPs follow each
 variant's `forward_flops` (the FlashAttention convention for dense attention); a backward pass is
 counted as 2.5× the forward, as in the FlashAttention benchmarks.
+
+Each timing samples until its samples are steady or ``max_timing_s`` has passed (the rule and
+its defaults: `harness.timing`). ``fwd_steady`` / ``fwd_bwd_steady`` record the verdict (1.0 or
+0.0), ``*_ms_rel_iqr`` the spread, ``*_samples`` the samples behind the median; the record's
+details keep, per timing, the samples taken in all and the seconds spent. The task declares which
+metrics each flag covers (`steadiness`): the leaderboard marks those values and leaves them out
+of its ranks when the flag is 0.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ from attnbench import (
 from attnbench.harness.discovery import load_plugins
 from attnbench.harness.memory import isolated_cpu_peak, peak_memory_mib
 from attnbench.harness.metrics import DENSITY
-from attnbench.harness.timing import time_call
+from attnbench.harness.timing import FEWEST_SAMPLES, Timing, time_call
 
 
 @dataclass
@@ -46,8 +53,11 @@ class ThroughputParams:
     backward: bool = (
         True  # also time forward+backward (w.r.t. q, k, v and the variant's parameters)
     )
-    min_samples: int = 5  # at least this many timing samples
+    min_samples: int = 10  # the smallest window of timing samples judged (>= 4; harness.timing)
     min_run_time: float = 0.2  # seconds of steady-state timing per autorange round
+    steady_rtol: float = 0.05  # a steady window's halves have medians within this fraction
+    steady_max_rel_iqr: float = 0.25  # and an IQR of at most this fraction of its median
+    max_timing_s: float = 10.0  # seconds a timing samples before it is reported unsteady
 
 
 @register_task("throughput")
@@ -61,6 +71,13 @@ class Throughput(Task):
     cost_metric = "fwd_ms"  # the leaderboard draws every task's quality against forward latency
     # how latency grows with length, and where each variant overtakes dense softmax
     scaling_fits = (ScalingFit("fwd_ms", "seq_len", reference_variant="softmax"),)
+    # each timed metric (and those computed from it) → the 0/1 metric saying its timing was steady
+    steadiness = {
+        "fwd_ms": "fwd_steady",
+        "gflops": "fwd_steady",
+        "tokens_per_s": "fwd_steady",
+        "fwd_bwd_ms": "fwd_bwd_steady",
+    }
     metrics = (
         Metric("fwd_ms", False, "Forward latency per call, median of the samples", "ms"),
         Metric("fwd_ms_iqr", None, "Interquartile range of the forward latency samples", "ms"),
@@ -71,13 +88,33 @@ class Throughput(Task):
         Metric("tokens_per_s", True, "Forward tokens per second (B·N / latency)", "tokens/s"),
         Metric("first_call_ms", False, "Latency of the very first call (init, compile)", "ms"),
         Metric("fwd_samples", None, "Number of forward timing samples behind the median"),
+        Metric("fwd_ms_rel_iqr", None, "IQR / median of the forward samples behind the median"),
+        Metric(
+            "fwd_steady",
+            None,
+            "1: the forward samples settled (harness.timing); 0: they had not by the time cap",
+        ),
+        Metric("fwd_bwd_samples", None, "Number of forward+backward samples behind the median"),
+        Metric("fwd_bwd_ms_rel_iqr", None, "IQR / median of the forward+backward samples"),
+        Metric(
+            "fwd_bwd_steady",
+            None,
+            "1: the forward+backward samples settled; 0: they had not by the time cap",
+        ),
         DENSITY,
     )
 
     def check(self) -> None:
-        """Refuse sizes below 1 with one sentence."""
-        self.require_positive("seq_len", "batch_size", "n_heads", "head_dim", "min_samples")
-        self.require_finite("min_run_time", above=0)
+        """Refuse sizes below 1 and timing settings the steadiness rule cannot use, each with
+        one sentence."""
+        self.require_positive("seq_len", "batch_size", "n_heads", "head_dim")
+        if self.params.min_samples < FEWEST_SAMPLES:
+            raise ValueError(
+                f"task.min_samples must be >= {FEWEST_SAMPLES} (the steadiness rule compares "
+                f"two halves of at least two samples), got {self.params.min_samples}."
+            )
+        self.require_finite("min_run_time", "steady_rtol", "steady_max_rel_iqr", above=0)
+        self.require_finite("max_timing_s", at_least=0)
 
     def density_size(self) -> tuple[int, int, bool]:
         """The timed attention: seq_len queries and keys."""
@@ -99,13 +136,7 @@ class Throughput(Task):
 
         check_finite("forward output", forward())
         correctness = check_against_weights(variant, p, ctx)
-        fwd = time_call(
-            forward,
-            device=ctx.device,
-            num_threads=ctx.threads,
-            min_samples=p.min_samples,
-            min_run_time=p.min_run_time,
-        )
+        fwd = self._time(forward, ctx)
         if ctx.device.type == "cuda":
             peak = peak_memory_mib(forward, ctx.device)
         else:  # a fresh variant and inputs in the memory-probe process (harness.memory)
@@ -122,17 +153,16 @@ class Throughput(Task):
             p.batch_size, p.n_heads, p.seq_len, p.seq_len, p.head_dim, p.head_dim, p.causal
         )
         values: dict[str, float | None] = {
-            "fwd_ms": fwd.median_ms,
-            "fwd_ms_iqr": fwd.iqr_ms,
+            **_timing_metrics("fwd", fwd),
             "peak_mem_mib": peak,
             "gflops": flops / (fwd.median_ms * 1e-3) / 1e9,
             "tokens_per_s": p.batch_size * p.seq_len / (fwd.median_ms * 1e-3),
             "first_call_ms": fwd.first_call_ms,
             "density": variant.density(*self.density_size()),
         }
-        values["fwd_samples"] = fwd.n_samples
         details = {
             "fwd_samples_ms": list(fwd.samples_ms),
+            "fwd_timing": _timing_details(fwd),
             "forward_flops": flops,
             "correctness_check": correctness,
         }
@@ -146,22 +176,53 @@ class Throughput(Task):
                 for t in (qg, kg, vg, *variant.parameters()):
                     t.grad = None
 
-            bwd = time_call(
-                forward_backward,
-                device=ctx.device,
-                num_threads=ctx.threads,
-                min_samples=p.min_samples,
-                min_run_time=p.min_run_time,
-            )
-            values["fwd_bwd_ms"] = bwd.median_ms
-            values["fwd_bwd_ms_iqr"] = bwd.iqr_ms
+            bwd = self._time(forward_backward, ctx)
+            values.update(_timing_metrics("fwd_bwd", bwd))
             details["fwd_bwd_samples_ms"] = list(bwd.samples_ms)
+            details["fwd_bwd_timing"] = _timing_details(bwd)
         points = [
             MetricPoint(name, value, "seq_len", p.seq_len)
             for name, value in values.items()
             if value is not None
         ]
         return TaskResult(points=points, details=details)
+
+    def _time(self, fn, ctx: JobContext) -> Timing:
+        p = self.params
+        return time_call(
+            fn,
+            device=ctx.device,
+            num_threads=ctx.threads,
+            min_samples=p.min_samples,
+            min_run_time=p.min_run_time,
+            rtol=p.steady_rtol,
+            max_rel_iqr=p.steady_max_rel_iqr,
+            max_time_s=p.max_timing_s,
+        )
+
+
+def _timing_metrics(prefix: str, timing: Timing) -> dict[str, float]:
+    """The metrics of one timing: ``<prefix>_ms`` (median), its IQR, IQR / median, the number of
+    samples behind them and the steadiness flag (1.0 / 0.0)."""
+    return {
+        f"{prefix}_ms": timing.median_ms,
+        f"{prefix}_ms_iqr": timing.iqr_ms,
+        f"{prefix}_ms_rel_iqr": timing.rel_iqr,
+        f"{prefix}_samples": timing.n_samples,
+        f"{prefix}_steady": 1.0 if timing.steady else 0.0,
+    }
+
+
+def _timing_details(timing: Timing) -> dict[str, float | int | bool]:
+    """What the record keeps of how a timing went (its samples are kept apart)."""
+    return {
+        "steady": timing.steady,
+        "samples_judged": timing.n_samples,
+        "samples_taken": timing.n_taken,
+        "sampling_s": round(timing.sampling_s, 4),
+        "halves_gap": timing.halves_gap,
+        "rel_iqr": timing.rel_iqr,
+    }
 
 
 def forward_peak_mib(

@@ -15,7 +15,12 @@ import time
 import pandas as pd
 from conftest import BIN, REPO, run_cli
 
-FAST = ["task.backward=false", "task.min_run_time=0.01", "task.min_samples=2"]
+FAST = [
+    "task.backward=false",
+    "task.min_run_time=0.01",
+    "task.min_samples=4",
+    "task.max_timing_s=1",
+]
 VARIANTS = "variant=softmax,linear,window,decay"
 
 

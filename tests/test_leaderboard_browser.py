@@ -32,7 +32,12 @@ import pytest
 from conftest import run_cli
 
 HOSTILE = '<img src=x onerror="window.__pwned = 1">'
-FAST = ["task.backward=false", "task.min_run_time=0.01", "task.min_samples=2"]
+FAST = [
+    "task.backward=false",
+    "task.min_run_time=0.01",
+    "task.min_samples=4",
+    "task.max_timing_s=1",
+]
 VARIANTS = ["softmax", "linear", "window"]
 
 

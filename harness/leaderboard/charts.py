@@ -95,6 +95,9 @@ class CurveExtras:
         companions: Metrics drawn once per line, from that line's own runs, dashed in the line's
             colour (a value that depends on the variant, e.g. its own closed form); a line whose
             runs do not report the metric at some x has no companion point there.
+        steady_flag: The 0/1 metric saying whether the timing behind a value was steady
+            (`TaskInfo.steadiness`): a point any of whose runs has it at 0 is drawn hollow,
+            and its hover says so. Empty: nothing is judged.
     """
 
     notes: dict[str, str] = field(default_factory=dict)
@@ -102,6 +105,7 @@ class CurveExtras:
     band: tuple[str, str] | None = None
     references: dict[str, str] = field(default_factory=dict)  # metric → legend label
     companions: dict[str, str] = field(default_factory=dict)  # metric → label (hover, title)
+    steady_flag: str = ""
 
 
 def curve_figure(
@@ -130,11 +134,13 @@ def curve_figure(
     fig = go.Figure()
     colours = itertools.cycle(LINE_COLOURS)
     drawn: list[str] = []  # companion labels with at least one line drawn
+    hollow = False  # whether a point is drawn hollow (unsteady)
     for key, group in rows.groupby(line_keys, sort=True):
         mean = group.groupby("x_value")["value"].mean().sort_index()
         key = key if isinstance(key, tuple) else (key,)
         label = " · ".join(str(k) for k in key) + extras.notes.get(str(key[0]), "")
         colour = next(colours)  # explicit, so that the line's companions can share it
+        unsteady = _unsteady_xs(everything, group, (extras.steady_flag, x_name))
         line = go.Scatter(
             x=mean.index.tolist(),
             y=mean.tolist(),
@@ -142,8 +148,14 @@ def curve_figure(
             name=label,
             legendgroup=label,  # its band and companions show and hide with it
             line={"color": colour},
-            marker={"color": colour},
+            marker={
+                "color": colour,
+                "symbol": ["circle-open" if x in unsteady else "circle" for x in mean.index],
+                "size": [9 if x in unsteady else 6 for x in mean.index],
+            },
+            text=["unsteady timing: not ranked" if x in unsteady else "" for x in mean.index],
         )
+        hollow = hollow or bool(unsteady)
         fig.add_trace(line)
         if extras.band is not None:
             _add_band(fig, everything, group, extras.band, label)
@@ -185,6 +197,8 @@ def curve_figure(
         )
     if drawn:
         title += " — dashed, in a line's colour: " + ", ".join(drawn)
+    if hollow:
+        title += " — hollow: unsteady timing (not ranked)"
     xs = rows["x_value"]
     if extras.failures is not None and not extras.failures.empty:
         xs = pd.concat([xs, extras.failures["x"].astype(float)])
@@ -203,6 +217,17 @@ def curve_figure(
     if sum(1 for t in fig.data if t.showlegend is not False) > LONG_LEGEND:
         fig.update_layout(legend={"orientation": "h", "y": -0.2, "font": {"size": 10}})
     return fig
+
+
+def _unsteady_xs(everything: pd.DataFrame, line: pd.DataFrame, flag_axis: tuple[str, str]) -> set:
+    """The curve positions at which a run behind ``line`` flagged its timing unsteady (its
+    ``flag`` metric is 0 there); empty without a flag."""
+    flag, x_name = flag_axis
+    if not flag:
+        return set()
+    runs = everything[everything["run_id"].isin(set(line["run_id"]))]
+    flags = runs[(runs["metric"] == flag) & (runs["x_name"] == x_name)]
+    return set(flags.loc[flags["value"] == 0, "x_value"])
 
 
 def _add_companion(
@@ -305,7 +330,9 @@ def scatter_figure(
     """One trace per row of ``points`` (columns label, x, y): a marker named in the legend and
     no text on the plot, so labels can never overlap however close the points are (several
     variants often share one point: same quality, same cost). The hover names every entry
-    drawn at the same point; clicking a legend entry hides that entry.
+    drawn at the same point; clicking a legend entry hides that entry. A row with a non-empty
+    ``note`` (optional column, e.g. "from unsteady timings only") is drawn hollow, its note in
+    the hover.
 
     Args:
         styles: label → (colour, symbol), see `marker_styles` (default: from these labels).
@@ -324,6 +351,10 @@ def scatter_figure(
         )
         if others:
             hover += "<br>same point: " + plotly_text(", ".join(others))
+        note = str(row.get("note", "") or "")
+        if note:  # e.g. a value from unsteady timings: drawn hollow
+            hover += "<br>" + plotly_text(note)
+            symbol = f"{symbol}-open"
         fig.add_trace(
             go.Scatter(
                 x=[row["x"]],

@@ -59,6 +59,7 @@ def _headline(task: str, info: TaskInfo, metric_name: str, where: str = "") -> H
         metric_name,
         metric.higher_is_better if metric else None,
         f"{description} ({where})" if where else description,
+        steady_flag=info.steadiness.get(metric_name, ""),
     )
 
 

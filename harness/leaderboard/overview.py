@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from attnbench.harness.leaderboard.ranking import Headline, standings
+from attnbench.harness.leaderboard.ranking import Headline, Standings, standings
 from attnbench.harness.leaderboard.tables import (
+    UNSTEADY_MARK,
     Cell,
     Column,
     Table,
@@ -88,6 +89,8 @@ def overview(
         what = (
             "ranked by win rate" if h.higher_is_better is not None else "no direction: not ranked"
         )
+        if h.steady_flag:
+            what += f"; {UNSTEADY_MARK}: unsteady timings left out (hover the cell)"
         columns.append(
             Column(
                 h.task,
@@ -124,9 +127,14 @@ def overview(
                 text += f" ± {format_value(s)}"
             if not math.isnan(r):
                 text += f" · #{int(r)}"
+            note = _unsteady_note(computed, h.task, key)
+            if note:
+                text = UNSTEADY_MARK + text
             # sorting by a task column sorts by its rank (values of different settings do not
             # compare); unranked tasks sort by value, in their arrow's direction if any
-            cells.append(Cell(text, _sort(r) if h.task in rank_cols else _sort(v), r == 1))
+            cells.append(
+                Cell(text, _sort(r) if h.task in rank_cols else _sort(v), r == 1, note=note)
+            )
         table.rows.append(cells)
         result.filters.append(
             {"machine": machine, "dtype": dtype, "family": families.get(variant, "")}
@@ -134,6 +142,17 @@ def overview(
     for name in ("machine", "dtype", "family"):
         result.options[name] = sorted({f[name] for f in result.filters})
     return result
+
+
+def _unsteady_note(computed: Standings, task: str, key: tuple) -> str:
+    """The hover note of an entry's cell in a task column that had unsteady timings, else ""."""
+    left_out = int(computed.unsteady.get(task, pd.Series(dtype=int)).get(key, 0))
+    if not left_out:
+        return ""
+    timings = f"{left_out} unsteady timing{'s' if left_out != 1 else ''}"
+    if computed.steady_values.get(task, pd.Series(dtype=int)).get(key, 0):
+        return f"{timings} left out of this value and its rank (their samples never settled)"
+    return f"only {timings} here (their samples never settled): shown, not ranked"
 
 
 def _rank_text(rank: float) -> str:

@@ -19,6 +19,8 @@ Ratios across machines are never made. Only current rows count (records of the i
 collection's ``current``), and where a job has several (several sweeps, a record of unknown code
 beside a newer one), the newest record of each seed. Seeds are averaged on each side before the
 ratio.
+A value from a timing its run flagged unsteady (`TaskInfo.steadiness`) is marked, with a note,
+on either side of a pair.
 Variant parameters pair where they agree on the names both sides have (a parameter only one side
 has says nothing about the other); a side with several configurations in a task is labelled with
 its parameters.
@@ -39,6 +41,7 @@ import pandas as pd
 
 from attnbench.harness.leaderboard.ranking import MACHINE, THREADS, machine_labels
 from attnbench.harness.leaderboard.tables import (
+    UNSTEADY_MARK,
     Cell,
     Column,
     Table,
@@ -47,6 +50,7 @@ from attnbench.harness.leaderboard.tables import (
     key_columns,
     varying,
 )
+from attnbench.harness.metric_points import declared_steadiness, unsteady_rows
 from attnbench.harness.task_info import TaskInfo
 
 PEER_OF = "peer_of"  # column: our variant with the same maths ("" for none)
@@ -130,7 +134,8 @@ def _compared(info: TaskInfo | None) -> tuple[list[str], bool]:
 
 def _newest_seed_means(rows: pd.DataFrame) -> pd.DataFrame:
     """One value per variant configuration and point: the newest record of each seed, then the
-    mean over seeds, with the versions it was measured with."""
+    mean over seeds, with the versions it was measured with and whether a seed's timing was
+    unsteady (column ``unsteady`` of ``rows``)."""
     rows = rows.assign(
         **{
             HOST: _text(rows["hostname"]),
@@ -151,6 +156,7 @@ def _newest_seed_means(rows: pd.DataFrame) -> pd.DataFrame:
             library=(LIBRARY, "first"),
             peer_of=(PEER_OF, "first"),
             version=("version", lambda s: ", ".join(sorted(set(s) - {""})) or "?"),
+            unsteady=("unsteady", "any"),
         )
         .reset_index()
     )
@@ -270,11 +276,19 @@ def _task_table(pairs: pd.DataFrame, info: TaskInfo, metrics: list[str], ratio: 
                     if not math.isnan(value)
                     else f"– ({format_value(ours)} / {format_value(peer)})"
                 )
-                cells.append(Cell(text, value if not math.isnan(value) else math.inf))
+                cell = Cell(text, value if not math.isnan(value) else math.inf)
             else:
                 seeds = f"{int(row['seeds_ours'])} / {int(row['seeds_peer'])} seeds"
                 text = f"{format_value(ours)} vs {format_value(peer)} ({seeds})"
-                cells.append(Cell(text, ours - peer))
+                cell = Cell(text, ours - peer)
+            sides = [side for side in ("ours", "peer") if row[f"unsteady_{side}"]]
+            if sides:
+                cell.text = UNSTEADY_MARK + cell.text
+                cell.note = (
+                    f"the timing of {' and '.join(sides)} is unsteady: its samples never "
+                    "settled within the time cap"
+                )
+            cells.append(cell)
         table.rows.append(cells)
     return table
 
@@ -335,7 +349,9 @@ def peer_section(frame: pd.DataFrame, infos: dict[str, TaskInfo]) -> PeerSection
     for task in sorted(runs["task"].unique()):
         info = infos.get(task)
         metrics, ratio = _compared(info)
-        rows = runs[(runs["task"] == task) & runs["metric"].isin(metrics)]
+        mine = runs[runs["task"] == task]
+        unsteady = unsteady_rows(mine, declared_steadiness({task: info} if info else {}))
+        rows = mine.assign(unsteady=unsteady)[mine["metric"].isin(metrics)]
         if rows.empty:
             continue
         pairs = _pairs(_newest_seed_means(rows))

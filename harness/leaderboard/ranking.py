@@ -28,17 +28,24 @@ Values and their spread (seed std, else the recorded IQR) come from `harness.met
 Entries that never met (no shared contest) are not compared; an entry's aggregate only averages
 the tasks it took part in, and the overview says how many that was.
 
+**Unsteady timings enter no contest.** Where a task declares a steadiness flag for its headline
+(`TaskInfo.steadiness`, carried by `Headline.steady_flag`), a run whose flag is 0 at a curve
+position is left out of that point before seeds are averaged: its value enters neither a contest
+nor the entry's value, and the entry counts it (`Standings.unsteady`) so that the overview can
+mark it. An entry left with no steady value in a task shows the mean of its unsteady ones,
+unranked. A run without the flag (an older record) is unknown, which is not unsteady.
+
 This module computes (`standings`); `harness.leaderboard.overview` turns the result into cells.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
-from attnbench.harness.metric_points import POINT, point_stats
+from attnbench.harness.metric_points import POINT, point_stats, unsteady_rows
 
 TIE_RTOL = 1e-9
 TIE_Z = 2.0  # a difference within TIE_Z combined standard errors is a tie
@@ -68,12 +75,14 @@ def with_machine(frame: pd.DataFrame) -> pd.DataFrame:
 
 @dataclass
 class Headline:
-    """A task's headline metric: name, direction (None: not ranked), description."""
+    """A task's headline metric: name, direction (None: not ranked), description, and the 0/1
+    metric of the same run that says whether its timing was steady ("": none declared)."""
 
     task: str
     metric: str
     higher_is_better: bool | None
     description: str = ""
+    steady_flag: str = ""
 
 
 def uncertainty(points: pd.DataFrame) -> pd.Series:
@@ -140,6 +149,10 @@ class Standings:
         aggregate: Mean of the task win rates.
         n_tasks: How many ranked tasks each aggregate averages.
         overall: Rank by the aggregate within machine and dtype.
+        unsteady: task → per entry, the unsteady values left out (runs × curve positions);
+            entries without any are absent.
+        steady_values: task → per entry, how many values the task's value rests on after
+            unsteady ones were left out (0: it shows unsteady values only).
     """
 
     entries: pd.MultiIndex
@@ -149,27 +162,41 @@ class Standings:
     aggregate: pd.Series
     n_tasks: pd.Series
     overall: pd.Series
+    unsteady: dict[str, pd.Series] = field(default_factory=dict)
+    steady_values: dict[str, pd.Series] = field(default_factory=dict)
 
 
 def standings(frame: pd.DataFrame, headlines: list[Headline]) -> Standings | None:
     """Win rates and ranks of the ok run rows of ``frame`` (see the module docstring); None when
     no headline has results."""
-    stats = point_stats(frame[~frame["derived"].astype(bool)], MACHINE_POINT)
+    runs = frame[~frame["derived"].astype(bool)]
+    flagged = [(h.task, h.metric, h.steady_flag) for h in headlines if h.steady_flag]
+    left_out = unsteady_rows(runs, flagged)
+    every = point_stats(runs, MACHINE_POINT)
+    stats = point_stats(runs[~left_out], MACHINE_POINT) if left_out.any() else every
     headlines = [
-        h for h in headlines if ((stats["task"] == h.task) & (stats["metric"] == h.metric)).any()
+        h for h in headlines if ((every["task"] == h.task) & (every["metric"] == h.metric)).any()
     ]
     if not headlines:
         return None
-    entries = stats[stats["task"].isin([h.task for h in headlines])][ENTRY].drop_duplicates()
+    entries = every[every["task"].isin([h.task for h in headlines])][ENTRY].drop_duplicates()
     entries = entries.sort_values(ENTRY).set_index(ENTRY).index
-    values, task_ranks, rates = {}, {}, {}
+    values, task_ranks, rates, unsteady, steady_values = {}, {}, {}, {}, {}
     for h in headlines:
-        points = stats[(stats["task"] == h.task) & (stats["metric"] == h.metric)]
-        points = points.set_index([*ENTRY, *SETTING])
-        values[h.task] = (
-            points["mean"].groupby(level=ENTRY).mean(),
-            points["spread"].groupby(level=ENTRY).mean(),
-        )
+        points, every_point = (
+            table[(table["task"] == h.task) & (table["metric"] == h.metric)].set_index(
+                [*ENTRY, *SETTING]
+            )
+            for table in (stats, every)
+        )  # the steady (or unjudged) values compete; every value is shown where none is left
+        means = [p[["mean", "spread"]].groupby(level=ENTRY).mean() for p in (points, every_point)]
+        only_unsteady = means[1][~means[1].index.isin(means[0].index)]
+        shown = pd.concat([means[0], only_unsteady])
+        values[h.task] = (shown["mean"], shown["spread"])
+        mine = runs[left_out & (runs["task"] == h.task) & (runs["metric"] == h.metric)]
+        if not mine.empty:
+            unsteady[h.task] = mine.groupby(ENTRY).size()
+            steady_values[h.task] = points["n"].groupby(level=ENTRY).sum()
         if h.higher_is_better is not None:
             rate = task_win_rates(points["mean"], h.higher_is_better, uncertainty(points))
             if rate.empty:  # no contest had two entries: nothing to rank in this task
@@ -187,6 +214,8 @@ def standings(frame: pd.DataFrame, headlines: list[Headline]) -> Standings | Non
         aggregate=aggregate,
         n_tasks=n_tasks,
         overall=rank_within_hardware(aggregate),
+        unsteady=unsteady,
+        steady_values=steady_values,
     )
 
 

@@ -39,6 +39,7 @@ from attnbench.harness.leaderboard.peers import labelled, peer_section, unavaila
 from attnbench.harness.leaderboard.publish import SiteError, check_paths, copy_records
 from attnbench.harness.leaderboard.ranking import with_machine
 from attnbench.harness.leaderboard.tables import (
+    UNSTEADY_MARK,
     Table,
     differing_keys,
     task_table,
@@ -46,6 +47,7 @@ from attnbench.harness.leaderboard.tables import (
 )
 from attnbench.harness.leaderboard.tradeoffs import tradeoff_charts
 from attnbench.harness.leaderboard.tuning import Choice, select_tuned, tuning_table
+from attnbench.harness.metric_points import declared_steadiness
 from attnbench.harness.records import atomic_write_text, runs_dir
 from attnbench.harness.table_file import TableError, load
 from attnbench.harness.task_info import TaskInfo
@@ -159,6 +161,7 @@ def _task_charts(
                     band=info.chart_bands.get(metric) if info else None,
                     references=info.chart_references.get(metric, {}) if info else {},
                     companions=info.chart_companions.get(metric, {}) if info else {},
+                    steady_flag=info.steadiness.get(metric, "") if info else "",
                 )
                 title = f"{task}: {metric} vs {x_name}" + (f" ({label})" if label else "")
                 fig = curve_figure(group, metric, title, unit, extras)
@@ -231,7 +234,13 @@ def _sections(
             TaskSection(
                 name=task,
                 description=info.description if info else "",
-                table=task_table(rows[~derived], _metric_info(info), RUN_LINK, published),
+                table=task_table(
+                    rows[~derived],
+                    _metric_info(info),
+                    RUN_LINK,
+                    published,
+                    steadiness=info.steadiness if info else None,
+                ),
                 charts=_task_charts(frame, task, rows, info) + _bar_charts(task, rows, info),
                 n_runs=rows.loc[~derived, "run_id"].nunique(),
                 fits=task_table(rows[derived], _metric_info(info)) if derived.any() else None,
@@ -240,6 +249,17 @@ def _sections(
             )
         )
     return sections
+
+
+def _count_unsteady(frame: pd.DataFrame, infos: dict[str, TaskInfo]) -> int:
+    """How many timings of the ok runs of ``frame`` their task flagged unsteady: rows of a
+    declared steadiness flag (`TaskInfo.steadiness`) whose value is 0."""
+    flags = {(task, flag) for task, _, flag in declared_steadiness(infos)}
+    if not flags or frame.empty:
+        return 0
+    ok = frame[(frame["status"] == "ok") & ~frame["derived"].astype(bool)]
+    keys = pd.Series(list(zip(ok["task"], ok["metric"], strict=True)), index=ok.index)
+    return int((keys.isin(flags) & (ok["value"] == 0)).sum())
 
 
 def _provenance(frame: pd.DataFrame) -> dict[str, str]:
@@ -354,6 +374,8 @@ def build_site(
             provenance=_provenance(frame) if not frame.empty else None,
             n_runs=frame.loc[~frame["derived"], "run_id"].nunique() if not frame.empty else 0,
             n_stale=n_stale,
+            n_unsteady=_count_unsteady(frame, infos),
+            unsteady_mark=UNSTEADY_MARK,
             n_tuned_out=(
                 every_run.loc[~every_run["derived"], "run_id"].nunique()
                 - frame.loc[~frame["derived"], "run_id"].nunique()

@@ -33,14 +33,19 @@ class Column:
         return ARROWS.get(self.higher_is_better, "")
 
 
+UNSTEADY_MARK = "~"  # before a value that rests on unsteady timings (harness.timing)
+
+
 @dataclass
 class Cell:
-    """One table cell: display text, sort value, and whether it is the best of its group."""
+    """One table cell: display text, sort value, whether it is the best of its group, and a
+    note shown on hover (e.g. why a value is marked unsteady)."""
 
     text: str
     sort: float | str
     best: bool = False
     links: list[tuple[str, str]] = field(default_factory=list)  # (href, text) after the text
+    note: str = ""
 
 
 @dataclass
@@ -129,6 +134,7 @@ def task_table(
     metric_info: dict[str, tuple[str, bool | None]],
     run_link: str | None = None,
     linked: Collection[str] | None = None,
+    steadiness: dict[str, str] | None = None,
 ) -> Table:
     """One row per (variant, its parameters, machine, dtype, task setting); one column per metric.
 
@@ -145,6 +151,10 @@ def task_table(
         linked: The run_ids whose records are there to link (default: all). Whatever the
             default, only a run_id of the hash form becomes a link (`harness.records.is_run_id`):
             the table is input, and ``../../x`` or a quote must not become a path or an href.
+        steadiness: metric → its 0/1 steadiness flag metric (`TaskInfo.steadiness`). A value
+            whose row has the flag below 1 (a seed's timing was unsteady) is marked with
+            UNSTEADY_MARK and a note, and is never the best of its group; rows without the
+            flag (older records) are not marked.
     """
     ok = ok[ok["metric"].notna()]
     task_params = expand_params(ok, "task_params", "task")
@@ -175,19 +185,21 @@ def task_table(
         columns.append(Column("runs", "runs", "The run records behind this row (click to open)"))
     wide = wide.reset_index().sort_values(keys, key=_numbers_first, ignore_index=True)
     group_keys = ["machine", "dtype", *setting_cols]
+    steady = {m: _steady_share(wide, m, base(m), steadiness or {}) for m in metrics}
     best: dict[str, set[int]] = {}
     for m in metrics:
         direction = info(m)[1]
         if direction is None:
             continue
-        pick = wide.groupby(group_keys)[m].transform("max" if direction else "min")
-        best[m] = set(wide.index[(wide[m] == pick) & wide[m].notna()])
+        candidates = wide[m].where(~(steady[m] < 1))  # an unsteady value is never the best
+        pick = candidates.groupby([wide[k] for k in group_keys]).transform(
+            "max" if direction else "min"
+        )
+        best[m] = set(wide.index[(candidates == pick) & candidates.notna()])
     table = Table(columns=columns)
     for i, row in wide.iterrows():
         cells = [Cell(str(row[k]), _sortable(row[k])) for k in keys]
-        cells += [
-            Cell(format_value(row[m]), _sortable(row[m]), i in best.get(m, ())) for m in metrics
-        ]
+        cells += [_value_cell(row[m], steady[m][i], i in best.get(m, ())) for m in metrics]
         if run_link is not None:
             ids = sorted(runs.loc[tuple(row[k] for k in keys) if len(keys) > 1 else row[keys[0]]])
             links = [
@@ -198,6 +210,29 @@ def task_table(
             cells.append(Cell(f"{len(ids)}:", len(ids), links=links))
         table.rows.append(cells)
     return table
+
+
+def _steady_share(wide: pd.DataFrame, column: str, metric: str, steadiness: dict) -> pd.Series:
+    """Per row of ``wide``, the seed-averaged steadiness flag of the metric shown in ``column``
+    (NaN: no flag declared or recorded)."""
+    flag = steadiness.get(metric)
+    flag_column = column.replace(metric, flag, 1) if flag else None
+    if flag_column not in wide.columns:
+        return pd.Series(float("nan"), index=wide.index)
+    return wide[flag_column].astype(float)
+
+
+def _value_cell(value: object, steady_share: float, best: bool) -> Cell:
+    """A metric's cell; marked, with a note, where a seed's timing behind it was unsteady."""
+    cell = Cell(format_value(value), _sortable(value), best)
+    if steady_share < 1 and not pd.isna(value):
+        cell.text = UNSTEADY_MARK + cell.text
+        share = "" if steady_share == 0 else f" in {1 - steady_share:.0%} of its seeds"
+        cell.note = (
+            f"unsteady timing{share}: its samples never settled within the time cap; "
+            "left out of the ranks and of the best value"
+        )
+    return cell
 
 
 def _column_names(ok: pd.DataFrame, task_params: pd.DataFrame) -> pd.Series:

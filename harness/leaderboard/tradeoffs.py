@@ -4,7 +4,9 @@ Two views per ranked quality column (`harness.leaderboard.columns`):
 
 - **against cost**: the headline against the cost metric a task declares (`TaskInfo.cost_metric`,
   e.g. throughput's latency), on the machine and dtype with the most cost points, at the curve
-  position (e.g. sequence length) that the most variants were measured at. One point per variant.
+  position (e.g. sequence length) that the most variants were measured at. One point per variant;
+  timings the cost task flagged unsteady are left out where a variant has steady ones, else kept
+  and drawn hollow with a note.
 - **against density**: the headline against ``density``, the fraction of (causal) query–key
   pairs a variant scores at the task's sequence length, which every task records for every run
   as a scalar metric. Both come from the same runs (the column's, on the machine and dtype with
@@ -27,6 +29,7 @@ from attnbench.harness.leaderboard.charts import (
 )
 from attnbench.harness.leaderboard.columns import Columns
 from attnbench.harness.leaderboard.ranking import MACHINE, THREADS, Headline
+from attnbench.harness.metric_points import declared_steadiness, unsteady_rows
 from attnbench.harness.task_info import TaskInfo
 
 DENSITY = "density"  # the scalar metric every task records (see the module docstring)
@@ -45,13 +48,20 @@ def _cost_axis(frame: pd.DataFrame, infos: dict[str, TaskInfo]) -> tuple[str, st
     return None
 
 
-def _latency(ok: pd.DataFrame, infos: dict[str, TaskInfo]) -> tuple[pd.Series, str, tuple] | None:
-    """(cost per variant, x-axis title, (machine, dtype)) of the declared cost metric, or None."""
+def _latency(
+    ok: pd.DataFrame, infos: dict[str, TaskInfo]
+) -> tuple[pd.Series, str, tuple, dict[str, str]] | None:
+    """(cost per variant, x-axis title, (machine, dtype), variant → note) of the declared cost
+    metric, or None. Timings flagged unsteady (`TaskInfo.steadiness`) are left out of a
+    variant's cost where it has steady ones; a variant with only unsteady ones keeps them, and
+    its note says so (its marker is drawn hollow)."""
     axis = _cost_axis(ok, infos)
     if axis is None:
         return None
     cost_task, cost_metric = axis
-    cost = ok[(ok["task"] == cost_task) & (ok["metric"] == cost_metric)]
+    mine = ok[ok["task"] == cost_task]
+    unsteady = unsteady_rows(mine, declared_steadiness({cost_task: infos[cost_task]}))
+    cost = mine[mine["metric"] == cost_metric].assign(unsteady=unsteady)
     # one machine, dtype and thread count for every variant's cost; quality from that machine
     machine, dtype, threads = cost.groupby([MACHINE, "dtype", THREADS]).size().idxmax()
     cost = cost[(cost[MACHINE] == machine) & (cost["dtype"] == dtype) & (cost[THREADS] == threads)]
@@ -66,10 +76,16 @@ def _latency(ok: pd.DataFrame, infos: dict[str, TaskInfo]) -> tuple[pd.Series, s
     declared = infos[cost_task].metric(cost_metric)
     unit = f"{declared.unit}, " if declared and declared.unit else ""
     title = f"{cost_task} {cost_metric}{where} ({unit}{machine} · {threads:g} threads, {dtype})"
-    return cost.groupby("variant")["value"].median(), title, (machine, dtype)
+    steady = cost[~cost["unsteady"]]
+    only_unsteady = cost[~cost["variant"].isin(set(steady["variant"]))]
+    notes = {str(v): f"{cost_metric} from unsteady timings only" for v in only_unsteady["variant"]}
+    cost = pd.concat([steady, only_unsteady])
+    return cost.groupby("variant")["value"].median(), title, (machine, dtype), notes
 
 
-def _cost_points(ok: pd.DataFrame, h: Headline, latency: pd.Series, where: tuple) -> pd.DataFrame:
+def _cost_points(
+    ok: pd.DataFrame, h: Headline, latency: pd.Series, where: tuple, notes: dict[str, str]
+) -> pd.DataFrame:
     machine, dtype = where
     quality = ok[
         (ok["task"] == h.task)
@@ -79,7 +95,8 @@ def _cost_points(ok: pd.DataFrame, h: Headline, latency: pd.Series, where: tuple
     ]
     quality = quality.groupby("variant")["value"].mean()
     both = pd.DataFrame({"x": latency, "y": quality}).dropna()
-    return both.rename_axis("label").reset_index()
+    both = both.rename_axis("label").reset_index()
+    return both.assign(note=both["label"].map(lambda v: notes.get(str(v), "")))
 
 
 def density_points(rows: pd.DataFrame, metric: str) -> pd.DataFrame:
@@ -135,7 +152,7 @@ def tradeoff_charts(
         if h.higher_is_better is None or columns.task_of.get(h.task) == cost_task:
             continue
         if latency is not None:
-            points = _cost_points(ok, h, latency[0], latency[2])
+            points = _cost_points(ok, h, latency[0], latency[2], latency[3])
             plans.append(("cost", h, points, latency[1], None))
         points = density_points(ok[ok["task"] == h.task], h.metric)
         plans.append(("density", h, points, DENSITY_TITLE, (-0.02, 1.05)))

@@ -301,3 +301,73 @@ def test_console_script_gates_on_a_lost_variant_and_refuses_a_corrupt_table(tmp_
     proc = run_cli("attnbench-compare", *tables)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+STEADINESS = [("throughput", "fwd_ms", "fwd_steady")]
+
+
+def _timing(variant, ms, steady, run_id):
+    """A throughput run at 256: fwd_ms, its IQR and (unless None) its steadiness flag."""
+    rows = [
+        _row(variant, "fwd_ms", ms, False, x=256, run_id=run_id),
+        _row(variant, "fwd_ms_iqr", 0.1, None, x=256, run_id=run_id),
+    ]
+    if steady is not None:
+        rows.append(_row(variant, "fwd_steady", steady, None, x=256, run_id=run_id))
+    return rows
+
+
+def test_an_unsteady_timing_is_marked_not_called_worse():
+    old = _table([*_timing("a", 10.0, 1.0, "a-old"), *_timing("b", 10.0, 1.0, "b-old")])
+    new = _table([*_timing("a", 20.0, 0.0, "a-new"), *_timing("b", 20.0, 1.0, "b-new")])
+    result = compare(old, new, 0.05, STEADINESS)
+    lines = _lines(result)
+    assert result.counts()["WORSE"] == 1 and lines[0].startswith("WORSE throughput × b")
+    assert lines[1] == (
+        "UNSTEADY throughput × a {}: fwd_ms at seq_len=256 10 → 20 (+100.0%) not judged: the "
+        "timing in NEW is unsteady (measure it again on a quiet machine)"
+    )
+    assert lines[-1].endswith("; 1 worse but unsteady, not judged; 0 metric points new in NEW.")
+    # an unsteady OLD is no baseline either; without the declaration, it is judged
+    old = _table(_timing("a", 10.0, 0.0, "a-old"))
+    new = _table(_timing("a", 20.0, 1.0, "a-new"))
+    assert (
+        "not judged: the timing in OLD is unsteady"
+        in _lines(compare(old, new, 0.05, STEADINESS))[0]
+    )
+    assert compare(old, new).counts()["WORSE"] == 1
+
+
+def test_timings_without_the_flag_are_judged_as_before():
+    """Older records (no fwd_steady), or a CSV table (no task descriptions): unknown, which is
+    not unsteady."""
+    old = _table(_timing("a", 10.0, None, "a-old"))
+    new = _table(_timing("a", 20.0, None, "a-new"))
+    result = compare(old, new, 0.05, STEADINESS)
+    assert result.counts()["WORSE"] == 1 and not result.matched["unsteady_worse"].any()
+
+
+def test_the_command_reads_the_flags_from_the_tables_task_descriptions(tmp_path, capsys):
+    from conftest import make_record
+
+    from attnbench.harness.collect import collect
+    from attnbench.harness.records import write_record
+    from attnbench.tasks.throughput import Throughput
+
+    for name, ms, steady in (("old", 10.0, 1.0), ("new", 20.0, 0.0)):
+        metrics = [
+            {"metric": m, "value": v, "x_name": "seq_len", "x_value": 256, "higher_is_better": h}
+            for m, v, h in (("fwd_ms", ms, False), ("fwd_steady", steady, None))
+        ]
+        write_record(
+            tmp_path / name,
+            make_record(
+                name,
+                task_params={"seq_len": 256},
+                metrics=metrics,
+                task_info=Throughput.describe().to_dict(),
+            ),
+        )
+        collect(tmp_path / name)
+    assert main([str(tmp_path / "old"), str(tmp_path / "new"), "--fail"]) == 0
+    assert "UNSTEADY throughput × softmax {}: fwd_ms at seq_len=256" in capsys.readouterr().out

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 from conftest import make_record, test_run_id
 
@@ -512,6 +514,7 @@ def _peer_record(tmp_path, name, variant, seq_len, fwd_ms, peer_of="", library="
     """A throughput record of ``variant`` (a library's when ``library`` is given) on machine
     cpu0, one thread, host "box" unless ``fields`` say otherwise."""
     status = fields.pop("status", "ok")
+    steady = fields.pop("steady", None)  # its fwd_steady flag; None: not recorded
     metrics = (
         [
             _point("fwd_ms", fwd_ms, seq_len, False),
@@ -520,6 +523,8 @@ def _peer_record(tmp_path, name, variant, seq_len, fwd_ms, peer_of="", library="
         if status == "ok"
         else []
     )
+    if steady is not None:
+        metrics.append(_point("fwd_steady", steady, seq_len, None))
     write_record(
         tmp_path,
         make_record(
@@ -580,6 +585,15 @@ def test_peer_ratio_is_ours_over_the_peer_per_setting_with_both_versions_named(t
     assert label in html and "0.75 (3 / 4)" in html
     # everywhere else the library variant is named with its library
     assert f"peer_local_window ({LOCAL})" in html.split('id="overview-table"')[1]
+
+
+def test_a_ratio_from_an_unsteady_timing_is_marked(tmp_path):
+    _peer_record(tmp_path, "w", "window", 512, 2.0, steady=1.0)
+    _peer_record(tmp_path, "p", "peer_local_window", 512, 4.0, "window", LOCAL, steady=0.0)
+    (pt,) = _section(tmp_path).tables
+    fwd, mem = pt.table.rows[0][3:5]  # pair, machine, dtype, fwd_ms, peak_mem_mib
+    assert fwd.text == "~0.5 (2 / 4)" and fwd.note.startswith("the timing of peer is unsteady")
+    assert mem.note == ""  # peak memory is not a timing
 
 
 def test_rows_of_different_machines_threads_or_hosts_are_not_paired(tmp_path):
@@ -993,3 +1007,130 @@ def test_quality_against_cost_and_density_escape_names_and_titles(tmp_path):
             assert all("<img" not in t["hovertext"][0] for t in fig["data"])
     (density,) = [f for k, f in figures.items() if k.startswith("chart-density")]
     assert density["data"][0]["hovertext"][0].endswith("same point: softmax")
+
+
+def test_every_registered_tasks_steadiness_pairs_declared_metrics():
+    from attnbench.harness.task_api import TASKS
+
+    for name in TASKS.names():
+        info = TASKS.get(name).describe()
+        for metric, flag in info.steadiness.items():
+            assert info.metric(metric) is not None, (name, metric)
+            assert info.metric(flag) is not None and info.metric(flag).higher_is_better is None
+
+
+def _write_timed(tmp_path, run_id, variant, seq_len, fwd_ms, steady=None, info=None):
+    """A throughput run; ``steady`` (1.0 / 0.0) is its fwd_steady flag, None: not recorded (a
+    record from before the flag existed)."""
+    metrics = [
+        _point("fwd_ms", fwd_ms, seq_len, False),
+        _point("gflops", 100 / fwd_ms, seq_len, True),
+    ]
+    if steady is not None:
+        metrics.append(_point("fwd_steady", steady, seq_len, None))
+    write_record(
+        tmp_path,
+        make_record(
+            run_id,
+            task="throughput",
+            variant=variant,
+            task_params={"seq_len": seq_len},
+            metrics=metrics,
+            env={"device_name": "cpu0"},
+            task_info=info or Throughput.describe().to_dict(),
+        ),
+    )
+
+
+TIMINGS = [  # (variant, seq_len, fwd_ms): linear is the fastest at 64, but its timing there...
+    ("softmax", 64, 2.0),
+    ("linear", 64, 1.0),
+    ("window", 64, 3.0),
+    ("softmax", 128, 4.0),
+    ("linear", 128, 8.0),
+    ("window", 128, 6.0),
+]
+
+
+def _overview_cells(html: str) -> dict[str, str]:
+    """variant → its overview row's HTML."""
+    body = html.split('id="overview-table"')[1].split("</table>")[0]
+    rows = body.split("<tr data-machine")[1:]
+    return {
+        re.search(r'<td data-sort="[^"]*">([^<]*)</td>', r.split("</td>", 1)[1]).group(1): r
+        for r in rows
+    }
+
+
+def test_unsteady_timings_are_marked_counted_and_left_out_of_ranks(tmp_path):
+    for i, (variant, n, ms) in enumerate(TIMINGS):
+        steady = 0.0 if (variant, n) == ("linear", 64) else 1.0  # ...was unsteady
+        _write_timed(tmp_path, f"t{i}", variant, n, ms, steady)
+    collect(tmp_path)
+    html = build_site(tmp_path).read_text()
+    assert 'id="unsteady-note">1 timing is unsteady' in html
+    # the task table: linear's 1 ms is marked, with its note, and is not the best at 64
+    section = html.split('data-task="throughput"')[1].split("</table>")[0]
+    marked = re.findall(r'<td data-sort="([^"]*)" class="unsteady" title="([^"]*)">~', section)
+    assert [s for s, _ in marked] == ["1.0", "100.0"]  # fwd_ms and gflops of the same timing
+    assert all("never settled" in note for _, note in marked)
+    assert '<td data-sort="2.0" class="best">2</td>' in section  # softmax is the best at 64
+    # the overview: linear's 64 is in no contest, so softmax wins both lengths
+    cells = _overview_cells(html)
+    assert '">#1</td>' in cells["softmax"] and '">#3</td>' in cells["linear"]
+    assert 'class="unsteady" title="1 unsteady timing left out' in cells["linear"]
+    assert "unsteady" not in cells["softmax"]
+    # the chart draws it hollow
+    assert '"circle-open"' in html and "hollow: unsteady timing" in html
+
+
+def test_unsteady_marks_keep_names_escaped(tmp_path):
+    _write_timed(tmp_path, "h1", HOSTILE, 64, 1.0, 0.0)
+    _write_timed(tmp_path, "h2", HOSTILE, 128, 2.0, 1.0)
+    _write_timed(tmp_path, "s1", "softmax", 64, 2.0, 1.0)
+    collect(tmp_path)
+    html = build_site(tmp_path).read_text()
+    assert HOSTILE not in html and "&lt;img src=x onerror=alert(1)&gt;" in html
+    assert 'class="unsteady"' in html and '"circle-open"' in html
+
+
+def test_the_cost_axis_leaves_unsteady_timings_out_or_draws_them_hollow(tmp_path):
+    """linear's cost: its unsteady 50 ms is left out, its steady 1 ms kept; window has only an
+    unsteady timing: kept, drawn hollow, with a note."""
+    info = _quality_info()
+    timings = [("softmax", 2.0, 1.0), ("linear", 1.0, 1.0), ("linear", 50.0, 0.0)]
+    timings.append(("window", 3.0, 0.0))
+    for i, (variant, ms, steady) in enumerate(timings):
+        _write_timed(tmp_path, f"t{i}", variant, 64, ms, steady)
+    for variant in ("softmax", "linear", "window"):
+        write_record(
+            tmp_path,
+            make_record(
+                f"q-{variant}",
+                task="quality",
+                variant=variant,
+                metrics=[{"metric": "accuracy", "value": 0.5, "higher_is_better": True}],
+                task_info=info.to_dict(),
+            ),
+        )
+    collect(tmp_path)
+    figures = _figures(build_site(tmp_path).read_text())
+    (cost,) = [f for k, f in figures.items() if k.startswith("chart-cost")]
+    traces = {t["name"]: t for t in cost["data"]}
+    assert traces["linear"]["x"] == [1.0] and traces["linear"]["marker"]["symbol"] == "circle"
+    assert traces["window"]["marker"]["symbol"].endswith("-open")
+    assert traces["window"]["hovertext"][0].endswith("fwd_ms from unsteady timings only")
+
+
+def test_records_without_the_flag_are_unknown_not_unsteady(tmp_path):
+    older = {k: v for k, v in Throughput.describe().to_dict().items() if k != "steadiness"}
+    for i, (variant, n, ms) in enumerate(TIMINGS):
+        # half of them from before the flag existed (no fwd_steady), under the current task_info
+        _write_timed(tmp_path, f"t{i}", variant, n, ms, None if i % 2 else 1.0)
+    _write_timed(tmp_path, "old", "sinkhorn", 64, 5.0, None, info=older)  # an older description
+    collect(tmp_path)
+    html = build_site(tmp_path).read_text()
+    assert "unsteady-note" not in html and 'class="unsteady"' not in html
+    assert '"circle-open"' not in html
+    cells = _overview_cells(html)
+    assert "unsteady" not in cells["linear"]  # its 1 ms at 64 competes, as before

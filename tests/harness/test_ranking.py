@@ -159,3 +159,64 @@ def test_a_variant_with_several_configurations_is_labelled_by_what_differs():
     frame = frame.assign(machine=machine_labels(frame))
     labels = {row[1].text for row in overview(frame, HEADLINES, FAMILIES).table.rows}
     assert labels == {"A", "W window=0.2", "W window=256"}
+
+
+# B is the fastest in setting s1, but its timing there was unsteady (flag 0)
+TIMED = [
+    ("A", "s1", 2.0, 1.0),
+    ("B", "s1", 1.0, 0.0),
+    ("C", "s1", 3.0, 1.0),
+    ("A", "s2", 4.0, 1.0),
+    ("B", "s2", 8.0, 1.0),
+    ("C", "s2", 6.0, 1.0),
+]
+
+
+def _timed(rows=TIMED, flags=True):
+    frame = pd.DataFrame(
+        [
+            {**_row("t_down", metric, v, value, setting=s), "run_id": f"{v}-{s}"}
+            for v, s, ms, steady in rows
+            for metric, value in [("ms", ms), ("steady", steady)][: 2 if flags else 1]
+        ],
+        columns=COLUMNS,
+    )
+    return frame.assign(machine=machine_labels(frame))
+
+
+FLAGGED = Headline("t_down", "ms", False, "latency", steady_flag="steady")
+
+
+def test_an_unsteady_point_enters_no_contest():
+    computed = standings(_timed(), [FLAGGED])
+    rates = {k[0]: v for k, v in computed.aggregate.items()}  # one task: its win rates
+    # s1 is A vs C only (A wins); s2 is all three: A, C, B
+    assert rates == pytest.approx({"A": 1.0, "B": 0.0, "C": 0.25})
+    assert {k[0]: v for k, v in computed.unsteady["t_down"].items()} == {"B": 1}
+    # B's value is its steady one (8 ms at s2), not a mean with the unsteady 1 ms
+    assert {k[0]: v for k, v in computed.values["t_down"][0].items()}["B"] == 8.0
+    # the same table without the declaration: B's 1 ms at s1 competes and wins there
+    plain = standings(_timed(), [Headline("t_down", "ms", False, "latency")])
+    assert {k[0]: v for k, v in plain.aggregate.items()}["B"] == 0.5
+
+
+def test_an_entry_with_only_unsteady_timings_is_shown_marked_and_unranked():
+    rows = [*TIMED, ("D", "s1", 0.5, 0.0)]
+    result = overview(_timed(rows), [FLAGGED], {})
+    cells = _rows(result)
+    d, b = cells[("D", CPU)], cells[("B", CPU)]
+    assert d["t_down"].text == "~0.5" and d["rank"].text == "–"
+    assert d["t_down"].note.startswith("only 1 unsteady timing here")
+    assert b["t_down"].text.startswith("~8") and b["t_down"].note.startswith(
+        "1 unsteady timing left out"
+    )
+    assert cells[("A", CPU)]["t_down"].note == ""
+
+
+def test_a_table_without_flags_ranks_as_before():
+    """Older records have no flag: unknown is not unsteady, and nothing is marked."""
+    computed = standings(_timed(flags=False), [FLAGGED])
+    assert computed.unsteady == {}
+    assert {k[0]: v for k, v in computed.aggregate.items()}["B"] == 0.5
+    cells = _rows(overview(_timed(flags=False), [FLAGGED], {}))
+    assert not any(c["t_down"].note or "~" in c["t_down"].text for c in cells.values())

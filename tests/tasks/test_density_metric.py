@@ -15,7 +15,15 @@ from attnbench.harness.task_api import TASKS, JobContext, build_task
 SETTINGS = [
     (
         "throughput",
-        dict(seq_len=40, n_heads=1, head_dim=8, backward=False, min_samples=1, min_run_time=1e-3),
+        dict(
+            seq_len=40,
+            n_heads=1,
+            head_dim=8,
+            backward=False,
+            min_samples=4,
+            min_run_time=1e-3,
+            max_timing_s=0.5,
+        ),
         (40, False),
     ),
     (

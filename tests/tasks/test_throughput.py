@@ -4,6 +4,8 @@ import pytest
 import torch
 
 from attnbench.harness.task_api import JobContext, build_task
+from attnbench.harness.task_info import TaskInfo
+from attnbench.tasks.throughput import Throughput
 
 
 def _ctx(variant="softmax", **params):
@@ -74,3 +76,45 @@ def test_correctness_check_is_recorded():
     task = build_task("throughput", {"min_run_time": 0.01, "seq_len": 600, "backward": False})
     result = task.run(_ctx("window"))
     assert result.details["correctness_check"].startswith("forward == weights·V at n=512")
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"min_samples": 3}, r"task.min_samples must be >= 4 \(the steadiness rule .*\), got 3."),
+        ({"steady_rtol": 0}, r"task.steady_rtol must be a finite number > 0, got 0.0."),
+        ({"steady_max_rel_iqr": float("nan")}, r"task.steady_max_rel_iqr must be a finite .*nan"),
+        ({"max_timing_s": -1}, r"task.max_timing_s must be a finite number >= 0, got -1.0."),
+    ],
+)
+def test_bad_timing_settings_are_one_clear_sentence(params, message):
+    with pytest.raises(ValueError, match=message):
+        build_task("throughput", params)
+
+
+def test_each_timing_records_its_steadiness_spread_samples_and_time():
+    task = build_task("throughput", {"min_run_time": 0.01, "seq_len": 64, "max_timing_s": 2.0})
+    result = task.run(_ctx())
+    points = {p.metric: p.value for p in result.points}
+    for prefix in ("fwd", "fwd_bwd"):
+        assert points[f"{prefix}_steady"] in (0.0, 1.0)
+        assert points[f"{prefix}_ms_rel_iqr"] == pytest.approx(
+            points[f"{prefix}_ms_iqr"] / points[f"{prefix}_ms"]
+        )
+        samples = result.details[f"{prefix}_samples_ms"]  # the window judged, and only it
+        assert points[f"{prefix}_samples"] == len(samples) >= 10
+        assert min(samples) <= points[f"{prefix}_ms"] <= max(samples)
+        how = result.details[f"{prefix}_timing"]
+        assert how["steady"] == bool(points[f"{prefix}_steady"])
+        assert how["samples_judged"] == len(samples) <= how["samples_taken"]
+        assert 0 < how["sampling_s"] < 2.0 + 1.0  # the cap, plus at most the last round
+
+
+def test_steadiness_flags_are_declared_metrics_and_survive_the_record():
+    info = Throughput.describe()
+    declared = {m.name for m in info.metrics}
+    assert info.steadiness["fwd_ms"] == "fwd_steady"
+    assert set(info.steadiness) | set(info.steadiness.values()) <= declared
+    assert TaskInfo.from_dict(info.to_dict()).steadiness == info.steadiness
+    older = {k: v for k, v in info.to_dict().items() if k != "steadiness"}  # an older record
+    assert TaskInfo.from_dict(older).steadiness == {}
