@@ -136,6 +136,8 @@ def test_chunked_passes_and_gradients_equal_dense_half_steps(n_iters, monkeypatc
     dq, dk, dv = dense_leaves
     expected = sinkhorn_dense(_logits(dq, dk, 0.7), n_iters) @ dv
     torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-12)
+    with torch.no_grad():  # the in-place pass (softmax over the logits, GEMM column sums)
+        torch.testing.assert_close(variant(q, k, v), expected, rtol=1e-10, atol=1e-12)
     grad = torch.randn_like(out)
     for a, b in zip(
         torch.autograd.grad(out, leaves, grad),
