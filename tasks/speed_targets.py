@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch.utils import benchmark
 
 from attnbench import VariantShape, build_variant, load_plugins
-from attnbench.harness.memory import isolated_cpu_peak, peak_memory_mib, reuse_freed_memory
+from attnbench.harness.memory import isolated_cpu_peak, reuse_freed_memory
 from attnbench.tasks.throughput import forward_peak_mib
 
 HEADS, HEAD_DIM = 4, 64
@@ -266,35 +266,9 @@ def _call(case: Case) -> Callable[[], object]:
 
 def _peak_mib(case: Case) -> float | None:
     shape = (1, HEADS, case.seq_len, HEAD_DIM)
-    probe = forward_backward_peak_mib if case.backward else forward_peak_mib
-    return isolated_cpu_peak(probe, case.variant, case.params, shape, "float32", 0, case.causal)
-
-
-def forward_backward_peak_mib(
-    variant: str,
-    variant_params: dict,
-    shape: tuple[int, int, int, int],
-    dtype: str,
-    seed: int,
-    causal: bool,
-) -> float | None:
-    """Peak memory of one forward+backward call (in the memory-probe process, like
-    `forward_peak_mib`): what training at this length holds, activations and gradients."""
-    load_plugins()
-    dt = getattr(torch, dtype)
-    module = build_variant(variant, variant_params, VariantShape(shape[1], shape[3], shape[2]))
-    module = module.to(dt)
-    gen = torch.Generator().manual_seed(seed)
-    q, k, v = (torch.randn(shape, generator=gen).to(dt).requires_grad_(True) for _ in range(3))
-    grad = torch.randn(shape, generator=gen).to(dt)
-
-    def forward_backward() -> None:
-        module(q, k, v, causal=causal).backward(grad)
-        for t in (q, k, v, *module.parameters()):
-            t.grad = None
-
-    forward_backward()  # one-off allocations are not the variant's
-    return peak_memory_mib(forward_backward, torch.device("cpu"))
+    return isolated_cpu_peak(
+        forward_peak_mib, case.variant, case.params, shape, "float32", 0, case.causal, case.backward
+    )
 
 
 @dataclass

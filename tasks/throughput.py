@@ -232,24 +232,34 @@ def forward_peak_mib(
     dtype: str,
     seed: int,
     causal: bool,
+    backward: bool = False,
 ) -> float | None:
-    """Peak memory of one forward call of ``variant`` on CPU inputs of ``shape`` (B, H, N, D).
+    """Peak memory of one forward call of ``variant`` on CPU inputs of ``shape`` (B, H, N, D),
+    or with ``backward`` of one forward+backward call (what training at this length holds:
+    activations and gradients).
 
     Runs in the memory-probe process: the variant and inputs are built there, outside the
     measured region.
     """
     load_plugins()
     b, h, n, d = shape
-    module = build_variant(variant, variant_params, VariantShape(h, d, n)).to(getattr(torch, dtype))
+    dt = getattr(torch, dtype)
+    module = build_variant(variant, variant_params, VariantShape(h, d, n)).to(dt)
     gen = torch.Generator().manual_seed(seed)
-    q, k, v = (torch.randn(shape, generator=gen).to(getattr(torch, dtype)) for _ in range(3))
+    q, k, v = (torch.randn(shape, generator=gen).to(dt).requires_grad_(backward) for _ in range(3))
+    grad = torch.randn(shape, generator=gen).to(dt) if backward else None
 
-    def forward() -> torch.Tensor:
-        with torch.no_grad():
-            return module(q, k, v, causal=causal)
+    def call() -> None:
+        if not backward:
+            with torch.no_grad():
+                module(q, k, v, causal=causal)
+            return
+        module(q, k, v, causal=causal).backward(grad)
+        for t in (q, k, v, *module.parameters()):
+            t.grad = None
 
-    forward()  # one-off allocations (thread pools, caches) are not the variant's
-    return peak_memory_mib(forward, torch.device("cpu"))
+    call()  # one-off allocations (thread pools, caches) are not the variant's
+    return peak_memory_mib(call, torch.device("cpu"))
 
 
 CHECK_LEN = 512  # sequence length of the correctness check (long enough for sparse paths)
