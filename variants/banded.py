@@ -34,10 +34,10 @@ BACKWARD_BLOCK = 64  # queries per block when autograd records the call
 _CPU_FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 
 
-def lse_available(q: torch.Tensor) -> bool:
-    """Whether `attention_with_lse` can run on ``q``'s device without autograd."""
-    grad = torch.is_grad_enabled() and q.requires_grad
-    return _CPU_FLASH is not None and q.device.type == "cpu" and not grad
+def lse_available(*inputs: torch.Tensor) -> bool:
+    """Whether `attention_with_lse` can run on these inputs: CPU, and no autograd to record."""
+    grad = torch.is_grad_enabled() and any(t.requires_grad for t in inputs)
+    return _CPU_FLASH is not None and inputs[0].device.type == "cpu" and not grad
 
 
 def attention_with_lse(

@@ -191,7 +191,7 @@ class StridedAttention(AttentionVariant):
         scale = 1 / math.sqrt(q.shape[-1])
         if local >= n or s == 1:  # every pair is in the pattern: dense attention, exactly
             return dense_attention(q, k, v, causal, scale)
-        if lse_available(q) and n % s == 0 and not (k.requires_grad or v.requires_grad):
+        if lse_available(q, k, v) and n % s == 0:
             return _strided_fused(q, k, v, local, s, causal, scale)
         local_part = local_attention(q, k, v, local, causal, min(local, 128), scale)
 
@@ -287,12 +287,8 @@ def _strided_fused(q, k, v, local: int, s: int, causal: bool, scale: float) -> t
     # back to positions: (B·H, s, rows, ·) → (B, H, rows, s, ·), a view
     far_out = far_out.view(bsz, heads, s, rows, -1).transpose(2, 3)
     far_lse = far_lse.view(bsz, heads, s, rows).transpose(2, 3)
-    local_out = local_out.view(bsz, heads, rows, s, -1)
-    local_lse = local_lse.view(bsz, heads, rows, s)
-    lse = torch.logaddexp(local_lse, far_lse)  # every query sees itself: finite
-    out = local_out * (local_lse - lse).exp_().unsqueeze(-1)
-    out += far_out * (far_lse - lse).exp_().unsqueeze(-1)
-    return out.view(bsz, heads, n, -1)
+    local = (local_out.view(bsz, heads, rows, s, -1), local_lse.view(bsz, heads, rows, s))
+    return merge_partials([local, (far_out, far_lse)])[0].reshape(bsz, heads, n, -1)
 
 
 @dataclass
