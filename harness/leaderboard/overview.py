@@ -32,6 +32,7 @@ class Overview:
     table: Table
     filters: list[dict[str, str]] = field(default_factory=list)  # machine, dtype, family per row
     options: dict[str, list[str]] = field(default_factory=dict)  # distinct values per filter
+    rule: str = ""  # how the ranks are made, in words, shown above the table
 
 
 def _labels(entries: pd.DataFrame) -> dict[tuple[str, str], str]:
