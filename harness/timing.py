@@ -19,11 +19,30 @@ Method:
    behind). When the halves agree but the spread is too wide, sampling goes on with every sample
    kept. At least ``min_samples`` are always taken, even past the cap; at the cap the last window
    judged is reported with ``steady=False``.
-6. Reported, for the window last judged and only for it: median, IQR, IQR / median, the
+6. A busy machine (`MachineCheck`): the window's steadiness cannot see a load that lasts the
+   whole timing (every sample is slowed alike). So every timing is bracketed by two checks that
+   look at the machine rather than at the samples: a calibration probe (a fixed GEMM,
+   `calibration_probe`) timed just before and just after the sampling, and the CPU time that
+   *other* processes used on this job's CPUs while it sampled (from ``/proc/stat``, minus this
+   process's own CPU time: `cpu_snapshot`, `foreign_cpu_share`). The timing is flagged
+   (``steady=False``, with its reasons) when the probe drifted by more than ``max_probe_drift``
+   or other processes took more than ``max_foreign_cpu`` of the CPUs. The 1-minute load average
+   is recorded beside them (it lags by about a minute, so it informs but never decides).
+7. A reference kernel timed in alternating rounds (``reference``): each round of samples of the
+   work is preceded by a shorter round of the reference (the caller's choice: dense SDPA at the
+   same shape for attention), and each sample of the work is divided by the median of the
+   reference round before it. The median of those ratios over the judged window is the
+   timing's ``ratio``. A load that slows both alike cancels in it, which an absolute time across
+   runs or machines never does: rank by the ratio, show the time beside it. It does not rescue
+   a heavily oversubscribed machine: there a multi-threaded kernel waits a scheduler slice
+   whenever one of its threads is descheduled, and every kernel takes about a slice (the ratio
+   of a 1 ms and a 2 ms GEMM fell from 2 to 1 under 3 spinners per core), which is why step 6
+   flags such timings instead.
+8. Reported, for the window last judged and only for it: median, IQR, IQR / median, the
    relative gap of its halves' medians, its samples in the order taken, and whether it was
    steady; beside them the number of samples taken in all (dropped ones included) and the
    seconds spent sampling. In milliseconds per call.
-7. CPU jobs flush denormals and let glibc reuse freed buffers instead of unmapping them
+9. CPU jobs flush denormals and let glibc reuse freed buffers instead of unmapping them
    (`harness.memory.reuse_freed_memory`); both are recorded in the record's ``env``.
 
 Why these defaults:
@@ -44,10 +63,17 @@ Why these defaults:
   about 2 s) and to settle a noisy median, short enough that a machine that stays busy costs a
   throughput job (two timings) at most about 20 s more than a steady one.
 
-What the rule cannot see: a neighbour that slows nearly every sample of a window alike (more
-than three quarters of them, e.g. one that started before the timing and outlasts its first
-window) looks like a slower variant. It catches a disturbance that begins, ends or comes and goes
-while the timing runs.
+What the window rule cannot see by itself: a neighbour that slows nearly every sample of a
+window alike (more than three quarters of them, e.g. one that started before the timing and
+outlasts it) looks like a slower variant. That is what the machine check of step 6 is for:
+other processes' CPU time is measured, not inferred from the samples; and the probe catches what
+``/proc/stat`` cannot show (a frequency drop, a neighbour on the same physical cores outside this
+VM). Thresholds:
+
+- ``max_foreign_cpu = 0.25``: a quiet machine's daemons use about 1 % of it; a neighbour that
+  keeps one core of two busy uses 50 %. A quarter is far from both.
+- ``max_probe_drift = 0.3``: the probe is a median of a few short GEMMs, within about 5 % of
+  itself on a quiet machine; issue #24's busy machine slowed timings 2 to 30-fold.
 
 Never compare absolute times across runs or machines; compare ratios measured in the same run.
 """
@@ -55,6 +81,7 @@ Never compare absolute times across runs or machines; compare ratios measured in
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -68,6 +95,10 @@ RTOL = 0.05  # default tolerance of the halves' medians
 MAX_REL_IQR = 0.25  # default bound of IQR / median
 MAX_TIME_S = 10.0  # default cap on the seconds of sampling
 FEWEST_SAMPLES = 4  # the rule needs two samples per half
+MAX_FOREIGN_CPU = 0.25  # other processes' share of this job's CPUs that flags a timing
+MAX_PROBE_DRIFT = 0.3  # relative change of the calibration probe that flags a timing
+REFERENCE_ROUND = 0.5  # a reference round runs this fraction of a work round's min_run_time
+PROBE_SIZE = {"cpu": 512, "cuda": 4096}  # the calibration GEMM's square size per device type
 
 
 @dataclass(frozen=True)
@@ -175,6 +206,127 @@ def sample_until_steady(
 
 
 @dataclass(frozen=True)
+class CpuSnapshot:
+    """Where this job's CPUs stood at one moment (`cpu_snapshot`)."""
+
+    wall_s: float  # time.perf_counter()
+    busy_s: float  # busy time of this job's CPUs since boot, every process (steal included)
+    own_s: float  # this process's CPU time (user + system, every thread)
+    n_cpus: int  # CPUs counted: those this process may run on
+
+
+def cpu_snapshot(stat_text: str | None = None) -> CpuSnapshot | None:
+    """The busy time of this process's CPUs (``/proc/stat``'s per-CPU lines for the CPUs in its
+    affinity mask, so a container on a larger host counts only its own) and this process's CPU
+    time; None where ``/proc/stat`` is not there (not Linux).
+
+    Args:
+        stat_text: The text of ``/proc/stat`` (for tests); default: read it now.
+    """
+    if stat_text is None:
+        try:
+            with open("/proc/stat") as f:
+                stat_text = f.read()
+        except OSError:
+            return None
+    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    busy, n = 0, 0
+    for line in stat_text.splitlines():
+        name, _, rest = line.partition(" ")
+        if not (name.startswith("cpu") and name[3:].isdigit()):
+            continue
+        if allowed is not None and int(name[3:]) not in allowed:
+            continue
+        # user nice system idle iowait irq softirq steal (guest time is inside user already)
+        fields = [int(x) for x in rest.split()[:8]]
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+        busy += sum(fields) - idle
+        n += 1
+    if n == 0:
+        return None
+    own = os.times()
+    return CpuSnapshot(time.perf_counter(), busy / ticks, own.user + own.system, n)
+
+
+def foreign_cpu_share(before: CpuSnapshot | None, after: CpuSnapshot | None) -> float:
+    """The share of this job's CPUs that other processes used between two snapshots (0 to 1;
+    nan when unknown): the CPUs' busy time minus this process's own, over wall time × CPUs."""
+    if before is None or after is None or after.wall_s <= before.wall_s:
+        return math.nan
+    others = (after.busy_s - before.busy_s) - (after.own_s - before.own_s)
+    capacity = (after.wall_s - before.wall_s) * after.n_cpus
+    return float(min(1.0, max(0.0, others / capacity)))
+
+
+def load_average() -> float:
+    """The 1-minute load average (nan where the platform has none)."""
+    try:
+        return float(os.getloadavg()[0])
+    except (OSError, AttributeError):
+        return math.nan
+
+
+def calibration_probe(
+    device: torch.device, num_threads: int, repeats: int = 9, warmup: int = 3
+) -> float:
+    """Milliseconds of one fixed GEMM (square, `PROBE_SIZE` for the device type; float32 on
+    CPU, bfloat16 on CUDA): the median of ``repeats`` timed calls after ``warmup`` untimed ones
+    (the first calls after an idle moment wake the thread pool: up to 8× slower here). Its
+    operands are made outside the timed calls and depend on nothing of the job, so two probes
+    on a quiet machine agree, and a probe that drifted says the machine changed, not the work.
+    """
+    n = PROBE_SIZE.get(device.type, PROBE_SIZE["cpu"])
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    gen = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(n, n, generator=gen).to(device=device, dtype=dtype) for _ in range(2))
+    previous = torch.get_num_threads()
+    torch.set_num_threads(num_threads)
+    try:
+        times = []
+        for i in range(warmup + repeats):
+            _sync(device)
+            start = time.perf_counter()
+            torch.mm(a, b)
+            _sync(device)
+            if i >= warmup:
+                times.append((time.perf_counter() - start) * 1e3)
+    finally:
+        torch.set_num_threads(previous)
+    return float(np.median(times))
+
+
+@dataclass(frozen=True)
+class MachineCheck:
+    """When a machine counts as quiet enough for a timing taken on it (module docstring, step 6).
+
+    Attributes:
+        max_foreign_cpu: Other processes may use at most this share of the job's CPUs.
+        max_probe_drift: The calibration probe after the timing may differ from the one before
+            by at most this fraction of the smaller.
+    """
+
+    max_foreign_cpu: float = MAX_FOREIGN_CPU
+    max_probe_drift: float = MAX_PROBE_DRIFT
+
+    def reasons(self, foreign_cpu: float, probe_drift: float) -> tuple[str, ...]:
+        """Why a timing is not to be trusted on these readings (empty: nothing against it);
+        an unknown reading (nan) is no reason."""
+        out = []
+        if foreign_cpu > self.max_foreign_cpu:
+            out.append(
+                f"other processes used {foreign_cpu:.0%} of this job's CPUs while it was timed "
+                f"(at most {self.max_foreign_cpu:.0%} allowed)"
+            )
+        if probe_drift > self.max_probe_drift:
+            out.append(
+                f"the calibration GEMM changed by {probe_drift:.0%} between before and after "
+                f"(at most {self.max_probe_drift:.0%} allowed)"
+            )
+        return tuple(out)
+
+
+@dataclass(frozen=True)
 class Timing:
     """Summary of the judged window of samples of one timed call, in milliseconds per call.
 
@@ -183,11 +335,21 @@ class Timing:
         n_samples: Samples in the window.
         first_call_ms: The first call, timed on its own.
         samples_ms: The window's samples, in the order taken.
-        steady: Whether the window passed the steadiness rule (False: the cap was reached).
+        steady: Whether the timing is trusted: the window passed the steadiness rule and the
+            machine check found nothing against it (``reasons`` empty).
         rel_iqr: IQR / median of the window.
         halves_gap: Relative gap between the medians of the window's older and newer halves.
         n_taken: Samples taken in all, those dropped from the window included.
         sampling_s: Seconds spent sampling (first call and warm-up excluded).
+        reasons: Why the timing is not steady, one sentence each (empty when it is).
+        ratio: Median over the window of each sample / the reference round before it (nan
+            without a reference).
+        reference_ms: Median of the reference's samples taken in the window's rounds (nan
+            without a reference).
+        probe_before_ms, probe_after_ms: The calibration probe (`calibration_probe`).
+        probe_drift: |after − before| / min(before, after).
+        foreign_cpu: Share of the job's CPUs other processes used while sampling (nan: unknown).
+        load_avg: 1-minute load average when sampling ended.
     """
 
     median_ms: float
@@ -200,11 +362,49 @@ class Timing:
     halves_gap: float
     n_taken: int
     sampling_s: float
+    reasons: tuple[str, ...] = ()
+    ratio: float = math.nan
+    reference_ms: float = math.nan
+    probe_before_ms: float = math.nan
+    probe_after_ms: float = math.nan
+    probe_drift: float = math.nan
+    foreign_cpu: float = math.nan
+    load_avg: float = math.nan
 
 
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+class _Interleaved:
+    """Rounds of the work, each after a shorter round of the reference (module docstring, step
+    7): ``take_round`` for `sample_until_steady`, remembering which reference median each sample
+    of the work is to be divided by."""
+
+    def __init__(self, work: benchmark.Timer, reference: benchmark.Timer | None, min_run_time):
+        self.work, self.reference, self.min_run_time = work, reference, min_run_time
+        self.ref_of_sample: list[float] = []  # per sample of the work, in the order taken
+
+    def __call__(self) -> list[float]:
+        ref = math.nan
+        if self.reference is not None:
+            ref_round = self.reference.blocked_autorange(
+                min_run_time=self.min_run_time * REFERENCE_ROUND
+            )
+            ref = float(np.median(ref_round.times))
+        times = list(self.work.blocked_autorange(min_run_time=self.min_run_time).times)
+        self.ref_of_sample += [ref] * len(times)
+        return times
+
+    def ratio(self, window: Sequence[float]) -> tuple[float, float]:
+        """(median ratio, median reference) over ``window``, the last samples taken (the judged
+        window is always a suffix of the samples taken: `sample_until_steady` only appends and
+        drops from the front)."""
+        refs = np.asarray(self.ref_of_sample[len(self.ref_of_sample) - len(window) :])
+        if self.reference is None or not len(refs):
+            return math.nan, math.nan
+        return float(np.median(np.asarray(window) / refs)), float(np.median(refs))
 
 
 def time_call(
@@ -218,6 +418,8 @@ def time_call(
     rtol: float = RTOL,
     max_rel_iqr: float = MAX_REL_IQR,
     max_time_s: float = MAX_TIME_S,
+    reference: Callable[[], object] | None = None,
+    machine: MachineCheck | None = MachineCheck(),  # noqa: B008 (frozen, never mutated)
     label: str = "attnbench",
 ) -> Timing:
     """Time ``fn()`` by the method in the module docstring.
@@ -232,6 +434,9 @@ def time_call(
         rtol: Tolerance of the halves' medians (`Steadiness`).
         max_rel_iqr: Bound of IQR / median (`Steadiness`).
         max_time_s: Cap on the seconds of sampling before the timing is reported unsteady.
+        reference: A reference kernel timed in alternating rounds (step 7): the timing's
+            ``ratio`` is the work over it. None: no ratio.
+        machine: The machine check (step 6); None: no probe, no CPU accounting.
         label: Label of the Timer measurement.
     """
     rule = Steadiness(rtol=rtol, max_rel_iqr=max_rel_iqr, min_samples=min_samples)
@@ -242,22 +447,57 @@ def time_call(
     first_call_ms = (time.perf_counter() - start) * 1e3
     for _ in range(warmup):
         fn()
+        if reference is not None:
+            reference()
     _sync(device)
 
-    timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=num_threads, label=label)
-    found = sample_until_steady(
-        lambda: timer.blocked_autorange(min_run_time=min_run_time).times, rule, max_time_s
-    )
+    def timer(stmt_fn: Callable[[], object]) -> benchmark.Timer:
+        return benchmark.Timer(
+            stmt="fn()", globals={"fn": stmt_fn}, num_threads=num_threads, label=label
+        )
+
+    rounds = _Interleaved(timer(fn), timer(reference) if reference else None, min_run_time)
+    probe_before = calibration_probe(device, num_threads) if machine else math.nan
+    before = cpu_snapshot() if machine else None
+    found = sample_until_steady(rounds, rule, max_time_s)
+    after = cpu_snapshot() if machine else None
+    probe_after = calibration_probe(device, num_threads) if machine else math.nan
+    foreign = foreign_cpu_share(before, after)
+    drift = _relative(abs(probe_after - probe_before), min(probe_before, probe_after))
     verdict = found.verdict
+    reasons = () if verdict.steady else (_window_reason(verdict, rule),)
+    reasons += machine.reasons(foreign, drift) if machine else ()
+    ratio, reference_ms = rounds.ratio(found.window)
     return Timing(
         median_ms=verdict.median * 1e3,
         iqr_ms=verdict.iqr * 1e3,
         n_samples=len(found.window),
         first_call_ms=first_call_ms,
         samples_ms=tuple(x * 1e3 for x in found.window),
-        steady=verdict.steady,
+        steady=not reasons,
         rel_iqr=verdict.rel_iqr,
         halves_gap=verdict.halves_gap,
         n_taken=found.n_taken,
         sampling_s=found.elapsed_s,
+        reasons=reasons,
+        ratio=ratio,
+        reference_ms=reference_ms * 1e3,
+        probe_before_ms=probe_before,
+        probe_after_ms=probe_after,
+        probe_drift=drift if machine else math.nan,
+        foreign_cpu=foreign,
+        load_avg=load_average(),
+    )
+
+
+def _window_reason(verdict: Verdict, rule: Steadiness) -> str:
+    """The sentence saying why a window did not settle by the time cap."""
+    if verdict.halves_gap > rule.rtol:
+        return (
+            f"the samples' older and newer halves differ by {verdict.halves_gap:.0%} "
+            f"(at most {rule.rtol:.0%} allowed) when the time cap was reached"
+        )
+    return (
+        f"the samples' IQR is {verdict.rel_iqr:.0%} of their median (at most "
+        f"{rule.max_rel_iqr:.0%} allowed) when the time cap was reached"
     )

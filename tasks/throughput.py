@@ -9,6 +9,18 @@ region. Timing method: `harness.timing`; memory method: `harness.memory`. FLOPs 
 variant's `forward_flops` (the FlashAttention convention for dense attention); a backward pass is
 counted as 2.5× the forward, as in the FlashAttention benchmarks.
 
+**Ranked by a ratio, not by a time.** Every timing alternates rounds of the variant with rounds
+of dense `F.scaled_dot_product_attention` on the same q, k, v (same shape, dtype, device and
+causal flag), in the same process (`harness.timing`, step 7): ``fwd_ratio`` (and
+``fwd_bwd_ratio``) is the variant's time over dense SDPA's, and is the task's headline. A busy
+machine slows both alike, so the ratio survives it where an absolute time does not; the absolute
+median (``fwd_ms``) is recorded and shown beside it, and feeds the scaling fits of one machine.
+
+**A busy machine is flagged.** Each timing is bracketed by the calibration GEMM and by the CPU
+time other processes used meanwhile (`harness.timing`, step 6): ``fwd_probe_drift``,
+``fwd_foreign_cpu`` and ``load_avg`` are recorded, and a reading over its threshold sets the
+timing's steadiness flag to 0 with the reason in the record's details.
+
 Each timing samples until its samples are steady or ``max_timing_s`` has passed (the rule and
 its defaults: `harness.timing`). ``fwd_steady`` / ``fwd_bwd_steady`` record the verdict (1.0 or
 0.0), ``*_ms_rel_iqr`` the spread, ``*_samples`` the samples behind the median; the record's
@@ -19,9 +31,11 @@ of its ranks when the flag is 0.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from attnbench import (
     JobContext,
@@ -66,22 +80,41 @@ class Throughput(Task):
 
     Params = ThroughputParams
     description = "Speed and memory of the attention core at one size."
-    headline = "fwd_ms"
-    charts = ("fwd_ms", "peak_mem_mib", "fwd_bwd_ms")
-    cost_metric = "fwd_ms"  # the leaderboard draws every task's quality against forward latency
+    headline = "fwd_ratio"  # ranked by the interleaved ratio to dense SDPA (module docstring)
+    charts = ("fwd_ratio", "fwd_ms", "peak_mem_mib", "fwd_bwd_ms")
+    # the leaderboard draws every task's quality against this cost: a ratio measured in one
+    # process compares across runs and machines, an absolute time does not
+    cost_metric = "fwd_ratio"
     # how latency grows with length, and where each variant overtakes dense softmax
     scaling_fits = (ScalingFit("fwd_ms", "seq_len", reference_variant="softmax"),)
     # each timed metric (and those computed from it) → the 0/1 metric saying its timing was steady
     steadiness = {
         "fwd_ms": "fwd_steady",
+        "fwd_ratio": "fwd_steady",
         "gflops": "fwd_steady",
         "tokens_per_s": "fwd_steady",
         "fwd_bwd_ms": "fwd_bwd_steady",
+        "fwd_bwd_ratio": "fwd_bwd_steady",
     }
     metrics = (
+        Metric(
+            "fwd_ratio",
+            False,
+            "Forward time / dense SDPA's at the same shape, timed in alternating rounds in the "
+            "same process (median over the samples); a load slows both alike",
+            "× SDPA",
+        ),
+        Metric("fwd_ref_ms", None, "Dense SDPA's forward time in the same rounds, median", "ms"),
         Metric("fwd_ms", False, "Forward latency per call, median of the samples", "ms"),
         Metric("fwd_ms_iqr", None, "Interquartile range of the forward latency samples", "ms"),
         Metric("fwd_bwd_ms", False, "Forward+backward latency per call, median", "ms"),
+        Metric(
+            "fwd_bwd_ratio",
+            False,
+            "Forward+backward time / dense SDPA's forward+backward, alternating rounds",
+            "× SDPA",
+        ),
+        Metric("fwd_bwd_ref_ms", None, "Dense SDPA's forward+backward time, median", "ms"),
         Metric("fwd_bwd_ms_iqr", None, "IQR of the forward+backward latency samples", "ms"),
         Metric("peak_mem_mib", False, "Peak extra memory of one forward call", "MiB"),
         Metric("gflops", True, "Achieved forward GFLOP/s (variant's own FLOP count)", "GFLOP/s"),
@@ -92,15 +125,29 @@ class Throughput(Task):
         Metric(
             "fwd_steady",
             None,
-            "1: the forward samples settled (harness.timing); 0: they had not by the time cap",
+            "1: the forward samples settled and the machine was quiet (harness.timing); 0: not "
+            "(the record's details say why)",
         ),
+        Metric(
+            "fwd_probe_drift",
+            None,
+            "Relative change of the calibration GEMM from before to after the forward timing",
+        ),
+        Metric(
+            "fwd_foreign_cpu",
+            None,
+            "Share of the job's CPUs used by other processes during the forward timing",
+        ),
+        Metric("load_avg", None, "1-minute load average when the forward timing ended"),
         Metric("fwd_bwd_samples", None, "Number of forward+backward samples behind the median"),
         Metric("fwd_bwd_ms_rel_iqr", None, "IQR / median of the forward+backward samples"),
         Metric(
             "fwd_bwd_steady",
             None,
-            "1: the forward+backward samples settled; 0: they had not by the time cap",
+            "1: the forward+backward samples settled and the machine was quiet; 0: not",
         ),
+        Metric("fwd_bwd_probe_drift", None, "Calibration GEMM drift over the fwd+bwd timing"),
+        Metric("fwd_bwd_foreign_cpu", None, "Other processes' CPU share during the fwd+bwd timing"),
         DENSITY,
     )
 
@@ -134,9 +181,13 @@ class Throughput(Task):
             with torch.no_grad():
                 return variant(q, k, v, causal=p.causal)
 
+        def dense_forward() -> torch.Tensor:
+            with torch.no_grad():
+                return F.scaled_dot_product_attention(q, k, v, is_causal=p.causal)
+
         check_finite("forward output", forward())
         correctness = check_against_weights(variant, p, ctx)
-        fwd = self._time(forward, ctx)
+        fwd = self._time(forward, dense_forward, ctx)
         if ctx.device.type == "cuda":
             peak = peak_memory_mib(forward, ctx.device)
         else:  # a fresh variant and inputs in the memory-probe process (harness.memory)
@@ -159,6 +210,7 @@ class Throughput(Task):
             "tokens_per_s": p.batch_size * p.seq_len / (fwd.median_ms * 1e-3),
             "first_call_ms": fwd.first_call_ms,
             "density": variant.density(*self.density_size()),
+            "load_avg": fwd.load_avg,
         }
         details = {
             "fwd_samples_ms": list(fwd.samples_ms),
@@ -176,21 +228,29 @@ class Throughput(Task):
                 for t in (qg, kg, vg, *variant.parameters()):
                     t.grad = None
 
-            bwd = self._time(forward_backward, ctx)
+            def dense_forward_backward() -> None:
+                F.scaled_dot_product_attention(qg, kg, vg, is_causal=p.causal).backward(grad)
+                for t in (qg, kg, vg):
+                    t.grad = None
+
+            bwd = self._time(forward_backward, dense_forward_backward, ctx)
             values.update(_timing_metrics("fwd_bwd", bwd))
             details["fwd_bwd_samples_ms"] = list(bwd.samples_ms)
             details["fwd_bwd_timing"] = _timing_details(bwd)
         points = [
             MetricPoint(name, value, "seq_len", p.seq_len)
             for name, value in values.items()
-            if value is not None
+            if value is not None and not math.isnan(value)
         ]
         return TaskResult(points=points, details=details)
 
-    def _time(self, fn, ctx: JobContext) -> Timing:
+    def _time(self, fn, reference, ctx: JobContext) -> Timing:
+        """Time ``fn`` against ``reference`` (dense SDPA on the same inputs) in alternating
+        rounds, with the machine check (`harness.timing`)."""
         p = self.params
         return time_call(
             fn,
+            reference=reference,
             device=ctx.device,
             num_threads=ctx.threads,
             min_samples=p.min_samples,
@@ -210,18 +270,30 @@ def _timing_metrics(prefix: str, timing: Timing) -> dict[str, float]:
         f"{prefix}_ms_rel_iqr": timing.rel_iqr,
         f"{prefix}_samples": timing.n_samples,
         f"{prefix}_steady": 1.0 if timing.steady else 0.0,
+        f"{prefix}_ratio": timing.ratio,
+        f"{prefix}_ref_ms": timing.reference_ms,
+        f"{prefix}_probe_drift": timing.probe_drift,
+        f"{prefix}_foreign_cpu": timing.foreign_cpu,
     }
 
 
-def _timing_details(timing: Timing) -> dict[str, float | int | bool]:
-    """What the record keeps of how a timing went (its samples are kept apart)."""
-    return {
+def _timing_details(timing: Timing) -> dict[str, object]:
+    """What the record keeps of how a timing went (its samples are kept apart); an unknown
+    reading is null."""
+    details = {
         "steady": timing.steady,
         "samples_judged": timing.n_samples,
         "samples_taken": timing.n_taken,
         "sampling_s": round(timing.sampling_s, 4),
         "halves_gap": timing.halves_gap,
         "rel_iqr": timing.rel_iqr,
+        "unsteady_reasons": list(timing.reasons),
+        "probe_before_ms": timing.probe_before_ms,
+        "probe_after_ms": timing.probe_after_ms,
+        "load_avg": timing.load_avg,
+    }
+    return {
+        k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in details.items()
     }
 
 
