@@ -48,6 +48,7 @@ import pyarrow.parquet as pq
 from filelock import FileLock
 
 from attnbench.harness.fingerprint import module_digest, module_file
+from attnbench.harness.fit_quality import judged_fit_rows
 from attnbench.harness.metrics import POINT_FIELDS
 from attnbench.harness.records import (
     NewerSchemaError,
@@ -56,7 +57,6 @@ from attnbench.harness.records import (
     read_record,
     runs_dir,
 )
-from attnbench.harness.scaling import fit_rows
 from attnbench.harness.task_info import TaskInfo
 
 log = logging.getLogger(__name__)
@@ -416,12 +416,8 @@ def results_frame(
     frame["current"] = _mark_current(frame, meta.code)
     frame = frame.astype(DTYPES)
     current = frame[frame["current"]]
-    fits = [
-        {**row, "current": True, "attempts": 0}
-        for task, info in sorted(meta.tasks.items())
-        for fit in info.scaling_fits
-        for row in fit_rows(current, task, fit)
-    ]
+    # fitted over steady points only, each fit judged reliable or not (harness.fit_quality)
+    fits = [{**row, "current": True, "attempts": 0} for row in judged_fit_rows(current, meta.tasks)]
     if fits:
         frame = pd.concat([frame, pd.DataFrame(fits, columns=COLUMNS)], ignore_index=True)
     frame = frame.astype(DTYPES)

@@ -1,0 +1,80 @@
+"""Which points a scaling fit may use, and when its exponent is to be believed.
+
+`harness.scaling` fits log(metric) against log(axis) for every variant and setting. Two things
+can make such a fit say something false (issue #24: a busy machine gave decay ∝ n^-2.30 with an
+interval of −25 to 20, shown without a word):
+
+1. **Points from unsteady timings.** A timing its task flagged unsteady (`TaskInfo.steadiness`,
+   e.g. a loaded machine, `harness.timing`) is left out before fitting, like it is left out of
+   every contest; a curve left with fewer than `harness.scaling.MIN_POINTS` points gets no fit.
+2. **An exponent no attention kernel has.** A cost that falls with the sequence length
+   (exponent < 0) or grows faster than cubically (> 3), or one whose 95 % interval is wider than
+   ±`MAX_HALF_WIDTH`, is marked unreliable: the fit row ``<exponent>_reliable`` is 0, the board
+   shows the fit as unreliable and its legend gives no exponent. Why ±0.5: it is the gap between
+   the classes the board exists to tell apart (n, n·log n ≈ n^1.1 at these sizes, n^1.5, n²);
+   an interval wider than that cannot say which class a variant is in. Three points give a t
+   quantile of 12.7 on one degree of freedom, so a 3-length sweep rarely earns a reliable fit:
+   that is the truth about three points, not a defect of the rule.
+
+Kept apart from `harness.scaling` on purpose: that module is in every job's code fingerprint
+(tasks import `ScalingFit`), and the judgement of points is collection's business.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+from attnbench.harness.metric_points import declared_steadiness, unsteady_rows
+from attnbench.harness.scaling import ScalingFit, fit_rows
+from attnbench.harness.task_info import TaskInfo
+
+EXPONENT_RANGE = (0.0, 3.0)  # exponents outside this are no attention kernel's cost
+MAX_HALF_WIDTH = 0.5  # a wider 95 % interval cannot tell n from n^1.5 from n²
+RELIABLE_SUFFIX = "_reliable"
+
+
+def reliable(slope: float, low: float, high: float) -> bool:
+    """Whether a fitted exponent is believable (module docstring, item 2)."""
+    if not all(math.isfinite(v) for v in (slope, low, high)):
+        return False
+    inside = EXPONENT_RANGE[0] <= slope <= EXPONENT_RANGE[1]
+    return inside and (high - low) / 2 <= MAX_HALF_WIDTH
+
+
+def judged_fit_rows(frame: pd.DataFrame, infos: dict[str, TaskInfo]) -> list[dict[str, Any]]:
+    """The fit rows of every fit the tasks ``infos`` declare, over the steady rows of ``frame``
+    only, each fit with its ``<exponent>_reliable`` row (1.0 or 0.0)."""
+    left_out = unsteady_rows(frame, declared_steadiness(infos))
+    steady = frame[~left_out]
+    out: list[dict[str, Any]] = []
+    for task, info in sorted(infos.items()):
+        for fit in info.scaling_fits:
+            rows = fit_rows(steady, task, fit)
+            out += rows + _reliability_rows(rows, fit)
+    return out
+
+
+def _reliability_rows(rows: list[dict[str, Any]], fit: ScalingFit) -> list[dict[str, Any]]:
+    """One ``<exponent>_reliable`` row per fit (run_id) among ``rows``."""
+    by_fit: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        by_fit.setdefault(row["run_id"], {"base": row})[row["metric"]] = row["value"]
+    out = []
+    for values in by_fit.values():
+        ok = reliable(
+            values.get(fit.name, math.nan),
+            values.get(f"{fit.name}_ci_low", math.nan),
+            values.get(f"{fit.name}_ci_high", math.nan),
+        )
+        out.append(
+            {
+                **values["base"],
+                "metric": fit.name + RELIABLE_SUFFIX,
+                "value": 1.0 if ok else 0.0,
+                "higher_is_better": None,
+            }
+        )
+    return out

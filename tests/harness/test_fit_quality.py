@@ -1,0 +1,86 @@
+"""Scaling fits over steady points only, and the mark of an unreliable exponent (issue #24)."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import make_record
+
+from attnbench.harness.collect import collect, read_table
+from attnbench.harness.fit_quality import MAX_HALF_WIDTH, reliable
+from attnbench.harness.records import write_record
+from attnbench.harness.scaling import ScalingFit
+from attnbench.harness.task_info import TaskInfo
+
+DECLARED = TaskInfo(
+    name="speedtask",
+    headline="cost_ms",
+    scaling_fits=[ScalingFit("cost_ms", "length")],
+    steadiness={"cost_ms": "cost_steady"},
+)
+LENGTHS = (256, 512, 1024, 2048, 4096)
+
+
+def _write(tmp_path, variant, length, ms, steady=1.0):
+    metrics = [
+        {"metric": "cost_ms", "value": ms, "x_name": "length", "x_value": length},
+        {"metric": "cost_steady", "value": steady, "x_name": "length", "x_value": length},
+    ]
+    write_record(
+        tmp_path,
+        make_record(
+            f"{variant}-{length}",
+            status="ok",
+            task="speedtask",
+            variant=variant,
+            task_params={"length": length},
+            task_info=DECLARED.to_dict(),
+            variant_params={},
+            seed=0,
+            device="cpu",
+            dtype="float32",
+            env={},
+            metrics=[{**m, "higher_is_better": False} for m in metrics],
+        ),
+    )
+
+
+def _fit(table, variant):
+    rows = table[table["derived"] & (table["variant"] == variant)]
+    return dict(zip(rows["metric"], rows["value"], strict=True))
+
+
+def test_an_unsteady_point_is_left_out_of_the_fit(tmp_path):
+    """A quadratic cost with one point 30× too slow (a loaded machine, flagged): the fit must
+    be the quadratic one. With the point in, the exponent would be far from 2."""
+    for n in LENGTHS:
+        loaded = n == 1024
+        _write(tmp_path, "dense", n, 1e-6 * n**2 * (30 if loaded else 1), 0.0 if loaded else 1.0)
+    fit = _fit(read_table(collect(tmp_path).path)[0], "dense")
+    assert fit["scaling_exponent"] == pytest.approx(2.0, abs=1e-6)
+    assert fit["scaling_exponent_reliable"] == 1.0
+
+
+def test_a_negative_exponent_or_a_wide_interval_is_marked_unreliable(tmp_path):
+    """The busy machine of issue #24 (decay ∝ n^-2.30): costs that fall with the length are
+    no attention kernel's, and a curve too ragged for ±0.5 cannot name a cost class."""
+    for n, ms in zip(LENGTHS, (100.0, 30.0, 10.0, 3.0, 1.0), strict=True):
+        _write(tmp_path, "falling", n, ms)
+    for n, ms in zip(LENGTHS, (1.0, 9.0, 2.0, 40.0, 6.0), strict=True):
+        _write(tmp_path, "ragged", n, ms)
+    for n in LENGTHS:
+        _write(tmp_path, "linear", n, 1e-3 * n)
+    table = read_table(collect(tmp_path).path)[0]
+    assert _fit(table, "falling")["scaling_exponent"] < 0
+    assert _fit(table, "falling")["scaling_exponent_reliable"] == 0.0
+    ragged = _fit(table, "ragged")
+    assert (ragged["scaling_exponent_ci_high"] - ragged["scaling_exponent_ci_low"]) / 2 > 0.5
+    assert ragged["scaling_exponent_reliable"] == 0.0
+    assert _fit(table, "linear")["scaling_exponent_reliable"] == 1.0
+
+
+def test_the_reliability_rule_at_its_edges():
+    assert reliable(2.0, 2.0 - MAX_HALF_WIDTH, 2.0 + MAX_HALF_WIDTH)
+    assert not reliable(2.0, 1.0, 3.01)  # half-width 1.005
+    assert reliable(0.0, -0.1, 0.1) and not reliable(-0.01, -0.1, 0.08)
+    assert reliable(3.0, 2.9, 3.1) and not reliable(3.01, 2.9, 3.1)
+    assert not reliable(2.0, float("nan"), float("nan"))  # two points: no interval
