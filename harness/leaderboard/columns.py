@@ -51,7 +51,9 @@ def _values(task_params: pd.Series, key: str) -> pd.Series:
     return task_params.map(parsed)
 
 
-def _headline(task: str, info: TaskInfo, metric_name: str, where: str = "") -> Headline:
+def _headline(
+    task: str, info: TaskInfo, metric_name: str, where: str = "", group: str = ""
+) -> Headline:
     metric = info.metric(metric_name)
     description = metric.description if metric else ""
     return Headline(
@@ -60,6 +62,8 @@ def _headline(task: str, info: TaskInfo, metric_name: str, where: str = "") -> H
         metric.higher_is_better if metric else None,
         f"{description} ({where})" if where else description,
         steady_flag=info.steadiness.get(metric_name, ""),
+        cost=bool(info.cost_metric) and metric_name == info.cost_metric,
+        group=group,
     )
 
 
@@ -94,7 +98,7 @@ def overview_columns(frame: pd.DataFrame, infos: dict[str, TaskInfo]) -> Columns
             if not metric:
                 continue
             where = f"{info.column_by}={text}"
-            result.headlines.append(_headline(name, info, metric, where))
+            result.headlines.append(_headline(name, info, metric, where, group=task))
             result.task_of[name] = task
         split = values.notna()
         task_col.loc[split[split].index] = values[split].map(lambda v, t=task: column_name(t, v))

@@ -66,30 +66,27 @@ def overview(
         return None
     headlines = computed.headlines
     labels = _labels(computed.entries.to_frame(index=False))
-    overall, aggregate, n_tasks = computed.overall, computed.aggregate, computed.n_tasks
+    overall, aggregate = computed.overall, computed.aggregate
     value_cols, rank_cols = computed.values, computed.task_ranks
 
+    quality = [h for h in headlines if not h.cost]
+    cost = [h for h in headlines if h.cost]
     columns = [
-        Column("rank", "rank", "Rank by mean win rate within machine and dtype", True),
+        Column("rank", "quality rank", _RANK_HELP, True),
         Column("variant", "variant"),
-        Column("family", "family"),
-        Column(
-            "machine",
-            "machine",
-            "Hardware (CPU model or GPU); timings compete only at equal threads",
-        ),
-        Column("dtype", "dtype"),
         Column(
             "win_rate",
-            "mean win rate",
-            "Mean over task columns of the share of head-to-head comparisons won (ties ½)",
+            "quality win rate",
+            "Mean over the quality columns of the share of head-to-head comparisons won (ties ½)",
             True,
         ),
     ]
-    for h in headlines:
+    for h in [*quality, *cost]:  # the headline columns first, the row's attributes after them
         what = (
             "ranked by win rate" if h.higher_is_better is not None else "no direction: not ranked"
         )
+        if h.cost:
+            what += "; a cost: ranked on its own, never averaged into the quality rank"
         if h.steady_flag:
             what += f"; {UNSTEADY_MARK}: unsteady timings left out (hover the cell)"
         columns.append(
@@ -101,25 +98,35 @@ def overview(
                 h.higher_is_better,
             )
         )
+    columns += [
+        Column("family", "family"),
+        Column(
+            "machine",
+            "machine",
+            "Hardware (CPU model or GPU); timings compete only at equal threads",
+        ),
+        Column("dtype", "dtype"),
+    ]
     table = Table(columns=columns)
     result = Overview(table=table)
-    for key in computed.entries:
+    def order(key: tuple) -> tuple:  # ranked rows by rank, then the rest by win rate
+        rank, rate = overall.get(key, math.nan), aggregate.get(key, math.nan)
+        return (_sort(rank), -_sort(rate, missing=-math.inf), key)
+
+    for key in sorted(computed.entries, key=order):
         variant, params, machine, dtype = key
         rank = overall.get(key, math.nan)
         rate = aggregate.get(key, math.nan)
         cells = [
-            Cell(_rank_text(rank), _sort(rank), rank == 1),
+            Cell(_rank_text(rank), _sort(rank), rank == 1, note=_unranked_note(computed, key)),
             Cell(labels[(variant, params)], variant),
-            Cell(families.get(variant, ""), families.get(variant, "")),
-            Cell(machine, machine),
-            Cell(dtype, dtype),
             Cell(
-                "–" if math.isnan(rate) else f"{rate:.3f} ({int(n_tasks.get(key, 0))} columns)",
+                "–" if math.isnan(rate) else f"{rate:.3f}" + _columns_text(computed, key),
                 _sort(rate, missing=-math.inf),
                 rank == 1,
             ),
         ]
-        for h in headlines:
+        for h in [*quality, *cost]:
             value, spread = value_cols[h.task]
             v, s = value.get(key, math.nan), spread.get(key, math.nan)
             r = rank_cols.get(h.task, pd.Series(dtype=float)).get(key, math.nan)
@@ -136,13 +143,71 @@ def overview(
             cells.append(
                 Cell(text, _sort(r) if h.task in rank_cols else _sort(v), r == 1, note=note)
             )
+        cells += [
+            Cell(families.get(variant, ""), families.get(variant, "")),
+            Cell(machine, machine),
+            Cell(dtype, dtype),
+        ]
         table.rows.append(cells)
         result.filters.append(
             {"machine": machine, "dtype": dtype, "family": families.get(variant, "")}
         )
     for name in ("machine", "dtype", "family"):
         result.options[name] = sorted({f[name] for f in result.filters})
+    result.rule = _rule(computed, cost)
     return result
+
+
+_RANK_HELP = (
+    "Rank by the mean win rate over the quality columns, among the rows ranked in the same set "
+    "of quality columns (the rule above the table); cost is ranked in its own column"
+)
+
+
+def _rule(computed: Standings, cost: list[Headline]) -> str:
+    """The sentence above the overview saying how its ranks are made, naming the columns."""
+    compared = sorted({cols for cols in computed.compared.values()})
+    if not compared:
+        text = "No quality column has two entries in a contest, so there is no quality rank."
+    else:
+        names = "; ".join(", ".join(cols) for cols in compared)
+        text = (
+            f"Quality rank: the mean win rate over the quality columns ({names}), given only to "
+            "the rows ranked in all of them on the same machine and dtype, so that every ranked "
+            "row competed on the same tasks; a row ranked in fewer columns (a kernel timed but "
+            "never trained, a failed task) shows its per-column ranks only."
+        )
+    if cost:
+        text += (
+            " Cost (" + ", ".join(f"{h.task}: {h.metric}" for h in cost) + ") is ranked in its "
+            "own column and never averaged with quality: one number would have to invent an "
+            "exchange rate between them. Quality against cost is drawn below, for you to judge."
+        )
+    return text + (
+        " A win must exceed two combined standard errors (over seeds, or half the timing's "
+        f"IQR), else it is a tie; timings marked {UNSTEADY_MARK} enter no contest."
+    )
+
+
+def _columns_text(computed: Standings, key: tuple) -> str:
+    """ " (k of n columns)" after a win rate that does not average the compared columns."""
+    cols = computed.ranked_in.get(key, ())
+    want = computed.compared.get((key[2], key[3]), ())
+    return "" if cols == want else f" ({len(cols)} of {len(want)} columns)"
+
+
+def _unranked_note(computed: Standings, key: tuple) -> str:
+    """Why a row has no quality rank (hover of its rank cell); "" when it has one."""
+    if key in computed.overall.index:
+        return ""
+    cols = tuple(computed.ranked_in.get(key, ()))
+    want = computed.compared.get((key[2], key[3]), ())
+    if not want:
+        return ""
+    if not cols:
+        return "no quality rank: this row was ranked in no quality column"
+    missing = ", ".join(c for c in want if c not in cols)
+    return f"no quality rank: not ranked in {missing}; the rank compares rows ranked in all of them"
 
 
 def _unsteady_note(computed: Standings, task: str, key: tuple) -> str:

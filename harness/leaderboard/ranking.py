@@ -5,9 +5,25 @@ laptop's timings never compete with a server's. The thread count is part of ever
 point instead (`SETTING`), so timings compete only at equal threads, while a variant's row keeps
 its quality runs (one thread each under joblib) and its timings (two threads) together.
 
-Ranking is by **mean win rate**. A *contest* is one task setting (task parameters and curve
-position, on one machine and dtype) of a task whose headline metric has a direction. In a contest
-every pair of entries that both ran it is compared on their seed-averaged headline value.
+**Quality and cost are ranked apart, and only like with like.** A column is a *cost* column
+when its task's headline is the cost metric the task declares (`TaskInfo.cost_metric`, e.g.
+throughput's ratio to dense SDPA), else a *quality* column. Why not one number over both: any
+single score trades quality for speed at an exchange rate the page would have to invent (is
+0.1 of recall worth 2× the latency?), and issue #24's board showed what an average over
+whatever columns a row happens to have does: a variant timed but never trained ranked first.
+So the overview's rank is the **quality rank**: the mean win rate over the quality columns,
+given only to the entries ranked in *the same set* of quality columns, namely the set with the
+most columns (ties: the one more entries share) within each machine and dtype. An entry ranked
+on fewer or other columns (a sparse variant timed at its paper's size and never trained, a
+library's kernel, a variant whose training failed) shows its per-column ranks and no quality
+rank, and its cell says why. Cost keeps its own column and rank, and the page draws quality
+against cost (`harness.leaderboard.tradeoffs`): a Pareto view, where each reader picks the
+exchange rate.
+
+Within a column, ranking is by **win rate**. A *contest* is one task setting (task parameters
+and curve position, on one machine and dtype) of a task whose headline metric has a direction.
+In a contest every pair of entries that both ran it is compared on their seed-averaged headline
+value.
 
 **The rule: a win must hold beyond the spread, else it is a tie.** Each value has an uncertainty
 u: the standard error of its seed mean (seed std / √seeds) when it has two or more seeds; half its
@@ -20,13 +36,17 @@ towards calling wins, never towards hiding a clear one) or equal to 1e-9 relativ
 better one scores 1 and the other 0. A tie scores ½ each.
 
 An entry's win rate in a task is its mean score over the task's contests, each contest's score
-divided by the number of opponents; its aggregate is the mean of its task win rates. Ranks are
-within a machine and dtype ("min" method: ties share a rank).
+divided by the number of opponents; its aggregate is the mean over the *tasks* of its win rates
+in their quality columns, a task split into several columns (its modes, `columns`) averaging
+them first: **each task has one vote**, however many columns it shows, so a task does not weigh
+more for measuring several things (issue #24's board gave in-context regression's three modes
+three votes of five, and put decay first on them). Ranks are within a machine and dtype ("min"
+method: ties share a rank).
 Headline metrics without a direction (e.g. concentration's S(x)) are shown but not ranked.
 Values and their spread (seed std, else the recorded IQR) come from `harness.metric_points`.
 
-Entries that never met (no shared contest) are not compared; an entry's aggregate only averages
-the tasks it took part in, and the overview says how many that was.
+Entries that never met (no shared contest) are not compared; an entry's aggregate averages the
+quality columns it was ranked in, and it gets a quality rank only with the full set (above).
 
 **Unsteady timings enter no contest.** Where a task declares a steadiness flag for its headline
 (`TaskInfo.steadiness`, carried by `Headline.steady_flag`), a run whose flag is 0 at a curve
@@ -83,6 +103,8 @@ class Headline:
     higher_is_better: bool | None
     description: str = ""
     steady_flag: str = ""
+    cost: bool = False  # the task's declared cost metric: ranked apart from quality
+    group: str = ""  # the task a column belongs to ("": ``task``); a task's columns share one vote
 
 
 def uncertainty(points: pd.DataFrame) -> pd.Series:
@@ -146,9 +168,12 @@ class Standings:
         headlines: The headlines that have results, in column order.
         values: task → (seed-averaged value, spread), each averaged over the task's settings.
         task_ranks: task → rank by win rate (ranked tasks only).
-        aggregate: Mean of the task win rates.
-        n_tasks: How many ranked tasks each aggregate averages.
-        overall: Rank by the aggregate within machine and dtype.
+        aggregate: Mean of the win rates in the quality columns (every entry ranked in one).
+        n_tasks: How many quality columns each aggregate averages.
+        overall: The quality rank: by the aggregate within machine and dtype, for the entries
+            ranked in the compared set of quality columns only (module docstring).
+        compared: (machine, dtype) → the quality columns the quality rank compares.
+        ranked_in: Per entry, the quality columns it was ranked in (a tuple, column order).
         unsteady: task → per entry, the unsteady values left out (runs × curve positions);
             entries without any are absent.
         steady_values: task → per entry, how many values the task's value rests on after
@@ -164,6 +189,8 @@ class Standings:
     overall: pd.Series
     unsteady: dict[str, pd.Series] = field(default_factory=dict)
     steady_values: dict[str, pd.Series] = field(default_factory=dict)
+    compared: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
+    ranked_in: pd.Series = field(default_factory=lambda: pd.Series(dtype=object))
 
 
 def standings(frame: pd.DataFrame, headlines: list[Headline]) -> Standings | None:
@@ -203,9 +230,27 @@ def standings(frame: pd.DataFrame, headlines: list[Headline]) -> Standings | Non
                 continue
             rates[h.task] = rate
             task_ranks[h.task] = rank_within_hardware(rate)
-    by_task = pd.concat(rates, axis=1) if rates else pd.DataFrame()
-    aggregate = by_task.mean(axis=1) if rates else pd.Series(dtype=float)
-    n_tasks = by_task.notna().sum(axis=1) if rates else pd.Series(dtype=int)
+    quality = [h.task for h in headlines if not h.cost and h.task in rates]
+    group = {h.task: h.group or h.task for h in headlines}
+    by_task = pd.concat({t: rates[t] for t in quality}, axis=1) if quality else pd.DataFrame()
+    # one vote per task: its columns' win rates averaged first (module docstring)
+    votes = by_task.T.groupby(lambda column: group[column]).mean().T if quality else by_task
+    aggregate = votes.mean(axis=1) if quality else pd.Series(dtype=float)
+    n_tasks = by_task.notna().sum(axis=1) if quality else pd.Series(dtype=int)
+    ranked_in = (
+        by_task.notna().apply(lambda row: tuple(row.index[row]), axis=1)
+        if quality
+        else pd.Series(dtype=object)
+    )
+    compared = compared_columns(ranked_in)
+    like_with_like = pd.Series(
+        [
+            compared.get((k[ENTRY.index(MACHINE)], k[ENTRY.index("dtype")])) == cols
+            for k, cols in ranked_in.items()
+        ],
+        index=ranked_in.index,
+        dtype=bool,
+    )
     return Standings(
         entries=entries,
         headlines=headlines,
@@ -213,10 +258,27 @@ def standings(frame: pd.DataFrame, headlines: list[Headline]) -> Standings | Non
         task_ranks=task_ranks,
         aggregate=aggregate,
         n_tasks=n_tasks,
-        overall=rank_within_hardware(aggregate),
+        overall=rank_within_hardware(aggregate[like_with_like]) if quality else aggregate,
         unsteady=unsteady,
         steady_values=steady_values,
+        compared=compared,
+        ranked_in=ranked_in,
     )
+
+
+def compared_columns(ranked_in: pd.Series) -> dict[tuple[str, str], tuple[str, ...]]:
+    """(machine, dtype) → the set of quality columns the quality rank compares there: the set
+    with the most columns among the entries' sets ``ranked_in`` (index ENTRY), ties broken by
+    how many entries share it, then by the columns' names (module docstring)."""
+    out: dict[tuple[str, str], tuple[str, ...]] = {}
+    if ranked_in.empty:
+        return out
+    for (machine, dtype), group in ranked_in.groupby(level=[MACHINE, "dtype"]):
+        counts = group.value_counts()
+        best = min(counts.index, key=lambda cols: (-len(cols), -counts[cols], cols))
+        if best:
+            out[(machine, dtype)] = best
+    return out
 
 
 def rank_within_hardware(scores: pd.Series) -> pd.Series:

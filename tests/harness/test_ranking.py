@@ -89,7 +89,8 @@ def test_task_win_rates_average_over_contests():
 
 def _rows(result):
     names = [c.key for c in result.table.columns]
-    return {(r[1].text, r[3].text): dict(zip(names, r, strict=True)) for r in result.table.rows}
+    rows = [dict(zip(names, r, strict=True)) for r in result.table.rows]
+    return {(r["variant"].text, r["machine"].text): r for r in rows}
 
 
 def test_overview_ranks_aggregate_and_ties():
@@ -220,3 +221,56 @@ def test_a_table_without_flags_ranks_as_before():
     assert {k[0]: v for k, v in computed.aggregate.items()}["B"] == 0.5
     cells = _rows(overview(_timed(flags=False), [FLAGGED], {}))
     assert not any(c["t_down"].note or "~" in c["t_down"].text for c in cells.values())
+
+
+# --- like with like (issue #24) ------------------------------------------------------------------
+
+QUALITY = [Headline("q1", "acc", True), Headline("q2", "acc", True)]
+COST = Headline("speed", "ratio", False, cost=True)
+
+
+def _table(rows):
+    frame = pd.DataFrame([_row(*r) for r in rows], columns=COLUMNS)
+    return frame.assign(machine=machine_labels(frame))
+
+
+def test_a_row_ranked_in_fewer_quality_columns_gets_no_quality_rank():
+    """K is timed only (the cheapest) and Q1 ran only q1, where it won: neither may stand in a
+    rank beside A and B, which ran every quality task (issue #24: a throughput-only row was #2
+    overall). The cost never enters the quality rank."""
+    frame = _table(
+        [
+            ("q1", "acc", "A", 0.9),
+            ("q1", "acc", "B", 0.5),
+            ("q1", "acc", "Q1", 0.99),
+            ("q2", "acc", "A", 0.8),
+            ("q2", "acc", "B", 0.6),
+            ("speed", "ratio", "A", 1.0),
+            ("speed", "ratio", "B", 0.1),  # B is far cheaper: it must not lift its quality rank
+            ("speed", "ratio", "K", 0.01),
+        ]
+    )
+    computed = standings(frame, [*QUALITY, COST])
+    ranks = {key[0]: r for key, r in computed.overall.items()}
+    assert ranks == {"A": 1, "B": 2}
+    assert computed.compared[(CPU, "float32")] == ("q1", "q2")
+    result = _rows(overview(frame, [*QUALITY, COST], FAMILIES))
+    assert result[("K", CPU)]["rank"].text == "–"
+    assert "no quality column" in result[("K", CPU)]["rank"].note
+    assert result[("Q1", CPU)]["rank"].text == "–" and "q2" in result[("Q1", CPU)]["rank"].note
+    assert result[("Q1", CPU)]["win_rate"].text.endswith("(1 of 2 columns)")
+    assert result[("K", CPU)]["speed"].text.endswith("#1")  # cost keeps its own rank
+    headers = [c.key for c in overview(frame, [*QUALITY, COST], FAMILIES).table.columns]
+    assert headers[:6] == ["rank", "variant", "win_rate", "q1", "q2", "speed"]  # headlines first
+    assert "never averaged" in overview(frame, [*QUALITY, COST], FAMILIES).rule
+
+
+def test_a_task_split_into_columns_has_one_vote():
+    """Task m shows three columns (modes). A wins q1; B wins every mode of m. Counted per
+    column B would lead 3 to 1; counted per task (each has one vote) they tie."""
+    modes = [Headline(f"m ({i})", "acc", True, group="m") for i in range(3)]
+    rows = [("q1", "acc", "A", 0.9), ("q1", "acc", "B", 0.1)]
+    rows += [(f"m ({i})", "acc", v, x) for i in range(3) for v, x in (("A", 0.1), ("B", 0.9))]
+    computed = standings(_table(rows), [QUALITY[0], *modes])
+    assert computed.aggregate.tolist() == [0.5, 0.5]
+    assert computed.overall.tolist() == [1, 1]
