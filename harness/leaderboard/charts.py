@@ -1,10 +1,24 @@
-"""Plotly figures of the leaderboard, returned as JSON text safe to embed in a <script> element."""
+"""Plotly figures of the leaderboard, returned as JSON text safe to embed in a <script> element.
+
+Text: Plotly renders a subset of HTML in every text it draws (trace names, hover, titles, axis
+titles and ticks, annotations, category values). The chart code here writes plain text, with
+"\\n" for an intended line break, and never markup; `embeddable_json`, the one way a figure
+leaves this module, escapes ``&``, ``<`` and ``>`` in every string of the figure (Plotly shows
+the entities as the characters) and only then turns "\\n" into ``<br>``. A name from a plugin or a
+record can therefore never become a tag, a link or a script, whatever chart it lands in.
+
+Colours: one per variant, the same on every chart of a page (`variant_colours`); the lines or
+markers of one variant's configurations differ by dash and marker symbol, not colour.
+"""
 
 from __future__ import annotations
 
+import colorsys
 import html
 import itertools
+import json
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -14,33 +28,114 @@ import plotly.io as pio
 from attnbench.harness.leaderboard.tables import expand_params, key_columns, varying
 
 REFERENCE_DASHES = ("dash", "dot", "dashdot", "longdash")  # one style per reference line
-LONG_LEGEND = 12  # more entries than this: the legend goes below the plot
-LINE_COLOURS = (  # plotly's default qualitative colourway, assigned in line order
-    "#636efa",
-    "#EF553B",
-    "#00cc96",
-    "#ab63fa",
-    "#FFA15A",
-    "#19d3f3",
-    "#FF6692",
-    "#B6E880",
-    "#FF97FF",
-    "#FECB52",
+REFERENCE_COLOUR = "#444"
+CONFIG_DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
+MARKER_SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x", "triangle-down", "star")
+LONG_LEGEND = 11  # more entries than this: the legend goes below the plot, in rows
+CHART_HEIGHT = 460  # px of the plot with a short legend; a legend below adds its rows
+CHART_WIDTH = 1150  # px a chart is about wide on the page (for laying out legend rows)
+TITLE_CHARS = 90  # a title wraps at this many characters (clear of Plotly's toolbar)
+SUBTITLE_CHARS = 140
+# one colour per variant: Plotly's ten first, then fourteen chosen for the largest least
+# distance (CIE76 ΔE, at least 25 between any two; `tests/harness/test_charts.py`) to those
+# before them, none too light for a white page; more variants get generated hues
+PALETTE = (
+    "#1f77b4",  # blue
+    "#d62728",  # red
+    "#2ca02c",  # green
+    "#ff7f0e",  # orange
+    "#9467bd",  # purple
+    "#8c564b",  # brown
+    "#e377c2",  # pink
+    "#17becf",  # cyan
+    "#7f7f7f",  # grey
+    "#bcbd22",  # olive
+    "#ff00ff",  # fuchsia
+    "#00008b",  # dark blue
+    "#000000",  # black
+    "#005a32",  # dark green
+    "#a6761d",  # ochre
+    "#ff1493",  # deep pink
+    "#8fbc8f",  # sage
+    "#fb9a99",  # salmon
+    "#0b2e6f",  # navy
+    "#b03060",  # raspberry
+    "#800080",  # plum
+    "#cab2d6",  # lavender
+    "#d2b48c",  # tan
+    "#7a0019",  # maroon
 )
 
 
 @dataclass
 class Chart:
-    """A figure to draw: element id and embeddable JSON (`embeddable_json`)."""
+    """A figure to draw: element id, embeddable JSON (`embeddable_json`) and height in px."""
 
     id: str
     json: str
+    height: int = CHART_HEIGHT
+
+
+def chart(chart_id: str, fig: go.Figure) -> Chart:
+    """The `Chart` of ``fig`` (its JSON through `embeddable_json`, its height from its layout)."""
+    return Chart(
+        id=chart_id, json=embeddable_json(fig), height=int(fig.layout.height or CHART_HEIGHT)
+    )
+
+
+def plain_text(value: str) -> str:
+    """``value`` as Plotly must get it: ``&``, ``<``, ``>`` as entities, then each "\\n" as
+    ``<br>`` (the only markup a figure of this module holds)."""
+    return html.escape(value, quote=False).replace("\n", "<br>")
+
+
+def _escaped(node: object) -> object:
+    """``node`` (parsed figure JSON) with every string passed through `plain_text`."""
+    if isinstance(node, str):
+        return plain_text(node)
+    if isinstance(node, dict):
+        return {key: _escaped(value) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_escaped(value) for value in node]
+    return node
 
 
 def embeddable_json(fig: go.Figure) -> str:
-    """The figure as JSON with ``<``, ``>`` and ``&`` escaped: no text in it can end the script."""
-    text = pio.to_json(fig, validate=False)
+    """The figure as JSON, the one way a figure leaves this module (see the module docstring):
+    every string escaped for Plotly (`plain_text`), then ``<``, ``>`` and ``&`` written as
+    ``\\u`` escapes, so that no text in it can end the script element it is embedded in."""
+    figure = _escaped(json.loads(pio.to_json(fig, validate=False)))
+    text = json.dumps(figure, ensure_ascii=False, separators=(",", ":"))
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _generated_colour(i: int) -> str:
+    """The ``i``-th colour beyond the palette: hues a golden angle apart, alternately dark and
+    mid lightness (never two the same)."""
+    hue = (i * 0.381966 + 0.13) % 1.0
+    lightness = (0.32, 0.48)[i % 2]
+    r, g, b = colorsys.hls_to_rgb(hue, lightness, 0.75)
+    return f"#{round(r * 255):02x}{round(g * 255):02x}{round(b * 255):02x}"
+
+
+def variant_colours(names: Iterable[object]) -> dict[str, str]:
+    """variant → its colour, for every distinct name of ``names`` (a page's variants): the
+    sorted names take the palette in order, then generated colours. Build it once per page, so
+    that a variant has the same colour on every chart.
+
+    Example:
+        >>> variant_colours(["window", "softmax", "window"])
+        {'softmax': '#1f77b4', 'window': '#d62728'}
+    """
+    distinct = sorted({str(n) for n in names})
+    return {
+        name: PALETTE[i] if i < len(PALETTE) else _generated_colour(i - len(PALETTE))
+        for i, name in enumerate(distinct)
+    }
+
+
+def _colour(colours: dict[str, str], variant: str) -> str:
+    return colours.get(variant) or variant_colours([variant])[variant]
 
 
 def axis_type(values: pd.Series) -> str:
@@ -82,6 +177,149 @@ def integer_ticks(values: pd.Series, log: bool = False) -> dict:
     return {"tickmode": "linear", "tick0": distinct[0], "dtick": step, "tickformat": "d"}
 
 
+def wrap(text: str, width: int) -> str:
+    """``text`` with "\\n" at spaces so that no line is longer than ``width`` characters (where
+    a word allows); its own "\\n" are kept."""
+    lines = []
+    for paragraph in text.split("\n"):
+        line = ""
+        for word in paragraph.split(" "):
+            if line and len(line) + 1 + len(word) > width:
+                lines.append(line)
+                line = word
+            else:
+                line = f"{line} {word}" if line else word
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def _legend_rows(names: list[str]) -> int:
+    """About how many rows a horizontal legend of ``names`` takes on a chart `CHART_WIDTH` wide
+    (an entry: its symbol, then its text at about 6.5 px a character)."""
+    rows, used = 1, 0.0
+    for name in names:
+        width = 50 + 6.5 * max(len(part) for part in name.split("\n"))
+        if used and used + width > CHART_WIDTH:
+            rows, used = rows + 1, 0.0
+        used += width
+    return rows
+
+
+def finish_layout(
+    fig: go.Figure, title: str, subtitle: str = "", legend_title: str = "", bottom: int = 50
+) -> None:
+    """Title (wrapped clear of the toolbar) with the subtitle under it (what is constant across
+    the chart: machine, dtype, setting), margins that hold them, and the legend: at the right
+    where it is short, else in rows below the plot, the figure growing by those rows so that
+    the legend never scrolls."""
+    title = wrap(title, TITLE_CHARS)
+    subtitle = wrap(subtitle, SUBTITLE_CHARS) if subtitle else ""
+    top = 30 + 20 * (title.count("\n") + 1) + (17 * (subtitle.count("\n") + 1) if subtitle else 0)
+    names = [str(t.name) for t in fig.data if t.showlegend is not False and t.name]
+    height = CHART_HEIGHT + top - 60
+    legend: dict = {"font": {"size": 11}}
+    if legend_title:
+        legend["title"] = {"text": legend_title}
+    if len(names) > LONG_LEGEND:
+        rows = _legend_rows(names)
+        legend.update(orientation="h", x=0, xanchor="left", y=0, yanchor="bottom", yref="container")
+        legend.pop("title", None)
+        bottom += 22 * rows + 12
+        height += 22 * rows + 12
+    title_layout: dict = {
+        "text": title,
+        "x": 0.01,
+        "xanchor": "left",
+        "yref": "container",
+        "y": 1 - 12 / height,
+        "yanchor": "top",
+        "font": {"size": 15},
+    }
+    if subtitle:
+        title_layout["subtitle"] = {"text": subtitle, "font": {"size": 12, "color": "#5b6475"}}
+    fig.update_layout(
+        title=title_layout,
+        height=height,
+        template="plotly_white",
+        margin={"l": 60, "r": 20, "t": top, "b": bottom},
+        legend=legend,
+    )
+
+
+def _missing(value: object) -> bool:
+    return value is None or value != value or value == "–"
+
+
+def _part(key: str, value: object) -> str:
+    """One part of a legend entry or subtitle: a parameter as name=value, anything else (a
+    variant, machine, dtype) as its value."""
+    text = f"{value:g}" if isinstance(value, float) else str(value)
+    for prefix in ("variant.", "task."):
+        if key.startswith(prefix):
+            return f"{key[len(prefix) :]}={text}"
+    return text
+
+
+def split_keys(keys: list[str], entries: list[tuple]) -> tuple[list[int], str]:
+    """(positions of the keys whose values differ between ``entries``, the first key always;
+    the constant rest as text for the subtitle, missing values left out)."""
+    shown = [0] + [i for i in range(1, len(keys)) if len({repr(e[i]) for e in entries}) > 1]
+    constant = [
+        _part(keys[i], entries[0][i])
+        for i in range(1, len(keys))
+        if i not in shown and entries and not _missing(entries[0][i])
+    ]
+    return shown, " · ".join(constant)
+
+
+def entry_label(keys: list[str], entry: tuple, shown: list[int]) -> str:
+    """A legend entry: the parts of ``entry`` at ``shown`` positions, missing values left out
+    (a parameter another variant has)."""
+    return " · ".join(_part(keys[i], entry[i]) for i in shown if not _missing(entry[i]))
+
+
+def config_styles(entries: list[tuple]) -> dict[tuple, int]:
+    """entry → the index of its style (dash, marker symbol) among its variant's entries (the
+    first element of each entry is the variant): one variant's configurations differ by style,
+    not colour."""
+    styles: dict[tuple, int] = {}
+    for _, group in itertools.groupby(sorted(entries, key=repr), key=lambda e: str(e[0])):
+        for i, entry in enumerate(group):
+            styles[entry] = i
+    return styles
+
+
+def clip_to(values: list[float], log: bool, margin: float = 0.08) -> list[float]:
+    """An axis range (log10 units on a log axis) holding ``values`` with a margin each side."""
+    values = [math.log10(v) if log else v for v in values if not log or v > 0]
+    low, high = min(values), max(values)
+    span = (high - low) or (abs(high) * 0.2 if high else 1.0)
+    return [low - margin * span, high + margin * span]
+
+
+def _beyond(values: list[float], inside: list[float], log: bool) -> bool:
+    """Whether ``values`` reach well beyond the range of ``inside`` (a quarter of its span)."""
+    if not values or not inside:
+        return False
+    low, high = clip_to(inside, log, margin=0.25)
+    values = [math.log10(v) if log else v for v in values if not log or v > 0]
+    return any(v < low or v > high for v in values)
+
+
+def _off_axis(references: dict[str, pd.Series], inside: list[float], log: bool) -> list[str]:
+    """ "least squares (up to 6.3)" for each reference line that reaches well beyond the range
+    of ``inside`` (`_beyond`), naming how far."""
+    low, high = (min(inside), max(inside)) if inside else (0.0, 0.0)
+    off = []
+    for name, ys in references.items():
+        if not _beyond(list(ys), inside, log):
+            continue
+        reach = [f"up to {max(ys):.3g}"] if max(ys) > high else []
+        reach += [f"down to {min(ys):.3g}"] if min(ys) < low else []
+        off.append(f"{name} ({', '.join(reach)})")
+    return off
+
+
 @dataclass
 class CurveExtras:
     """What a curve chart can show beside its lines.
@@ -91,7 +329,8 @@ class CurveExtras:
         failures: Unfinished runs to mark, with columns variant, status, x (their curve position).
         band: (low metric, high metric) drawn as a shaded band around each line (e.g. bootstrap).
         references: Metrics drawn once each as dashed lines, averaged over all runs (baselines,
-            closed-form theory curves).
+            closed-form theory curves). Where they reach far beyond the variants' values, the
+            y axis is clipped to the variants' range and the subtitle says so.
         companions: Metrics drawn once per line, from that line's own runs, dashed in the line's
             colour (a value that depends on the variant, e.g. its own closed form); a line whose
             runs do not report the metric at some x has no companion point there.
@@ -109,10 +348,21 @@ class CurveExtras:
 
 
 def curve_figure(
-    ok: pd.DataFrame, metric: str, title: str, unit: str = "", extras: CurveExtras | None = None
+    ok: pd.DataFrame,
+    metric: str,
+    title: str,
+    unit: str = "",
+    extras: CurveExtras | None = None,
+    colours: dict[str, str] | None = None,
+    subtitle: str = "",
 ) -> go.Figure | None:
     """``metric`` against its curve axis, one line per variant and setting (log axes where the
     values span decades, see `axis_type`), with the `CurveExtras` given.
+
+    A line is coloured by its variant (``colours``, see `variant_colours`); a variant's
+    configurations differ by dash and marker. Legend entries name only what differs between
+    the lines; what is the same for all (machine, dtype, a parameter) goes into the subtitle,
+    after ``subtitle``.
 
     Only points along the first curve axis found are drawn (a metric may be reported along
     several, e.g. concentration by scale and by layer: call once per axis). Returns None when the
@@ -123,6 +373,7 @@ def curve_figure(
     rows = ok[(ok["metric"] == metric) & ok["x_value"].notna()]
     if rows.empty:
         return None
+    colours = colours or variant_colours(rows["variant"])
     x_name = rows["x_name"].dropna().iloc[0]
     rows = rows[rows["x_name"] == x_name]
     params = expand_params(rows, "task_params", "task")
@@ -131,15 +382,23 @@ def curve_figure(
     vothers = varying(vparams, within=rows["variant"])
     line_keys = ["variant", *vothers, "machine", "dtype", *others]
     rows = key_columns(pd.concat([rows, params[others], vparams[vothers]], axis=1), line_keys)
+    groups = [
+        (key if isinstance(key, tuple) else (key,), group)
+        for key, group in rows.groupby(line_keys, sort=True)
+    ]
+    shown, constant = split_keys(line_keys, [key for key, _ in groups])
+    styles = config_styles([key for key, _ in groups])
     fig = go.Figure()
-    colours = itertools.cycle(LINE_COLOURS)
     drawn: list[str] = []  # companion labels with at least one line drawn
     hollow = False  # whether a point is drawn hollow (unsteady)
-    for key, group in rows.groupby(line_keys, sort=True):
+    variant_ys: list[float] = []  # what the y range must hold
+    for key, group in groups:
         mean = group.groupby("x_value")["value"].mean().sort_index()
-        key = key if isinstance(key, tuple) else (key,)
-        label = " · ".join(str(k) for k in key) + extras.notes.get(str(key[0]), "")
-        colour = next(colours)  # explicit, so that the line's companions can share it
+        variant_ys += mean.tolist()
+        label = entry_label(line_keys, key, shown) + extras.notes.get(str(key[0]), "")
+        colour = _colour(colours, str(key[0]))
+        style = styles[key]
+        symbol = MARKER_SYMBOLS[style % len(MARKER_SYMBOLS)]
         unsteady = _unsteady_xs(everything, group, (extras.steady_flag, x_name))
         line = go.Scatter(
             x=mean.index.tolist(),
@@ -147,36 +406,40 @@ def curve_figure(
             mode="lines+markers",
             name=label,
             legendgroup=label,  # its band and companions show and hide with it
-            line={"color": colour},
+            line={"color": colour, "dash": CONFIG_DASHES[style % len(CONFIG_DASHES)]},
             marker={
                 "color": colour,
-                "symbol": ["circle-open" if x in unsteady else "circle" for x in mean.index],
-                "size": [9 if x in unsteady else 6 for x in mean.index],
+                "symbol": [f"{symbol}-open" if x in unsteady else symbol for x in mean.index],
+                "size": [9 if x in unsteady else 7 for x in mean.index],
             },
             text=["unsteady timing: not ranked" if x in unsteady else "" for x in mean.index],
         )
         hollow = hollow or bool(unsteady)
         fig.add_trace(line)
         if extras.band is not None:
-            _add_band(fig, everything, group, extras.band, label)
+            _add_band(fig, everything, group, extras.band, (label, colour))
         for companion, companion_label in extras.companions.items():
             pair = (companion, x_name)
-            if _add_companion(fig, everything, group, pair, label, companion_label, colour):
+            ys = _add_companion(fig, everything, group, pair, label, companion_label, colour)
+            if ys:
+                variant_ys += ys
                 drawn += [] if companion_label in drawn else [companion_label]
+    reference_ys: dict[str, float] = {}
     for dash, (ref_metric, ref_label) in zip(
         itertools.cycle(REFERENCE_DASHES), extras.references.items(), strict=False
     ):
         ref = everything[(everything["metric"] == ref_metric) & (everything["x_name"] == x_name)]
         if not ref.empty:
             mean = ref.groupby("x_value")["value"].mean().sort_index()
+            reference_ys[ref_label] = mean
             fig.add_trace(
                 go.Scatter(
                     x=mean.index.tolist(),
                     y=mean.tolist(),
                     mode="lines+markers",
                     name=ref_label,
-                    line={"dash": dash, "color": "#444"},
-                    marker={"size": 4, "color": "#444"},
+                    line={"dash": dash, "color": REFERENCE_COLOUR},
+                    marker={"size": 4, "color": REFERENCE_COLOUR},
                 )
             )
     if extras.failures is not None and not extras.failures.empty and len(rows):
@@ -195,27 +458,32 @@ def curve_figure(
                 hoverinfo="text+x",
             )
         )
+    notes = [constant] if constant else []
     if drawn:
-        title += " — dashed, in a line's colour: " + ", ".join(drawn)
+        notes.append("dashed, in a line's colour: " + ", ".join(drawn))
     if hollow:
-        title += " — hollow: unsteady timing (not ranked)"
+        notes.append("hollow: unsteady timing (not ranked)")
+    y_type = axis_type(rows["value"])
+    yaxis = {"title": f"{metric} ({unit})" if unit else metric, "type": y_type}
+    log = y_type == "log"
+    off = _off_axis(reference_ys, variant_ys, log)
+    if off:
+        yaxis["range"] = clip_to(variant_ys, log)
+        notes.append("y axis fitted to the variants' lines; beyond it: " + ", ".join(off))
     xs = rows["x_value"]
     if extras.failures is not None and not extras.failures.empty:
         xs = pd.concat([xs, extras.failures["x"].astype(float)])
     fig.update_layout(
-        title=title,
         xaxis={
             "title": x_name,
             "type": axis_type(rows["x_value"]),
             **integer_ticks(xs, log=axis_type(rows["x_value"]) == "log"),
         },
-        yaxis={"title": f"{metric} ({unit})" if unit else metric, "type": axis_type(rows["value"])},
-        template="plotly_white",
-        margin={"l": 60, "r": 20, "t": 50, "b": 50},
-        legend={"title": {"text": " · ".join(line_keys)}},
+        yaxis=yaxis,
     )
-    if sum(1 for t in fig.data if t.showlegend is not False) > LONG_LEGEND:
-        fig.update_layout(legend={"orientation": "h", "y": -0.2, "font": {"size": 10}})
+    subtitle = " · ".join(p for p in [subtitle, *notes[:1]] if p)
+    subtitle = "\n".join([subtitle, *notes[1:]]) if subtitle else "\n".join(notes[1:])
+    finish_layout(fig, title, subtitle)
     return fig
 
 
@@ -238,14 +506,14 @@ def _add_companion(
     label: str,
     companion_label: str,
     colour: str,
-) -> bool:
+) -> list[float]:
     """Draw ``metric`` of the runs behind one line along the same axis, dashed in its colour;
-    False where those runs do not report it."""
+    its values, empty where those runs do not report it."""
     metric, x_name = metric_axis
     runs = everything[everything["run_id"].isin(set(line["run_id"]))]
     runs = runs[(runs["metric"] == metric) & (runs["x_name"] == x_name)]
     if runs.empty:
-        return False
+        return []
     mean = runs.groupby("x_value")["value"].mean().sort_index()
     fig.add_trace(
         go.Scatter(
@@ -254,18 +522,23 @@ def _add_companion(
             mode="lines+markers",
             name=f"{label} · {companion_label}",
             legendgroup=label,
-            showlegend=False,  # the title says what the dashed lines are
+            showlegend=False,  # the subtitle says what the dashed lines are
             line={"dash": "dash", "color": colour, "width": 1.5},
             marker={"size": 4, "color": colour, "symbol": "circle-open"},
         )
     )
-    return True
+    return mean.tolist()
 
 
 def _add_band(
-    fig: go.Figure, everything: pd.DataFrame, line: pd.DataFrame, band: tuple[str, str], label: str
+    fig: go.Figure,
+    everything: pd.DataFrame,
+    line: pd.DataFrame,
+    band: tuple[str, str],
+    label_colour: tuple[str, str],
 ) -> None:
-    """Shade between the band metrics of the runs behind one line."""
+    """Shade between the band metrics of the runs behind one line, in its colour."""
+    label, colour = label_colour
     runs = everything[everything["run_id"].isin(set(line["run_id"]))]
     low = runs[runs["metric"] == band[0]].groupby("x_value")["value"].mean().sort_index()
     high = runs[runs["metric"] == band[1]].groupby("x_value")["value"].mean().sort_index()
@@ -279,38 +552,15 @@ def _add_band(
             y=ys,
             fill="toself",
             mode="lines",
-            line={"width": 0},
-            opacity=0.2,
+            line={"width": 0, "color": colour},
+            fillcolor=colour,
+            opacity=0.12,
             name=f"{label} ({band[0]}–{band[1]})",
             legendgroup=label,
             showlegend=False,
             hoverinfo="skip",
         )
     )
-
-
-MARKER_SYMBOLS = ("circle", "square", "diamond", "triangle-up", "cross", "triangle-down", "star")
-
-
-def marker_styles(labels: list[str]) -> dict[str, tuple[str, str]]:
-    """label → (colour, marker symbol), distinct for up to 70 labels: the colours cycle first,
-    then the symbol changes. Build it once from every label of the page's scatters, so that a
-    variant looks the same in each of them."""
-    names = sorted(dict.fromkeys(labels))
-    return {
-        name: (
-            LINE_COLOURS[i % len(LINE_COLOURS)],
-            MARKER_SYMBOLS[(i // len(LINE_COLOURS)) % len(MARKER_SYMBOLS)],
-        )
-        for i, name in enumerate(names)
-    }
-
-
-def plotly_text(text: object) -> str:
-    """``text`` for a place where Plotly reads its HTML subset (names, hover, titles): ``&``,
-    ``<`` and ``>`` as entities, which Plotly shows as the characters, so a name is shown as
-    written and never becomes a tag."""
-    return html.escape(str(text), quote=False)
 
 
 def _same_point(points: pd.DataFrame) -> pd.Series:
@@ -324,60 +574,59 @@ def scatter_figure(
     x_title: str,
     y_title: str,
     title: str,
-    styles: dict[str, tuple[str, str]] | None = None,
+    colours: dict[str, str] | None = None,
     x_range: tuple[float, float] | None = None,
+    subtitle: str = "",
 ) -> go.Figure:
-    """One trace per row of ``points`` (columns label, x, y): a marker named in the legend and
-    no text on the plot, so labels can never overlap however close the points are (several
-    variants often share one point: same quality, same cost). The hover names every entry
-    drawn at the same point; clicking a legend entry hides that entry. A row with a non-empty
-    ``note`` (optional column, e.g. "from unsteady timings only") is drawn hollow, its note in
-    the hover.
+    """One trace per row of ``points`` (columns label, x, y; optional variant, note): a marker
+    named in the legend and no text on the plot, so labels can never overlap however close the
+    points are (several variants often share one point: same quality, same cost). The hover
+    names every entry drawn at the same point; clicking a legend entry hides that entry. A
+    marker has its variant's colour (column ``variant``, else the label); entries of one
+    variant differ by symbol. A row with a non-empty ``note`` (e.g. "from unsteady timings
+    only") is drawn hollow, its note in the hover.
 
     Args:
-        styles: label → (colour, symbol), see `marker_styles` (default: from these labels).
+        colours: variant → colour (`variant_colours`; default: from these points).
         x_range: Fixed x range (e.g. density, 0 to 1); default: Plotly's autorange.
+        subtitle: What is constant across the chart (machine, dtype).
     """
-    styles = styles or marker_styles(points["label"].tolist())
+    points = points.copy()
+    points["variant"] = points["variant"] if "variant" in points else points["label"]
+    points["variant"] = points["variant"].map(str)
+    colours = colours or variant_colours(points["variant"])
     where = _same_point(points)
+    entries = [(v, str(label)) for v, label in zip(points["variant"], points["label"], strict=True)]
+    styles = config_styles(entries)
     fig = go.Figure()
     for i, row in points.sort_values("label").iterrows():
         label = str(row["label"])
-        colour, symbol = styles.get(label, (LINE_COLOURS[0], MARKER_SYMBOLS[0]))
+        colour = _colour(colours, row["variant"])
+        symbol = MARKER_SYMBOLS[styles[(row["variant"], label)] % len(MARKER_SYMBOLS)]
         others = sorted(str(o) for o in points.loc[where == where[i], "label"] if o != label)
-        hover = (
-            f"<b>{plotly_text(label)}</b><br>{plotly_text(x_title)}: {row['x']:.3g}"
-            f"<br>{plotly_text(y_title)}: {row['y']:.3g}"
-        )
+        hover = f"{label}\n{x_title}: {row['x']:.3g}\n{y_title}: {row['y']:.3g}"
         if others:
-            hover += "<br>same point: " + plotly_text(", ".join(others))
+            hover += "\nsame point: " + ", ".join(others)
         note = str(row.get("note", "") or "")
         if note:  # e.g. a value from unsteady timings: drawn hollow
-            hover += "<br>" + plotly_text(note)
+            hover += "\n" + note
             symbol = f"{symbol}-open"
         fig.add_trace(
             go.Scatter(
                 x=[row["x"]],
                 y=[row["y"]],
                 mode="markers",
-                name=plotly_text(label),
+                name=label,
                 marker={"color": colour, "symbol": symbol, "size": 11, "opacity": 0.85},
                 hovertext=[hover],
                 hoverinfo="text",
             )
         )
-    xaxis = {"title": plotly_text(x_title), "type": axis_type(points["x"])}
+    xaxis = {"title": x_title, "type": axis_type(points["x"])}
     if x_range is not None:
         xaxis["range"] = list(x_range)
-    fig.update_layout(
-        title=plotly_text(title),
-        xaxis=xaxis,
-        yaxis={"title": plotly_text(y_title)},
-        template="plotly_white",
-        margin={"l": 60, "r": 20, "t": 50, "b": 50},
-        showlegend=True,
-        legend={"title": {"text": "variant"}, "font": {"size": 11}},
-    )
+    fig.update_layout(xaxis=xaxis, yaxis={"title": y_title}, showlegend=True)
+    finish_layout(fig, title, subtitle)
     return fig
 
 
@@ -387,34 +636,53 @@ def bar_figure(
     title: str,
     unit: str = "",
     references: dict[str, str] | None = None,
+    colours: dict[str, str] | None = None,
+    subtitle: str = "",
 ) -> go.Figure | None:
     """``metric``'s single values (points without a curve coordinate) as one bar per variant (and
-    its varying parameters, machine, dtype): the mean over the runs behind it, with each run as a
-    marker on the bar; each reference metric is a dashed horizontal level across all bars (its
-    mean over the runs of ``ok``), so every variant is compared with the reference directly.
+    its varying parameters, machine, dtype): the mean over the runs behind it, in the variant's
+    colour, with each run as a marker on the bar; each reference metric is a dashed horizontal
+    level across all bars (its mean over the runs of ``ok``), so every variant is compared with
+    the reference directly. A level far above the bars does not squash them: the axis then
+    ends above the bars and the subtitle gives the level's value.
 
     Call it with one task setting at a time (references are averaged over ``ok``). The value axis
-    is logarithmic where bars and levels span decades (`axis_type`). Returns None when ``ok`` has
-    no such values of ``metric``.
+    is logarithmic where bars and levels span decades (`axis_type`). Bars are named by what
+    differs between them; what is the same for all goes into the subtitle after ``subtitle``.
+    Returns None when ``ok`` has no such values of ``metric``.
     """
     scalar = ok[ok["x_value"].isna()]
     rows = scalar[scalar["metric"] == metric]
     if rows.empty:
         return None
+    colours = colours or variant_colours(rows["variant"])
     vparams = expand_params(rows, "variant_params", "variant")
     vothers = varying(vparams, within=rows["variant"])
     keys = ["variant", *vothers, "machine", "dtype"]
     rows = key_columns(pd.concat([rows, vparams[vothers]], axis=1), keys)
-    labels, means, run_x, run_y, run_text = [], [], [], [], []
-    for key, group in rows.groupby(keys, sort=True):
-        key = key if isinstance(key, tuple) else (key,)
-        label = " · ".join(str(k) for k in key)
+    groups = [
+        (key if isinstance(key, tuple) else (key,), group)
+        for key, group in rows.groupby(keys, sort=True)
+    ]
+    shown, constant = split_keys(keys, [key for key, _ in groups])
+    labels, means, bar_colours, run_x, run_y, run_text = [], [], [], [], [], []
+    for key, group in groups:
+        label = entry_label(keys, key, shown)
         labels.append(label)
+        bar_colours.append(_colour(colours, str(key[0])))
         means.append(float(group["value"].mean()))
         run_x += [label] * len(group)
         run_y += group["value"].tolist()
         run_text += [f"run {r}" for r in group["run_id"]]
-    fig = go.Figure(go.Bar(x=labels, y=means, name=f"{metric} (mean over runs)", opacity=0.8))
+    fig = go.Figure(
+        go.Bar(
+            x=labels,
+            y=means,
+            name=f"{metric} (mean over runs)",
+            marker={"color": bar_colours},
+            opacity=0.85,
+        )
+    )
     fig.add_trace(
         go.Scatter(
             x=run_x,
@@ -426,7 +694,7 @@ def bar_figure(
             hoverinfo="text+y",
         )
     )
-    levels = []
+    levels: dict[str, float] = {}
     for dash, (ref_metric, ref_label) in zip(
         itertools.cycle(REFERENCE_DASHES), (references or {}).items(), strict=False
     ):
@@ -434,27 +702,28 @@ def bar_figure(
         if ref.empty:
             continue
         level = float(ref.mean())
-        levels.append(level)
+        levels[ref_label] = level
         fig.add_trace(
             go.Scatter(
                 x=labels if len(labels) > 1 else labels * 2,
                 y=[level] * max(2, len(labels)),
                 mode="lines",
                 name=f"{ref_label} ({level:.3g})",
-                line={"dash": dash, "width": 2},
+                line={"dash": dash, "width": 2, "color": REFERENCE_COLOUR},
                 hoverinfo="name",
             )
         )
+    y_type = axis_type(pd.Series(means + list(levels.values())))
+    yaxis = {"title": f"{metric} ({unit})" if unit else metric, "type": y_type}
+    log = y_type == "log"
+    bars = means + run_y
+    off = [f"{n} ({v:.3g})" for n, v in levels.items() if _beyond([v], [*bars, 0.0], log)]
+    if off and not log:
+        yaxis["range"] = [min(0.0, *bars) * 1.08, max(0.0, *bars) * 1.12]
+        constant = " · ".join([*(c for c in [constant] if c), "beyond the axis: " + ", ".join(off)])
     fig.update_layout(
-        title={"text": title, "font": {"size": 13}},  # the title names the whole setting
-        xaxis={"title": " · ".join(keys), "type": "category"},
-        yaxis={
-            "title": f"{metric} ({unit})" if unit else metric,
-            "type": axis_type(pd.Series(means + levels)),
-        },
-        template="plotly_white",
-        margin={"l": 60, "r": 20, "t": 50, "b": 80},
+        xaxis={"type": "category", "automargin": True},
+        yaxis=yaxis,
     )
-    if len(fig.data) > LONG_LEGEND:
-        fig.update_layout(legend={"orientation": "h", "y": -0.3, "font": {"size": 10}})
+    finish_layout(fig, title, " · ".join(p for p in (subtitle, constant) if p), bottom=40)
     return fig

@@ -17,7 +17,7 @@ import json
 import os
 import shutil
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -30,8 +30,9 @@ from attnbench.harness.leaderboard.charts import (
     Chart,
     CurveExtras,
     bar_figure,
+    chart,
     curve_figure,
-    embeddable_json,
+    variant_colours,
 )
 from attnbench.harness.leaderboard.columns import overview_columns
 from attnbench.harness.leaderboard.overview import overview
@@ -44,6 +45,7 @@ from attnbench.harness.leaderboard.tables import (
     differing_keys,
     task_table,
     unfinished_table,
+    unsupported_line,
 )
 from attnbench.harness.leaderboard.tradeoffs import tradeoff_charts
 from attnbench.harness.leaderboard.tuning import Choice, select_tuned, tuning_table
@@ -69,6 +71,7 @@ class TaskSection:
     fits: Table | None = None
     fits_note: str = ""  # what the fits are, from the task's declarations
     tuned: Table | None = None  # tuning axes: the value each variant's validation picked
+    notes: list[str] = field(default_factory=list)  # charts left out, and why (one line each)
 
 
 def _metric_info(info: TaskInfo | None) -> dict[str, tuple[str, bool | None]]:
@@ -111,10 +114,32 @@ def _settings(rows: pd.DataFrame, x_name: str) -> list[tuple[str, str, pd.DataFr
     differing = differing_keys(params)
 
     def label(p: dict) -> str:
-        text = ", ".join(f"{k}={p.get(k)}" for k in differing[:MAX_LABEL_PARAMS])
-        return text + (", …" if len(differing) > MAX_LABEL_PARAMS else "")
+        named = [k for k in differing if p.get(k) is not None]
+        text = setting_label(p, named[:MAX_LABEL_PARAMS])
+        return text + (", …" if len(named) > MAX_LABEL_PARAMS else "")
 
     return [(key, label(p), group) for (key, group), p in zip(groups, params, strict=True)]
+
+
+def setting_label(params: dict, names: list[str]) -> str:
+    """ "mode=prompt, n_dims=8": the parameters ``names`` of a setting, those whose value is
+    None (a parameter this setting does not use) left out."""
+    return ", ".join(
+        f"{k}={params[k]:g}" if isinstance(params[k], float) else f"{k}={params[k]}"
+        for k in names
+        if params.get(k) is not None
+    )
+
+
+def _constant(points: pd.DataFrame) -> float | None:
+    """The one value of ``points`` where all are the same (a chart of it would say nothing the
+    one line under the task does not), else None."""
+    values = points["value"].dropna().unique()
+    return float(values[0]) if len(values) == 1 else None
+
+
+def _constant_note(metric: str, where: str, value: float) -> str:
+    return f"{metric}{where} is {value:g} in every run: not charted."
 
 
 def _failures(frame: pd.DataFrame, task: str, x_name: str) -> pd.DataFrame:
@@ -136,11 +161,17 @@ def _failures(frame: pd.DataFrame, task: str, x_name: str) -> pd.DataFrame:
 
 
 def _task_charts(
-    frame: pd.DataFrame, task: str, rows: pd.DataFrame, info: TaskInfo | None
+    frame: pd.DataFrame,
+    task: str,
+    rows: pd.DataFrame,
+    info: TaskInfo | None,
+    colours: dict[str, str],
+    notes: list[str],
 ) -> list[Chart]:
     """One chart per chart metric, curve axis and task setting (so that baselines and theory
     curves are never averaged across settings), where the setting has at least two points on the
-    axis (e.g. accuracy by model width only where the sweep varied the width)."""
+    axis (e.g. accuracy by model width only where the sweep varied the width) and its values are
+    not all the same (then a line of ``notes`` says so instead)."""
     runs = rows[~rows["derived"]]
     headline = (info.headline if info else "") or runs["metric"].iloc[0]
     charts = []
@@ -150,6 +181,10 @@ def _task_charts(
         curve = runs[(runs["metric"] == metric) & runs["x_name"].notna()]
         for x_name in sorted(curve["x_name"].unique()):  # one chart per curve axis
             on_axis = runs[runs["x_name"] == x_name]
+            value = _constant(on_axis[on_axis["metric"] == metric])
+            if value is not None:
+                notes.append(_constant_note(metric, f" against {x_name}", value))
+                continue
             failures = _failures(frame, task, x_name)
             for i, (setting, label, group) in enumerate(_settings(on_axis, x_name)):
                 points = group[(group["metric"] == metric) & group["x_value"].notna()]
@@ -163,11 +198,11 @@ def _task_charts(
                     companions=info.chart_companions.get(metric, {}) if info else {},
                     steady_flag=info.steadiness.get(metric, "") if info else "",
                 )
-                title = f"{task}: {metric} vs {x_name}" + (f" ({label})" if label else "")
-                fig = curve_figure(group, metric, title, unit, extras)
+                title = f"{task}: {metric} against {x_name}"
+                fig = curve_figure(group, metric, title, unit, extras, colours, label)
                 if fig is not None:
                     chart_id = f"chart-{task}-{metric}-{x_name}" + (f"-{i}" if label else "")
-                    charts.append(Chart(id=chart_id, json=embeddable_json(fig)))
+                    charts.append(chart(chart_id, fig))
     return charts
 
 
@@ -180,15 +215,16 @@ def _bar_settings(rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     params = [json.loads(key) for key, _ in groups]
     differing = differing_keys(params)
     return [
-        (", ".join(f"{k}={p.get(k)}" for k in differing), group)
-        for (_, group), p in zip(groups, params, strict=True)
+        (setting_label(p, differing), group) for (_, group), p in zip(groups, params, strict=True)
     ]
 
 
-def _bar_charts(task: str, rows: pd.DataFrame, info: TaskInfo | None) -> list[Chart]:
+def _bar_charts(
+    task: str, rows: pd.DataFrame, info: TaskInfo | None, colours: dict[str, str], notes: list[str]
+) -> list[Chart]:
     """One bar chart per declared bar metric (`TaskInfo.bar_charts`) and task setting: the
     metric's single values per variant, its references as levels (never averaged across
-    settings)."""
+    settings); none for a metric whose values are all the same (a line of ``notes`` says so)."""
     runs = rows[~rows["derived"] & rows["x_value"].isna()]
     charts = []
     for metric, references in (info.bar_charts if info else {}).items():
@@ -198,12 +234,16 @@ def _bar_charts(task: str, rows: pd.DataFrame, info: TaskInfo | None) -> list[Ch
         mine = runs[runs["run_id"].isin(having)]  # the runs that report the metric as a value
         if mine.empty:
             continue
+        value = _constant(mine[mine["metric"] == metric])
+        if value is not None:
+            notes.append(_constant_note(metric, "", value))
+            continue
         for i, (label, group) in enumerate(_bar_settings(mine)):
-            title = f"{task}: {metric} per variant" + (f" ({label})" if label else "")
-            fig = bar_figure(group, metric, title, unit, references)
+            title = f"{task}: {metric} per variant"
+            fig = bar_figure(group, metric, title, unit, references, colours, label)
             if fig is not None:
                 chart_id = f"chart-{task}-{metric}-bars" + (f"-{i}" if label else "")
-                charts.append(Chart(id=chart_id, json=embeddable_json(fig)))
+                charts.append(chart(chart_id, fig))
     return charts
 
 
@@ -223,13 +263,18 @@ def _sections(
     infos: dict[str, TaskInfo],
     published: set[str],
     choices: list[Choice] | None = None,
+    colours: dict[str, str] | None = None,
 ) -> list[TaskSection]:
+    colours = colours or variant_colours(frame["variant"])
     sections = []
     ok = frame[(frame["status"] == "ok") & frame["metric"].notna()]
     for task in sorted(ok["task"].unique()):
         rows = ok[ok["task"] == task]
         info = infos.get(task)
         derived = rows["derived"]
+        notes: list[str] = []
+        charts = _task_charts(frame, task, rows, info, colours, notes)
+        charts += _bar_charts(task, rows, info, colours, notes)
         sections.append(
             TaskSection(
                 name=task,
@@ -241,11 +286,12 @@ def _sections(
                     published,
                     steadiness=info.steadiness if info else None,
                 ),
-                charts=_task_charts(frame, task, rows, info) + _bar_charts(task, rows, info),
+                charts=charts,
                 n_runs=rows.loc[~derived, "run_id"].nunique(),
                 fits=task_table(rows[derived], _metric_info(info)) if derived.any() else None,
                 fits_note=_fits_note(info),
                 tuned=tuning_table(choices or [], task),
+                notes=notes,
             )
         )
     return sections
@@ -273,20 +319,36 @@ def _provenance(frame: pd.DataFrame) -> dict[str, str]:
         "hosts": values("hostname"),
         "attnbench": values("attnbench_version"),
         "torch": values("torch_version"),
-        "commits": ", ".join(sorted({str(c)[:12] for c in frame["git_commit"].dropna().unique()}))
-        or "unknown",
-        "dirty": "yes" if frame["git_dirty"].fillna(False).astype(bool).any() else "no",
+        "code": _code(frame),
         "runs_from": str(frame["created_at"].min()) if len(frame) else "",
         "runs_to": str(frame["created_at"].max()) if len(frame) else "",
     }
 
 
+def _code(frame: pd.DataFrame) -> str:
+    """Which code measured the runs, for the footer: the commits, and whether a tree was dirty;
+    or that they were not run from a git checkout (an installed package)."""
+    commits = sorted({str(c)[:12] for c in frame["git_commit"].dropna().unique() if str(c)})
+    if not commits:
+        return "not from a git checkout"
+    dirty = frame["git_dirty"].fillna(False).astype(bool).any()
+    text = f"commit{'s' if len(commits) > 1 else ''} {', '.join(commits)}"
+    return text + (" (uncommitted changes in the tree)" if dirty else "")
+
+
+def plural(n: int, word: str) -> str:
+    """ "1 run", "2 runs"."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
 def _environment() -> jinja2.Environment:
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.PackageLoader("attnbench.harness.leaderboard", "."),
         autoescape=True,  # every value from results is data, never markup
         undefined=jinja2.StrictUndefined,
     )
+    env.filters["plural"] = plural
+    return env
 
 
 def _shown(frame: pd.DataFrame, include_stale: bool) -> tuple[pd.DataFrame, int]:
@@ -347,6 +409,7 @@ def build_site(
     # ours vs theirs from the plain names; then every library variant is named with its library
     peers = peer_section(frame, infos) if not frame.empty else None
     frame = labelled(frame)
+    colours = variant_colours(frame["variant"]) if not frame.empty else {}  # one per variant
     columns = overview_columns(frame, infos)
     families = (
         frame.groupby("variant")["variant_family"].first().dropna().to_dict()
@@ -359,17 +422,24 @@ def build_site(
         .render(
             empty=frame.empty,
             results_dir=str(results_dir),
-            sections=_sections(frame, infos, published, choices) if not frame.empty else [],
+            sections=_sections(frame, infos, published, choices, colours)
+            if not frame.empty
+            else [],
             overview=overview(columns.frame, columns.headlines, families)
             if not frame.empty
             else None,
-            cost_charts=tradeoff_charts(frame, columns, infos) if not frame.empty else [],
+            cost_charts=tradeoff_charts(frame, columns, infos, colours) if not frame.empty else [],
             peers=peers,
             # a library that cannot run here is listed with the peers as unavailable, not here
             unfinished=(
                 unfinished_table(labelled(every_run)[~unavailable(every_run)])
                 if not frame.empty
                 else None
+            ),
+            unsupported=(
+                unsupported_line(labelled(every_run)[~unavailable(every_run)])
+                if not frame.empty
+                else ""
             ),
             provenance=_provenance(frame) if not frame.empty else None,
             n_runs=frame.loc[~frame["derived"], "run_id"].nunique() if not frame.empty else 0,

@@ -249,24 +249,86 @@ def _column_names(ok: pd.DataFrame, task_params: pd.DataFrame) -> pd.Series:
     return pd.Series([name(i) for i in ok.index], index=ok.index)
 
 
+ERROR_CHARS = 240  # a failure's error as shown: its last line, cut to this length
+
+
+def short_error(error: object) -> str:
+    """A failure's error as one readable line: the last non-empty line of the text (a
+    traceback's message), cut to `ERROR_CHARS`."""
+    lines = [line.strip() for line in str(error or "").splitlines() if line.strip()]
+    text = lines[-1] if lines else "(no error text)"
+    return text if len(text) <= ERROR_CHARS else text[: ERROR_CHARS - 1] + "…"
+
+
+def _setting_text(task_params: object) -> str:
+    """A run's task parameters as "seq_len=1024, causal=True" (None values left out)."""
+    try:
+        params = json.loads(str(task_params))
+    except ValueError:
+        return str(task_params)
+    if not isinstance(params, dict):
+        return str(params)
+    return ", ".join(f"{k}={v}" for k, v in sorted(params.items()) if v is not None)
+
+
 def unfinished_table(frame: pd.DataFrame) -> Table:
-    """Runs whose status is not ok, and ok runs whose latest attempt failed (collection keeps
-    the ok record and counts the failed re-run beside it): what failed, and why."""
+    """Runs that failed (status failed, oom, timeout), and ok runs whose latest attempt failed
+    (collection keeps the ok record and counts the failed re-run beside it): what failed, where,
+    and why in one line (`short_error`). Runs ``unsupported`` by design are not failures: they
+    are counted apart (`unsupported_line`)."""
     runs = frame[~frame["derived"]].drop_duplicates("run_id")
     failed_again = (runs["status"] == "ok") & ~runs["latest_status"].isin(["ok", "unsupported"])
-    bad = runs[(runs["status"] != "ok") | failed_again]
-    keys = ["task", "variant", "status", "error", "machine", "dtype", "task_params", "run_id"]
-    table = Table(columns=[Column(k, k) for k in keys])
+    bad = runs[((runs["status"] != "ok") & (runs["status"] != "unsupported")) | failed_again]
+    table = Table(
+        columns=[
+            Column("task", "task"),
+            Column("variant", "variant"),
+            Column("status", "status"),
+            Column("error", "error", "The last line of the error the run recorded"),
+            Column("machine", "machine"),
+            Column("dtype", "dtype"),
+            Column("setting", "setting", "The run's task parameters"),
+            Column("run", "run", "The run's id: its record is runs/<id>.json"),
+        ]
+    )
     for i, row in bad.iterrows():
-        text = {k: str(row[k]) for k in keys}
+        status, error = str(row["status"]), short_error(row["error"])
         if failed_again[i]:
-            text["status"] = f"ok, latest attempt {row['latest_status']}"
-            text["error"] = (
+            status = f"ok, latest attempt {row['latest_status']}"
+            error = (
                 f"a re-run ({row['attempts']} attempts) ended {row['latest_status']}; the ok "
                 f"record is shown, the failed one sits beside it in runs/{row['run_id']}.*.json"
             )
-        table.rows.append([Cell(text[k], text[k]) for k in keys])
+        texts = [
+            str(row["task"]),
+            str(row["variant"]),
+            status,
+            error,
+            str(row["machine"]),
+            str(row["dtype"]),
+            _setting_text(row["task_params"]),
+            str(row["run_id"]),
+        ]
+        table.rows.append([Cell(t, t) for t in texts])
     return table
+
+
+def unsupported_line(frame: pd.DataFrame) -> str:
+    """One line counting the runs ``unsupported`` by design (a variant that cannot do a
+    setting, e.g. causal masking), by variant and reason, most first: "12 runs unsupported by
+    design: sinkhorn (9): variant 'sinkhorn' does not support causal masking; …"; empty when
+    there are none."""
+    runs = frame[~frame["derived"]].drop_duplicates("run_id")
+    runs = runs[runs["status"] == "unsupported"]
+    if runs.empty:
+        return ""
+    reasons = runs.assign(reason=runs["error"].map(short_error))
+    counts = reasons.groupby(["variant", "reason"]).size()
+    counts = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    parts = [f"{variant} ({n}): {reason.rstrip('.')}" for (variant, reason), n in counts]
+    total = len(runs)
+    runs_text = "1 run" if total == 1 else f"{total} runs"
+    return f"{runs_text} unsupported by design: " + "; ".join(parts)
 
 
 def _sortable(value: object) -> float | str:

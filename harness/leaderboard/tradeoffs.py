@@ -17,18 +17,15 @@ Two views per ranked quality column (`harness.leaderboard.columns`):
 
 from __future__ import annotations
 
+import json
 import re
 
 import pandas as pd
 
-from attnbench.harness.leaderboard.charts import (
-    Chart,
-    embeddable_json,
-    marker_styles,
-    scatter_figure,
-)
+from attnbench.harness.leaderboard.charts import Chart, chart, scatter_figure, variant_colours
 from attnbench.harness.leaderboard.columns import Columns
 from attnbench.harness.leaderboard.ranking import MACHINE, THREADS, Headline
+from attnbench.harness.leaderboard.tables import differing_keys
 from attnbench.harness.metric_points import declared_steadiness, unsteady_rows
 from attnbench.harness.task_info import TaskInfo
 
@@ -51,10 +48,10 @@ def _cost_axis(frame: pd.DataFrame, infos: dict[str, TaskInfo]) -> tuple[str, st
 def _latency(
     ok: pd.DataFrame, infos: dict[str, TaskInfo]
 ) -> tuple[pd.Series, str, tuple, dict[str, str]] | None:
-    """(cost per variant, x-axis title, (machine, dtype), variant → note) of the declared cost
-    metric, or None. Timings flagged unsteady (`TaskInfo.steadiness`) are left out of a
-    variant's cost where it has steady ones; a variant with only unsteady ones keeps them, and
-    its note says so (its marker is drawn hollow)."""
+    """(cost per variant, x-axis title, (machine, dtype, threads), variant → note) of the
+    declared cost metric, or None. Timings flagged unsteady (`TaskInfo.steadiness`) are left
+    out of a variant's cost where it has steady ones; a variant with only unsteady ones keeps
+    them, and its note says so (its marker is drawn hollow)."""
     axis = _cost_axis(ok, infos)
     if axis is None:
         return None
@@ -74,19 +71,19 @@ def _latency(
     else:
         where = ""
     declared = infos[cost_task].metric(cost_metric)
-    unit = f"{declared.unit}, " if declared and declared.unit else ""
-    title = f"{cost_task} {cost_metric}{where} ({unit}{machine} · {threads:g} threads, {dtype})"
+    unit = f" ({declared.unit})" if declared and declared.unit else ""
+    title = f"{cost_task} {cost_metric}{where}{unit}"
     steady = cost[~cost["unsteady"]]
     only_unsteady = cost[~cost["variant"].isin(set(steady["variant"]))]
     notes = {str(v): f"{cost_metric} from unsteady timings only" for v in only_unsteady["variant"]}
     cost = pd.concat([steady, only_unsteady])
-    return cost.groupby("variant")["value"].median(), title, (machine, dtype), notes
+    return cost.groupby("variant")["value"].median(), title, (machine, dtype, threads), notes
 
 
 def _cost_points(
     ok: pd.DataFrame, h: Headline, latency: pd.Series, where: tuple, notes: dict[str, str]
 ) -> pd.DataFrame:
-    machine, dtype = where
+    machine, dtype = where[:2]
     quality = ok[
         (ok["task"] == h.task)
         & (ok["metric"] == h.metric)
@@ -96,13 +93,16 @@ def _cost_points(
     quality = quality.groupby("variant")["value"].mean()
     both = pd.DataFrame({"x": latency, "y": quality}).dropna()
     both = both.rename_axis("label").reset_index()
+    both = both.assign(variant=both["label"])
     return both.assign(note=both["label"].map(lambda v: notes.get(str(v), "")))
 
 
 def density_points(rows: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """Columns label, x (density), y (``metric``) from one column's ok run rows ``rows``: see the
-    module docstring. Empty where the runs record no density."""
-    empty = pd.DataFrame(columns=["label", "x", "y"])
+    """Columns label, variant, x (density), y (``metric``) from one column's ok run rows
+    ``rows``: see the module docstring. A variant with several configurations is labelled with
+    the parameters that differ between them ("window window=0.2"). Empty where the runs record
+    no density."""
+    empty = pd.DataFrame(columns=["label", "variant", "x", "y"])
     quality = rows[rows["metric"] == metric]
     if quality.empty or not (rows["metric"] == DENSITY).any():
         return empty
@@ -118,12 +118,29 @@ def density_points(rows: pd.DataFrame, metric: str) -> pd.DataFrame:
         return empty
     entries = here.drop_duplicates("run_id").set_index("run_id")[["variant", "variant_params"]]
     per_run = per_run.join(entries)
-    configs = per_run.groupby("variant")["variant_params"].nunique()
+    labels = _config_labels(per_run[["variant", "variant_params"]].drop_duplicates())
     per_run["label"] = [
-        v if configs[v] == 1 else f"{v} {p}"
-        for v, p in zip(per_run["variant"], per_run["variant_params"], strict=True)
+        labels[(v, p)] for v, p in zip(per_run["variant"], per_run["variant_params"], strict=True)
     ]
-    return per_run.groupby("label")[["x", "y"]].mean().reset_index()
+    return per_run.groupby(["label", "variant"])[["x", "y"]].mean().reset_index()
+
+
+def _config_labels(configs: pd.DataFrame) -> dict[tuple[str, str], str]:
+    """(variant, params JSON) → the variant's name, followed by the parameters that differ
+    between its configurations where it has several (parameters whose value is None left out)."""
+    labels = {}
+    for variant, group in configs.groupby("variant"):
+        texts = sorted(set(group["variant_params"]))
+        params = {t: json.loads(t) if t else {} for t in texts}
+        differing = differing_keys(list(params.values())) if len(texts) > 1 else []
+        for text, p in params.items():
+            shown = [
+                f"{k}={p[k]:g}" if isinstance(p[k], float) else f"{k}={p[k]}"
+                for k in differing
+                if p.get(k) is not None
+            ]
+            labels[(variant, text)] = " ".join([str(variant), ", ".join(shown)]).strip()
+    return labels
 
 
 def _chart_id(kind: str, column: str, index: int) -> str:
@@ -138,28 +155,36 @@ def _ok(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def tradeoff_charts(
-    frame: pd.DataFrame, columns: Columns, infos: dict[str, TaskInfo]
+    frame: pd.DataFrame,
+    columns: Columns,
+    infos: dict[str, TaskInfo],
+    colours: dict[str, str] | None = None,
 ) -> list[Chart]:
     """The charts above, per ranked quality column of ``columns``: against cost, then against
     density, each where it has points. The cost comes from ``frame`` (the rows as recorded);
-    the quality from the columns' rows."""
+    the quality from the columns' rows. ``colours``: variant → colour (`variant_colours`,
+    default: from ``frame``), the page's."""
     axis = _cost_axis(frame, infos)
     cost_task = axis[0] if axis else None
     latency = _latency(_ok(frame), infos)
     ok = _ok(columns.frame)
-    plans = []  # (kind, headline, points, x title, x range)
+    colours = colours or variant_colours(frame["variant"])
+    plans = []  # (kind, headline, points, x title, x range, subtitle)
     for h in columns.headlines:
         if h.higher_is_better is None or columns.task_of.get(h.task) == cost_task:
             continue
         if latency is not None:
             points = _cost_points(ok, h, latency[0], latency[2], latency[3])
-            plans.append(("cost", h, points, latency[1], None))
-        points = density_points(ok[ok["task"] == h.task], h.metric)
-        plans.append(("density", h, points, DENSITY_TITLE, (-0.02, 1.05)))
+            machine, dtype, threads = latency[2]
+            where = f"{machine} · {threads:g} thread{'s' if threads != 1 else ''} · {dtype}"
+            plans.append(("cost", h, points, latency[1], None, where))
+        mine = ok[ok["task"] == h.task]
+        points = density_points(mine, h.metric)
+        where = _where(mine[mine["metric"] == h.metric]) if not points.empty else ""
+        plans.append(("density", h, points, DENSITY_TITLE, (-0.02, 1.05), where))
     plans = [p for p in plans if not p[2].empty]
-    styles = marker_styles([label for p in plans for label in p[2]["label"]])
     charts = []
-    for i, (kind, h, points, x_title, x_range) in enumerate(plans):
+    for i, (kind, h, points, x_title, x_range, where) in enumerate(plans):
         arrow = "↑" if h.higher_is_better else "↓"
         against = "cost" if kind == "cost" else "density"
         fig = scatter_figure(
@@ -167,8 +192,15 @@ def tradeoff_charts(
             x_title,
             f"{h.metric} {arrow}",
             f"{h.task}: {h.metric} against {against}",
-            styles=styles,
+            colours=colours,
             x_range=x_range,
+            subtitle=where,
         )
-        charts.append(Chart(id=_chart_id(kind, h.task, i), json=embeddable_json(fig)))
+        charts.append(chart(_chart_id(kind, h.task, i), fig))
     return charts
+
+
+def _where(quality: pd.DataFrame) -> str:
+    """ "machine · dtype" of the rows `density_points` draws (the most frequent pair)."""
+    machine, dtype = quality.groupby([MACHINE, "dtype"]).size().idxmax()
+    return f"{machine} · {dtype}"

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import re
+from html import escape as html_escape
 
 import pandas as pd
 from conftest import make_record, test_run_id
@@ -84,7 +85,7 @@ def test_text_from_results_is_escaped(tmp_path):
     html = build_site(tmp_path).read_text()
     assert HOSTILE not in html and '</script>"' not in html
     assert "&lt;img src=x onerror=alert(1)&gt;" in html  # table text, escaped
-    assert "\\u003cimg src=x onerror=alert(1)\\u003e" in html  # chart JSON, escaped
+    assert "\\u0026lt;img src=x onerror=alert(1)\\u0026gt;" in html  # chart JSON, escaped
     assert "Runs that did not finish" in html
 
 
@@ -253,7 +254,7 @@ def test_curve_chart_draws_bands_and_reference_lines():
 def test_curve_chart_draws_each_lines_companion_dashed_in_its_colour():
     """A per-line companion (a variant's own closed form) comes from that line's runs only,
     is dashed in the line's colour, is absent where the runs do not report it, and its label
-    (escaped like everything else) says in the title what the dashed lines are."""
+    (escaped like everything else) says in the subtitle what the dashed lines are."""
     from attnbench.harness.collect import COLUMNS
     from attnbench.harness.leaderboard.charts import CurveExtras, curve_figure, embeddable_json
 
@@ -277,8 +278,10 @@ def test_curve_chart_draws_each_lines_companion_dashed_in_its_colour():
     frame = pd.DataFrame(rows, columns=COLUMNS).assign(machine="cpu0 · 1 threads")
     extras = CurveExtras(companions={"sparsity_s_theory": "closed <form>"})
     fig = curve_figure(frame, "sparsity_s", "concentration", extras=extras)
-    lines = {t.name.split(" · ")[0]: t for t in fig.data if t.line.dash is None}
-    dashed = {t.name.split(" · ")[0]: t for t in fig.data if t.line.dash == "dash"}
+    lines = {t.name.split(" · ")[0]: t for t in fig.data if t.showlegend is not False}
+    dashed = {t.name.split(" · ")[0]: t for t in fig.data if t.showlegend is False}
+    assert all(t.line.dash == "solid" for t in lines.values())
+    assert all(t.line.dash == "dash" for t in dashed.values())
     assert set(lines) == {"softmax", "relu2", "window"} and set(dashed) == {"softmax", "relu2"}
     for variant, own in (("softmax", 0.9), ("relu2", 0.4)):
         assert list(dashed[variant].x) == [0.5, 1.0]
@@ -286,9 +289,9 @@ def test_curve_chart_draws_each_lines_companion_dashed_in_its_colour():
         assert dashed[variant].line.color == lines[variant].line.color
         assert dashed[variant].legendgroup == lines[variant].legendgroup
     assert len({t.line.color for t in lines.values()}) == 3
-    assert "closed <form>" in fig.layout.title.text
+    assert "closed <form>" in fig.layout.title.subtitle.text
     text = embeddable_json(fig)
-    assert "closed \\u003cform\\u003e" in text and "<form>" not in text
+    assert "closed \\u0026lt;form\\u0026gt;" in text and "\\u003cform" not in text
 
 
 BLOCKED_IMPORTS = """
@@ -372,7 +375,7 @@ def test_runs_of_older_code_are_left_out_and_counted(tmp_path):
     _write_stale(tmp_path)
     collect(tmp_path)
     html = build_site(tmp_path).read_text()
-    assert "1 runs." in html and "1 runs of older code are left out" in html
+    assert "1 run." in html and "1 run of older code is left out" in html
     assert ">linear<" not in html  # its numbers are not on the page
     everything = build_site(tmp_path, include_stale=True).read_text()
     assert "2 runs." in everything and "older code are left out" not in everything
@@ -473,18 +476,22 @@ def test_bar_chart_compares_each_variant_with_the_reference_level_per_setting(tm
     figures = _figures(html)
     task_charts = [k for k in figures if k.startswith("chart-bars_task-")]
     assert sorted(task_charts) == ["chart-bars_task-mse-bars-0", "chart-bars_task-mse-bars-1"]
-    by_title = {f["layout"]["title"]["text"]: f for k, f in figures.items() if "-bars-" in k}
-    assert sorted(by_title) == [
-        "bars_task: mse per variant (n_points=100)",
-        "bars_task: mse per variant (n_points=1000)",
+    bar_figures = [f for k, f in figures.items() if "-bars-" in k]
+    assert {f["layout"]["title"]["text"] for f in bar_figures} == {"bars_task: mse per variant"}
+    by_subtitle = {f["layout"]["title"]["subtitle"]["text"]: f for f in bar_figures}
+    # the setting, then what all bars share, said once
+    assert sorted(by_subtitle) == [
+        "n_points=100 · cpu0 · float32",
+        "n_points=1000 · cpu0 · float32",
     ]
-    small = by_title["bars_task: mse per variant (n_points=100)"]
-    large = by_title["bars_task: mse per variant (n_points=1000)"]
+    small = by_subtitle["n_points=100 · cpu0 · float32"]
+    large = by_subtitle["n_points=1000 · cpu0 · float32"]
     bars = small["data"][0]
     assert bars["type"] == "bar"
     means = dict(zip(bars["x"], bars["y"], strict=True))
-    assert means["identity · cpu0 · float32"] == 2.0  # the mean of its two seeds
-    assert means[f"{HOSTILE} · cpu0 · float32"] == 50.0
+    assert means["identity"] == 2.0  # the mean of its two seeds
+    assert means[html_escape(HOSTILE, quote=False)] == 50.0  # escaped for Plotly
+    assert len(set(bars["marker"]["color"])) == 2  # a colour per variant
     (marks,) = [t for t in small["data"] if t["name"] == "each run"]
     assert sorted(marks["y"]) == [1.0, 3.0, 50.0]
     (level,) = [t for t in small["data"] if t["name"].startswith("least squares")]
@@ -700,7 +707,7 @@ def test_peer_names_libraries_and_reasons_are_escaped(tmp_path):
     html = build_site(tmp_path).read_text()
     assert HOSTILE not in html and '</script>"' not in html
     assert "lib&lt;img src=x onerror=alert(1)&gt;" in html  # in the tables, escaped
-    assert "lib\\u003cimg src=x onerror=alert(1)\\u003e" in html  # in a chart legend, escaped
+    assert "lib\\u0026lt;img src=x onerror=alert(1)\\u0026gt;" in html  # a chart legend, escaped
 
 
 def test_a_table_without_library_variants_has_no_peer_section(tmp_path):
@@ -764,6 +771,8 @@ def test_a_curve_over_layers_has_a_tick_at_each_layer_and_none_between():
 def test_scatter_names_each_variant_in_the_legend_and_puts_no_text_on_the_plot():
     """Four variants at one point (the issue's case): five traces of one marker each, no text
     mode, the hover of each of the four naming the other three, names escaped for Plotly."""
+    import json
+
     from attnbench.harness.leaderboard.charts import embeddable_json, scatter_figure
 
     points = pd.DataFrame(
@@ -777,21 +786,16 @@ def test_scatter_names_each_variant_in_the_legend_and_puts_no_text_on_the_plot()
     assert len(fig.data) == 5 and {t.mode for t in fig.data} == {"markers"}
     assert all(t.text is None for t in fig.data) and fig.layout.showlegend
     names = [t.name for t in fig.data]
-    assert names == sorted(names) and "&lt;img src=x onerror=alert(1)&gt;" in names
+    assert names == sorted(names) and HOSTILE in names
     hover = {t.name: t.hovertext[0] for t in fig.data}
     assert hover["softmax"].endswith("same point: bigbird, strided, window")
     assert hover["window"].endswith("same point: bigbird, softmax, strided")
-    assert "same point" not in hover["&lt;img src=x onerror=alert(1)&gt;"]
-    styles = {(t.marker.color, t.marker.symbol) for t in fig.data}
-    assert len(styles) == 5  # told apart in the legend
-    assert "<img" not in embeddable_json(fig)
-
-
-def test_marker_styles_stay_distinct_beyond_the_colour_cycle():
-    from attnbench.harness.leaderboard.charts import marker_styles
-
-    styles = marker_styles([f"v{i:02d}" for i in range(25)] + ["v00"])
-    assert len(styles) == 25 and len(set(styles.values())) == 25
+    assert "same point" not in hover[HOSTILE]
+    assert len({t.marker.color for t in fig.data}) == 5  # a colour per variant
+    drawn = json.loads(embeddable_json(fig))  # what Plotly gets: escaped, line breaks as <br>
+    escaped = html_escape(HOSTILE, quote=False)
+    assert escaped in [t["name"] for t in drawn["data"]]
+    assert "<br>same point: bigbird, strided, window" in drawn["data"][2]["hovertext"][0]
 
 
 def _modes_info():
@@ -949,11 +953,11 @@ def test_quality_against_density_averages_each_entrys_runs(tmp_path):
     figures = _figures(build_site(tmp_path).read_text())
     (density,) = [f for k, f in figures.items() if k.startswith("chart-density-")]
     points = {t["name"]: (t["x"][0], t["y"][0]) for t in density["data"]}
-    assert set(points) == {"softmax", 'window {"window": 16}', 'window {"window": 32}'}
+    assert set(points) == {"softmax", "window window=16", "window window=32"}
     assert points["softmax"] == (1.0, 0.8)
-    w16 = points['window {"window": 16}']
+    w16 = points["window window=16"]
     assert abs(w16[0] - 0.3) < 1e-12 and abs(w16[1] - 0.4) < 1e-12
-    assert points['window {"window": 32}'] == (0.7, 0.8)
+    assert points["window window=32"] == (0.7, 0.8)
     assert density["layout"]["xaxis"]["range"] == [-0.02, 1.05]
     assert "quality: accuracy against density" in density["layout"]["title"]["text"]
 
@@ -1134,3 +1138,40 @@ def test_records_without_the_flag_are_unknown_not_unsteady(tmp_path):
     assert '"circle-open"' not in html
     cells = _overview_cells(html)
     assert "unsteady" not in cells["linear"]  # its 1 ms at 64 competes, as before
+
+
+def test_unsupported_runs_are_counted_apart_and_failures_read_as_one_line(tmp_path):
+    """Runs unsupported by design are one line, not failures; a real failure is listed with
+    the last line of its error and its setting as text, no JSON; the footer says where the
+    code came from and counts runs in words."""
+    _write(tmp_path, "a", "softmax", 64, 2.0)
+    _write(tmp_path, "a2", "softmax", 128, 4.0)
+    for i in range(3):
+        reason = "variant 'sinkhorn' does not support causal masking."
+        _write(tmp_path, f"u{i}", "sinkhorn", 64 * 2**i, 1.0, status="unsupported", error=reason)
+    trace = 'Traceback (most recent call last):\n  File "x.py", line 1\nRuntimeError: out of cake'
+    _write(tmp_path, "f", "window", 64, 1.0, status="failed", error=trace)
+    collect(tmp_path)
+    html = build_site(tmp_path).read_text()
+    unfinished = html.split('id="unfinished"')[1].split("</section>")[0]
+    assert (
+        "3 runs unsupported by design: sinkhorn (3): variant &#39;sinkhorn&#39; does not "
+        "support causal masking." in unfinished
+    )
+    rows = unfinished.split("<tbody>")[1]
+    assert "sinkhorn" not in rows and rows.count("<tr>") == 1
+    assert ">RuntimeError: out of cake<" in rows and "Traceback" not in rows
+    assert ">seq_len=64<" in rows and "{" not in rows
+    footer = html.split("<footer>")[1]
+    assert "dirty tree" not in footer and "commit unknown" not in footer
+    assert "not from a git checkout" in footer or "commit " in footer
+
+
+def test_a_constant_metric_is_said_in_one_line_not_charted(tmp_path):
+    for i, n in enumerate((64, 128, 256)):
+        _write(tmp_path, f"a{i}", "softmax", n, 2.0)
+        _write(tmp_path, f"b{i}", "linear", n, 2.0)
+    collect(tmp_path)
+    html = build_site(tmp_path).read_text()
+    assert "fwd_ms against seq_len is 2 in every run: not charted." in html
+    assert 'id="chart-throughput-fwd_ms-seq_len"' not in html
