@@ -274,7 +274,10 @@ def _wide_records(results) -> None:
             variant,
             Throughput.describe(),
             {"seq_len": 256},
-            [point("fwd_ms", fwd, False, "seq_len", 256)],
+            [
+                point("fwd_ms", fwd, False, "seq_len", 256),
+                point("fwd_ratio", fwd, False, "seq_len", 256),
+            ],
         )
         for j, task in enumerate(LONG_TASKS):
             info = TaskInfo(name=task, headline="accuracy", metrics=quality)
@@ -432,3 +435,204 @@ def test_an_axis_of_layers_has_integer_ticks(wide):
 def test_hostile_text_on_the_wide_board_ran_nothing(wide):
     assert wide.eval("window.__pwned === undefined")
     assert wide.eval("document.querySelectorAll('img').length") == 0
+
+
+# --- a board whose every text place carries hostile strings --------------------------------------
+
+LINK = '<a href="https://evil.example/q">x</a>'
+IMG_TAG = '<img src=x onerror="window.__pwned = 2">'
+HOSTILE_DTYPE = "float32<b>"
+
+
+def _hostile_records(results) -> None:
+    """Records drawing every chart type of the board (throughput-like curves with their scaling
+    fits, bars with a reference level, quality against cost and density, peers, tuned values)
+    whose variant names, variant and task parameter values, hardware, dtype and metric
+    descriptions are HTML."""
+    from conftest import make_record
+
+    from attnbench.harness.metrics import Metric
+    from attnbench.harness.records import write_record
+    from attnbench.harness.scaling import ScalingFit
+    from attnbench.harness.task_info import TaskInfo, Tuning
+
+    speed = TaskInfo(
+        name="speed",
+        description=f"speed {IMG_TAG}",
+        headline="fwd_ms",
+        metrics=[
+            Metric("fwd_ms", False, f"latency {LINK}", unit="ms"),
+            Metric("density", None, IMG_TAG),
+        ],
+        charts=["fwd_ms"],
+        cost_metric="fwd_ms",
+        scaling_fits=[ScalingFit("fwd_ms", "seq_len", reference_variant="softmax")],
+    )
+    quality = TaskInfo(
+        name="quality",
+        headline="accuracy",
+        metrics=[
+            Metric("accuracy", True, f"share right {LINK}"),
+            Metric("val_accuracy", True, IMG_TAG),
+            Metric("density", None, IMG_TAG),
+        ],
+        tuning=Tuning(["lr"], "val_accuracy"),
+    )
+    bars = TaskInfo(
+        name="levels",
+        headline="mse",
+        metrics=[Metric("mse", False, f"error {IMG_TAG}"), Metric("mse_ls", None, LINK)],
+        bar_charts={"mse": {"mse_ls": f"least squares {LINK}"}},
+    )
+
+    def point(metric, value, hib=None, x_name=None, x=None):
+        return {
+            "metric": metric,
+            "value": value,
+            "x_name": x_name,
+            "x_value": x,
+            "higher_is_better": hib,
+        }
+
+    def write(name, info, variant, task_params, points, variant_params=None, **details):
+        write_record(
+            results,
+            make_record(
+                name,
+                task=info.name,
+                variant=variant,
+                variant_params=variant_params or {},
+                task_params=task_params,
+                metrics=points,
+                hardware=LINK,
+                dtype=HOSTILE_DTYPE,
+                task_info=info.to_dict(),
+                env={"hostname": "box"},
+                details={"variant_family": IMG_TAG, **details},
+            ),
+        )
+
+    variants = [  # (name, its parameters, library details)
+        ("softmax", {}, {}),
+        (LINK, {"mode": IMG_TAG}, {}),
+        (LINK, {"mode": LINK}, {}),
+        (IMG_TAG, {}, {}),
+        ("peer_soft", {}, {"peer_of": "softmax", "variant_library": f"lib{IMG_TAG} 1.0"}),
+    ]
+    for i, (variant, params, lib) in enumerate(variants):
+        for flavour in (LINK, IMG_TAG):  # a task parameter with hostile values: two settings
+            for n in (64, 128, 256, 512):
+                write(
+                    f"s{i}-{flavour[:2]}-{n}",
+                    speed,
+                    variant,
+                    {"seq_len": n, "flavour": flavour},
+                    [point("fwd_ms", (1 + i) * (n / 64) ** (1 + i / 10), False, "seq_len", n)],
+                    params,
+                    **lib,
+                )
+        if lib:
+            continue
+        for lr in (0.1, 0.01):
+            write(
+                f"q{i}-{lr}",
+                quality,
+                variant,
+                {"lr": lr, "flavour": IMG_TAG},
+                [
+                    point("accuracy", 0.5 + 0.1 * i + lr, True),
+                    point("val_accuracy", 0.5 + lr, True),
+                    point("density", 1.0 / (1 + i)),
+                ],
+                params,
+            )
+        write(
+            f"b{i}",
+            bars,
+            variant,
+            {"flavour": LINK},
+            [point("mse", 1.0 + i, False), point("mse_ls", 0.5)],
+            params,
+        )
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory):
+    from attnbench.harness.collect import collect
+    from attnbench.harness.leaderboard import build_site
+
+    results = tmp_path_factory.mktemp("hostile") / "results"
+    _hostile_records(results)
+    collect(results)
+    index = build_site(results)
+    browser = Browser(_chromium(), tmp_path_factory.mktemp("profile"), (WIDTH, HEIGHT))
+    browser.viewport(WIDTH, HEIGHT)
+    browser.open(index.as_uri())
+    time.sleep(2.0)  # Plotly draws after load
+    yield browser, index.read_text()
+    browser.close()
+
+
+def test_the_hostile_board_draws_every_chart_type(hostile):
+    page, html = hostile
+    ids = page.eval("[...document.querySelectorAll('div.chart')].map(d => d.id)")
+    assert any(i.startswith("chart-speed-fwd_ms-seq_len") for i in ids)  # curves
+    assert any(i.startswith("chart-levels-mse-bars") for i in ids)  # bars
+    assert any(i.startswith("chart-cost-") for i in ids)  # quality against cost
+    assert any(i.startswith("chart-density-") for i in ids)  # quality against density
+    drawn = page.eval(
+        "[...document.querySelectorAll('div.chart')].every(d => d.querySelector('svg.main-svg'))"
+    )
+    assert drawn
+    assert page.eval("!!document.querySelector('#peers table[data-peers]')")  # peers
+    assert page.eval("!!document.querySelector('table[data-task=\"speed-fits\"]')")  # fits
+    assert page.eval("!!document.querySelector('table[data-task=\"quality-tuned\"]')")  # tuning
+
+
+# elements made from text: a link (HTML or SVG, whose href Plotly writes as xlink:href), an image,
+# any element with an event handler, bold text (the dtype's <b>)
+MADE = """[...document.querySelectorAll('*')].filter(e => ['A', 'a', 'IMG', 'img', 'B', 'b']
+  .includes(e.tagName) && !(e.tagName === 'A' && !/evil/.test(e.outerHTML))
+  || [...e.attributes].some(a => /^on/.test(a.name) || (/(href|src)$/.test(a.name)
+     && /evil|^x$/.test(a.value)))).map(e => e.outerHTML.slice(0, 120))"""
+
+
+def test_hostile_strings_create_no_element_and_run_nothing(hostile):
+    page, _ = hostile
+    assert page.eval("window.__pwned === undefined")
+    assert page.eval(MADE) == []
+    assert page.eval("document.querySelectorAll('a[href*=\"evil.example\"]').length") == 0
+    assert page.eval("document.querySelectorAll('img').length") == 0
+    # hovering a point shows its text; nothing it holds becomes an element either
+    page.eval(
+        """(() => {
+          const div = document.querySelector('div.chart[id^="chart-speed-"]');
+          Plotly.Fx.hover(div, [{curveNumber: 0, pointNumber: 0}]);
+        })()"""
+    )
+    time.sleep(0.3)
+    assert page.eval(MADE) == [] and page.eval("window.__pwned === undefined")
+
+
+def test_hostile_strings_are_shown_as_text(hostile):
+    page, _ = hostile
+    texts = page.eval(
+        """(() => {
+          const charts = [...document.querySelectorAll('div.chart')];
+          return charts.map(d => [d.id, [...d.querySelectorAll('text')].map(t => t.textContent)
+            .join(' | ')]);
+        })()"""
+    )
+    by_id = dict(texts)
+    curve = next(v for k, v in by_id.items() if k.startswith("chart-speed-fwd_ms"))
+    assert LINK in curve and IMG_TAG in curve  # variant names and a parameter, in the legend
+    assert f"flavour={IMG_TAG}" in curve or f"flavour={LINK}" in curve  # the setting
+    assert HOSTILE_DTYPE in curve and LINK in curve  # machine and dtype, in the subtitle
+    bars = next(v for k, v in by_id.items() if k.startswith("chart-levels-mse-bars"))
+    assert f"least squares {LINK}" in bars and f"mode={IMG_TAG}" in bars
+    scatter = next(v for k, v in by_id.items() if k.startswith("chart-cost-"))
+    assert IMG_TAG in scatter
+    cells = page.eval("[...document.querySelectorAll('td, th')].map(c => c.textContent)")
+    assert IMG_TAG in cells and any(LINK in c for c in cells)
+    titles = page.eval("[...document.querySelectorAll('th[title]')].map(c => c.title)")
+    assert any(LINK in t for t in titles)  # a metric's description, as a tooltip's text
