@@ -109,6 +109,7 @@ def overview(
     ]
     table = Table(columns=columns)
     result = Overview(table=table)
+
     def order(key: tuple) -> tuple:  # ranked rows by rank, then the rest by win rate
         rank, rate = overall.get(key, math.nan), aggregate.get(key, math.nan)
         return (_sort(rank), -_sort(rate, missing=-math.inf), key)
