@@ -14,6 +14,7 @@ from attnbench.harness.records import write_record
 from attnbench.tasks.throughput import Throughput
 
 HOSTILE = "<img src=x onerror=alert(1)>"
+REFERENCE_MS = 4.0  # the made-up dense SDPA time behind each record's fwd_ratio (the headline)
 
 
 def _point(metric, value, x, hib):
@@ -32,6 +33,7 @@ def _write(tmp_path, run_id, variant, seq_len, fwd_ms, status="ok", error=None):
         if status != "ok"
         else [
             _point("fwd_ms", fwd_ms, seq_len, False),
+            _point("fwd_ratio", fwd_ms / REFERENCE_MS, seq_len, False),
             _point("gflops", 100 / fwd_ms, seq_len, True),
         ]
     )
@@ -67,7 +69,15 @@ def test_best_value_is_marked_per_setting(tmp_path):
         with_machine(frame), {"fwd_ms": ("latency", False), "gflops": ("speed", True)}
     )
     headers = [c.header for c in table.columns]
-    assert headers == ["variant", "machine", "dtype", "task.seq_len", "fwd_ms", "gflops"]
+    assert headers == [  # the declared metrics first
+        "variant",
+        "machine",
+        "dtype",
+        "task.seq_len",
+        "fwd_ms",
+        "gflops",
+        "fwd_ratio",
+    ]
     best = {(r[0].text, r[3].text): (r[4].best, r[5].best) for r in table.rows}
     assert best == {
         ("linear", "64"): (True, True),
@@ -411,7 +421,7 @@ def test_the_overview_groups_by_machine_not_by_device(tmp_path):
                 task_params={"seq_len": 64},
                 hardware=hardware,
                 threads=threads,
-                metrics=[_point("fwd_ms", ms, 64, False)],
+                metrics=[_point("fwd_ms", ms, 64, False), _point("fwd_ratio", ms, 64, False)],
                 task_info=Throughput.describe().to_dict(),
             ),
         )
@@ -525,6 +535,7 @@ def _peer_record(tmp_path, name, variant, seq_len, fwd_ms, peer_of="", library="
     metrics = (
         [
             _point("fwd_ms", fwd_ms, seq_len, False),
+            _point("fwd_ratio", fwd_ms / REFERENCE_MS, seq_len, False),
             _point("peak_mem_mib", 2 * fwd_ms, seq_len, False),
         ]
         if status == "ok"
@@ -578,15 +589,16 @@ def test_peer_ratio_is_ours_over_the_peer_per_setting_with_both_versions_named(t
         "machine",
         "dtype",
         "task.seq_len",
+        "fwd_ratio",
         "fwd_ms",
         "peak_mem_mib",
     ]
     label = f"window (attnbench 0.2.0) / peer_local_window ({LOCAL})"
-    assert _cells(pt.table) == [
-        [label, "cpu0", "float32", "512", "0.75 (3 / 4)", "0.75 (6 / 8)"],
-        [label, "cpu0", "float32", "1024", "2 (6 / 3)", "2 (12 / 6)"],
+    assert _cells(pt.table) == [  # fwd_ratio is fwd_ms / REFERENCE_MS in these records
+        [label, "cpu0", "float32", "512", "0.75 (0.75 / 1)", "0.75 (3 / 4)", "0.75 (6 / 8)"],
+        [label, "cpu0", "float32", "1024", "2 (1.5 / 0.75)", "2 (6 / 3)", "2 (12 / 6)"],
     ]
-    assert pt.table.rows[0][4].sort == 0.75 and not section.unpaired
+    assert pt.table.rows[0][5].sort == 0.75 and not section.unpaired
     html = build_site(tmp_path).read_text()
     assert "Ours vs theirs" in html and "ratios across machines are not made" in html
     assert label in html and "0.75 (3 / 4)" in html
@@ -598,8 +610,9 @@ def test_a_ratio_from_an_unsteady_timing_is_marked(tmp_path):
     _peer_record(tmp_path, "w", "window", 512, 2.0, steady=1.0)
     _peer_record(tmp_path, "p", "peer_local_window", 512, 4.0, "window", LOCAL, steady=0.0)
     (pt,) = _section(tmp_path).tables
-    fwd, mem = pt.table.rows[0][3:5]  # pair, machine, dtype, fwd_ms, peak_mem_mib
+    ratio, fwd, mem = pt.table.rows[0][3:6]  # pair, machine, dtype, fwd_ratio, fwd_ms, peak
     assert fwd.text == "~0.5 (2 / 4)" and fwd.note.startswith("the timing of peer is unsteady")
+    assert ratio.text == "~0.5 (0.5 / 1)" and ratio.note.startswith("the timing of peer")
     assert mem.note == ""  # peak memory is not a timing
 
 
@@ -886,7 +899,8 @@ def test_the_overview_shows_each_mode_apart_and_never_their_average(tmp_path):
     # softmax wins mode a on mse (1 < 3), linear wins mode b on the ratio (1 < 2): one each
     assert ">1 · #1<" in cells["softmax"] and ">2 · #2<" in cells["softmax"]
     assert ">3 · #2<" in cells["linear"] and ">1 · #1<" in cells["linear"]
-    assert "0.500 (2 columns)" in cells["softmax"] and "0.500 (2 columns)" in cells["linear"]
+    # one win each, and the two modes of one task are one vote: both 0.5, neither ahead
+    assert ">0.500</td>" in cells["softmax"] and ">0.500</td>" in cells["linear"]
     assert "51.5" not in overview_html and "25.5" not in overview_html  # no mean over modes
 
 
@@ -1028,6 +1042,7 @@ def _write_timed(tmp_path, run_id, variant, seq_len, fwd_ms, steady=None, info=N
     record from before the flag existed)."""
     metrics = [
         _point("fwd_ms", fwd_ms, seq_len, False),
+        _point("fwd_ratio", fwd_ms / REFERENCE_MS, seq_len, False),
         _point("gflops", 100 / fwd_ms, seq_len, True),
     ]
     if steady is not None:
@@ -1076,12 +1091,15 @@ def test_unsteady_timings_are_marked_counted_and_left_out_of_ranks(tmp_path):
     # the task table: linear's 1 ms is marked, with its note, and is not the best at 64
     section = html.split('data-task="throughput"')[1].split("</table>")[0]
     marked = re.findall(r'<td data-sort="([^"]*)" class="unsteady" title="([^"]*)">~', section)
-    assert [s for s, _ in marked] == ["1.0", "100.0"]  # fwd_ms and gflops of the same timing
+    # fwd_ratio (0.25 = 1 / REFERENCE_MS), fwd_ms and gflops of the same timing
+    assert [s for s, _ in marked] == ["0.25", "1.0", "100.0"]
     assert all("never settled" in note for _, note in marked)
     assert '<td data-sort="2.0" class="best">2</td>' in section  # softmax is the best at 64
-    # the overview: linear's 64 is in no contest, so softmax wins both lengths
+    # the overview: linear's 64 is in no contest, so softmax wins both lengths; throughput is
+    # a cost, ranked in its own column and never a quality rank
     cells = _overview_cells(html)
-    assert '">#1</td>' in cells["softmax"] and '">#3</td>' in cells["linear"]
+    assert "· #1</td>" in cells["softmax"] and "· #3</td>" in cells["linear"]
+    assert '<td data-sort="inf">–</td>' in cells["softmax"]  # no quality column, no quality rank
     assert 'class="unsteady" title="1 unsteady timing left out' in cells["linear"]
     assert "unsteady" not in cells["softmax"]
     # the chart draws it hollow
@@ -1121,9 +1139,10 @@ def test_the_cost_axis_leaves_unsteady_timings_out_or_draws_them_hollow(tmp_path
     figures = _figures(build_site(tmp_path).read_text())
     (cost,) = [f for k, f in figures.items() if k.startswith("chart-cost")]
     traces = {t["name"]: t for t in cost["data"]}
-    assert traces["linear"]["x"] == [1.0] and traces["linear"]["marker"]["symbol"] == "circle"
+    # the cost is throughput's fwd_ratio: 1 ms / REFERENCE_MS
+    assert traces["linear"]["x"] == [0.25] and traces["linear"]["marker"]["symbol"] == "circle"
     assert traces["window"]["marker"]["symbol"].endswith("-open")
-    assert traces["window"]["hovertext"][0].endswith("fwd_ms from unsteady timings only")
+    assert traces["window"]["hovertext"][0].endswith("fwd_ratio from unsteady timings only")
 
 
 def test_records_without_the_flag_are_unknown_not_unsteady(tmp_path):
