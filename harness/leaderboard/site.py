@@ -26,6 +26,7 @@ import pandas as pd
 from plotly.offline import get_plotlyjs
 
 from attnbench.harness.collect import COLUMNS, TABLE_NAME, collect
+from attnbench.harness.fit_quality import EXPONENT_RANGE, MAX_HALF_WIDTH, RELIABLE_SUFFIX
 from attnbench.harness.leaderboard.charts import (
     Chart,
     CurveExtras,
@@ -75,24 +76,42 @@ class TaskSection:
 
 
 def _metric_info(info: TaskInfo | None) -> dict[str, tuple[str, bool | None]]:
-    """metric → (description, higher_is_better), declared metrics first, then fit metrics."""
+    """metric → (description, higher_is_better), declared metrics first, then fit metrics and
+    each fit's reliability mark (`harness.fit_quality`)."""
     if info is None:
         return {}
-    return {m.name: (m.description, m.higher_is_better) for m in info.all_metrics()}
+    described = {m.name: (m.description, m.higher_is_better) for m in info.all_metrics()}
+    low, high = EXPONENT_RANGE
+    for fit in info.scaling_fits:
+        described[fit.name + RELIABLE_SUFFIX] = (
+            f"1: the exponent is believable (in [{low:g}, {high:g}], 95% interval within "
+            f"±{MAX_HALF_WIDTH:g}, steady points only); 0: unreliable, shown in no legend",
+            None,
+        )
+    return described
 
 
 def _fit_notes(rows: pd.DataFrame, info: TaskInfo | None, metric: str, x_name: str) -> dict:
     """variant → " · ∝ x^1.02": the fitted exponent of ``metric`` along ``x_name``, for the legend
-    of its curve chart (only where a variant has one such fit)."""
+    of its curve chart (only where a variant has one such fit), or " · fit unreliable" where
+    `harness.fit_quality` marked it so: a legend never states an exponent nobody should believe."""
     notes: dict[str, str] = {}
     for fit in info.scaling_fits if info else []:
         if (fit.metric, fit.axis) != (metric, x_name):
             continue
-        fits = rows[rows["derived"] & (rows["metric"] == fit.name)]
+        derived = rows[rows["derived"]]
+        fits = derived[derived["metric"] == fit.name]
+        marks = derived[derived["metric"] == fit.name + RELIABLE_SUFFIX]
+        unreliable = set(marks.loc[marks["value"] == 0, "run_id"])
         counts = fits["variant"].value_counts()
         for _, r in fits.iterrows():
             if counts[r["variant"]] == 1:
-                notes[str(r["variant"])] = f" · ∝ {x_name}^{r['value']:.2f}"
+                note = (
+                    " · fit unreliable"
+                    if r["run_id"] in unreliable
+                    else f" · ∝ {x_name}^{r['value']:.2f}"
+                )
+                notes[str(r["variant"])] = note
     return notes
 
 
@@ -251,7 +270,12 @@ def _fits_note(info: TaskInfo | None) -> str:
     """One line saying what a task's scaling fits are, from its declarations."""
     parts = []
     for fit in info.scaling_fits if info else []:
-        text = f"log({fit.metric}) against log({fit.axis}), per variant and setting (95% CI)"
+        text = (
+            f"log({fit.metric}) against log({fit.axis}), per variant and setting (95% CI), "
+            f"steady points only; an exponent outside [{EXPONENT_RANGE[0]:g}, "
+            f"{EXPONENT_RANGE[1]:g}] or an interval wider than ±{MAX_HALF_WIDTH:g} is unreliable "
+            f"({fit.name}{RELIABLE_SUFFIX} = 0) and stated in no legend"
+        )
         if fit.reference_variant:
             text += f"; crossover: where the fitted line meets {fit.reference_variant}'s"
         parts.append(text)

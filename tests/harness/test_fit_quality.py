@@ -84,3 +84,24 @@ def test_the_reliability_rule_at_its_edges():
     assert reliable(0.0, -0.1, 0.1) and not reliable(-0.01, -0.1, 0.08)
     assert reliable(3.0, 2.9, 3.1) and not reliable(3.01, 2.9, 3.1)
     assert not reliable(2.0, float("nan"), float("nan"))  # two points: no interval
+
+
+def test_the_board_states_no_unreliable_exponent(tmp_path):
+    """The falling curve's legend says its fit is unreliable instead of ∝ length^-1.71; the
+    linear one keeps its exponent."""
+    import json
+    import re
+
+    from attnbench.harness.leaderboard import build_site
+
+    for n, ms in zip(LENGTHS, (100.0, 30.0, 10.0, 3.0, 1.0), strict=True):
+        _write(tmp_path, "falling", n, ms)
+    for n in LENGTHS:
+        _write(tmp_path, "linear", n, 1e-3 * n)
+    collect(tmp_path)
+    html = build_site(tmp_path).read_text()
+    figures = re.findall(r'data-chart="[^"]+">(.*?)</script>', html, re.S)
+    names = [t.get("name", "") for text in figures for t in json.loads(text)["data"]]
+    assert any("falling" in n and "fit unreliable" in n for n in names), names
+    assert any("linear" in n and "∝ length^1.00" in n for n in names), names
+    assert not any("falling" in n and "∝" in n for n in names), names
