@@ -4,6 +4,13 @@ Groups: ``attnbench.variants`` and ``attnbench.tasks``. An entry point names eit
 import registers (``name = "pkg.module"``) or a class registered under the entry point's name
 (``name = "pkg.module:MyVariant"``). The built-ins are declared the same way in attnbench's own
 pyproject. A plugin that fails to import is reported with a warning naming it and skipped.
+
+The failures are kept (`failures`) so that they are not forgotten after the warning: a command
+that is asked for a name a failed plugin's entry point declares says that this plugin failed,
+and why (`failure_for`, `PluginFailure.asked_for`), instead of calling the name unknown; and
+``--strict`` makes any failure an error (`harness.strict`). A plugin written against the imports
+of attnbench before 0.2 (``from harness.variant_api import …``) fails with ``ModuleNotFoundError``
+for ``harness``; its failure carries a hint saying where those names went (`OLD_IMPORTS_HINT`).
 """
 
 from __future__ import annotations
@@ -19,15 +26,54 @@ from attnbench.harness.variant_api import VARIANTS, AttentionVariant, register_v
 GROUPS = {"attnbench.variants": VARIANTS, "attnbench.tasks": TASKS}
 
 
+OLD_IMPORTS_HINT = (
+    "attnbench 0.2 moved harness.* to the public API: import from attnbench (see docs/migration.md)"
+)
+
+
 @dataclass(frozen=True)
 class PluginFailure:
-    """A plugin entry point that could not be loaded."""
+    """A plugin entry point that could not be loaded.
+
+    Attributes:
+        group: The entry-point group (``attnbench.variants``).
+        name: The entry point's name: the variant or task it was to provide.
+        value: What it points at (``pkg.module`` or ``pkg.module:Class``).
+        distribution: The distribution that declares it.
+        error: ``ExceptionType: message`` (the message's first line).
+        hint: What to do about this kind of error, where one is known; else "".
+    """
 
     group: str
     name: str
     value: str
     distribution: str
     error: str
+    hint: str = ""
+
+    @property
+    def reason(self) -> str:
+        """The error with its hint: "ModuleNotFoundError: No module named 'harness'; attnbench
+        0.2 moved …"."""
+        return f"{self.error}; {self.hint}" if self.hint else self.error
+
+    @property
+    def source(self) -> str:
+        """ "plugin dist (entry point attnbench.variants: x = mod)": which plugin, and where it
+        declares the entry point."""
+        return f"plugin {self.distribution} (entry point {self.group}: {self.name} = {self.value})"
+
+    def asked_for(self, kind: str) -> str:
+        """The one sentence for a command that asks for this entry point's ``kind`` by name.
+
+        Example:
+            variant 'x' comes from plugin p (entry point attnbench.variants: x = p.mod), which
+            failed to load: ImportError: no module named xyz; fix or uninstall it.
+        """
+        return (
+            f"{kind} '{self.name}' comes from {self.source}, which failed to load: "
+            f"{self.reason}; fix or uninstall it."
+        )
 
 
 class PluginLoadWarning(UserWarning):
@@ -58,6 +104,32 @@ def failures() -> list[PluginFailure]:
     return list(_failures)
 
 
+def failure_for(registry: Registry, name: str) -> PluginFailure | None:
+    """The failed entry point that would have provided ``name`` to ``registry``, if any.
+
+    Only the entry point's own name is known: a module entry point may register other names as
+    well, and those stay unknown (its import never ran).
+    """
+    for failure in _failures:
+        if GROUPS.get(failure.group) is registry and failure.name == name:
+            return failure
+    return None
+
+
+def failed_names(registry: Registry) -> list[str]:
+    """Names of the failed entry points that would have provided entries to ``registry``."""
+    return sorted({f.name for f in _failures if GROUPS.get(f.group) is registry})
+
+
+def _describe(exc: BaseException) -> tuple[str, str]:
+    """(``ExceptionType: first line of the message``, hint) of a plugin's import error."""
+    lines = str(exc).strip().splitlines()
+    error = f"{type(exc).__name__}: {lines[0].rstrip('.')}" if lines else type(exc).__name__
+    missing = getattr(exc, "name", None) if isinstance(exc, ModuleNotFoundError) else None
+    hint = OLD_IMPORTS_HINT if (missing or "").split(".")[0] == "harness" else ""
+    return error, hint
+
+
 def _load_one(group: str, ep: metadata.EntryPoint, registry: Registry) -> None:
     dist = ep.dist.name if ep.dist is not None else "unknown"
     try:
@@ -65,12 +137,11 @@ def _load_one(group: str, ep: metadata.EntryPoint, registry: Registry) -> None:
             obj = ep.load()
             _register_class_entry(ep.name, obj, registry)
     except Exception as exc:  # a broken plugin must not take the benchmark down
-        failure = PluginFailure(group, ep.name, ep.value, dist, f"{type(exc).__name__}: {exc}")
+        failure = PluginFailure(group, ep.name, ep.value, dist, *_describe(exc))
         if failure not in _failures:
             _failures.append(failure)
             warnings.warn(
-                f"attnbench: plugin '{ep.name}' ({ep.value}, from {dist}) failed to load and is "
-                f"skipped: {failure.error}",
+                f"attnbench: {failure.source} failed to load and is skipped: {failure.reason}",
                 PluginLoadWarning,
                 stacklevel=2,
             )

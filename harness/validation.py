@@ -5,7 +5,8 @@ Three layers, cheapest first:
 1. `check_overrides`: the command line against Hydra's override grammar, the registries and the
    typed schemas, without composing anything: syntax (``task.seq_len=[64``), a key given twice
    (``seed=1 seed=2``), a sweep without ``-m`` (``variant=a,b``, ``variant=glob(s*)``), a glob that
-   matches nothing, unknown ``variant=``/``task=`` names (with "did you mean"), unknown keys
+   matches nothing, unknown ``variant=``/``task=`` names (with "did you mean"; a name that a
+   plugin which failed to load would have provided names that plugin and its error), unknown keys
    (``variant.windw=4``), and values of the wrong type (``task.seq_len=abc``, ``device=gpu``).
    `check_preset` then asks Hydra's config loader whether ``sweep=NAME`` is a preset (an optional
    config group: Hydra itself would silently run the default job).
@@ -49,6 +50,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 import attnbench.conf
 from attnbench.harness.config import AttnbenchConfig, option_schema
+from attnbench.harness.discovery import failed_names, failure_for
 from attnbench.harness.env import device_name
 from attnbench.harness.fingerprint import code_modules, combined_digest
 from attnbench.harness.records import make_run_id
@@ -94,6 +96,20 @@ def _did_you_mean(value: str, valid: list[str]) -> str:
     return f" Did you mean {' or '.join(close)}?" if close else ""
 
 
+def unknown_name(registry: Registry, name: str) -> str:
+    """The one sentence for a ``name`` that ``registry`` lacks: the plugin that failed to load
+    and would have provided it, with its error, where there is one; else "Unknown …, did you
+    mean …"."""
+    failure = failure_for(registry, name)
+    return failure.asked_for(registry.kind) if failure else registry.unknown_message(name)
+
+
+def check_known(group: str, name: str) -> None:
+    """Raise `ConfigError` (`unknown_name`) unless ``name`` is registered in ``group``."""
+    if name not in GROUPS[group]:
+        raise ConfigError(unknown_name(GROUPS[group], name))
+
+
 def _values(override: Override) -> list[Any]:
     """The values an override stands for: one, or each of a choice sweep; [] when unknowable."""
     if not override.is_sweep_override():
@@ -112,6 +128,9 @@ def _selected(group: str, overrides: list[Override]) -> list[str]:
         value = o.value()
         if isinstance(value, Glob):
             matched = value.filter(registry.names())
+            failed = value.filter(failed_names(registry))
+            if not matched and failed:  # the plugin that would have matched, not "no match"
+                raise ConfigError(unknown_name(registry, failed[0]))
             if not matched:
                 raise ConfigError(
                     f"{o.input_line} matches no {registry.kind}, and a sweep that matches "
@@ -120,8 +139,7 @@ def _selected(group: str, overrides: list[Override]) -> list[str]:
             return matched
         names = [str(v) for v in _values(o)]
         for name in names:
-            if name not in registry:
-                raise ConfigError(registry.unknown_message(name))
+            check_known(group, name)
         return names
     if any(o.key_or_group == "sweep" for o in overrides):
         return registry.names()  # presets sweep glob(*)

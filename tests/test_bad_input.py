@@ -17,7 +17,8 @@ import pytest
 import torch
 from conftest import REPO, run_cli
 
-from attnbench.harness import app
+from attnbench.harness import app, discovery
+from attnbench.harness.discovery import OLD_IMPORTS_HINT, PluginFailure
 from attnbench.harness.validation import usable_cores
 
 FAST = ["task.seq_len=32", "task.backward=false", "task.min_run_time=0.01"]
@@ -94,6 +95,12 @@ def _with_results_dir(args, results):
 
 @pytest.mark.parametrize("args, message", REFUSALS, ids=_ids)
 def test_refused_before_hydra_starts(tmp_path, monkeypatch, capsys, args, message):
+    _refused_in_process(tmp_path, monkeypatch, capsys, args, message)
+
+
+def _refused_in_process(tmp_path, monkeypatch, capsys, args, message):
+    """``attnbench ARGS`` run in-process: exit 2 with one line holding ``message``, before
+    Hydra, nothing written."""
     monkeypatch.chdir(tmp_path)  # a stray folder in the working directory would show too
     monkeypatch.setattr(sys, "argv", ["attnbench", *_with_results_dir(args, tmp_path / "r")])
     monkeypatch.setattr(app, "_hydra_main", lambda: pytest.fail("the command reached Hydra"))
@@ -104,6 +111,52 @@ def test_refused_before_hydra_starts(tmp_path, monkeypatch, capsys, args, messag
     assert message in err
     assert err.startswith("attnbench: ") and len(err.strip().splitlines()) == 1  # one sentence
     assert _entries(tmp_path) == []  # nothing written, not even an empty folder
+
+
+# Plugins that failed to load, as discovery records them (a real broken distribution:
+# tests/harness/test_discovery.py): asking for a name one of them declares names the plugin.
+FAILED_PLUGINS = [
+    PluginFailure("attnbench.variants", "broken", "broken_mod", "broken-dist", "ImportError: xyz"),
+    PluginFailure(
+        "attnbench.tasks",
+        "old_task",
+        "old_pkg.task",
+        "old-dist",
+        "ModuleNotFoundError: No module named 'harness'",
+        OLD_IMPORTS_HINT,
+    ),
+]
+PLUGIN_REFUSALS = [
+    (
+        ["variant=broken"],
+        "variant 'broken' comes from plugin broken-dist (entry point attnbench.variants: broken = "
+        "broken_mod), which failed to load: ImportError: xyz; fix or uninstall it.",
+    ),
+    (
+        ["-m", "variant=softmax,broken"],
+        "variant 'broken' comes from plugin broken-dist (entry point attnbench.variants: broken = ",
+    ),
+    (["-m", "variant=glob(bro*)"], "variant 'broken' comes from plugin broken-dist"),
+    (
+        ["task=old_task"],
+        "task 'old_task' comes from plugin old-dist (entry point attnbench.tasks: old_task = "
+        "old_pkg.task), which failed to load: ModuleNotFoundError: No module named 'harness'; "
+        "attnbench 0.2 moved harness.* to the public API: import from attnbench (see "
+        "docs/migration.md); fix or uninstall it.",
+    ),
+    (["variant=brokn"], "Unknown variant 'brokn'."),  # a typo of it stays unknown
+    (["seed=-1"], "seed=-1 is out of range"),  # other refusals: their sentence alone
+]
+
+
+@pytest.mark.parametrize("args, message", PLUGIN_REFUSALS, ids=_ids)
+def test_a_name_from_a_plugin_that_failed_to_load_names_it(
+    tmp_path, monkeypatch, capsys, args, message
+):
+    """One sentence, exit 2: the plugin and its error instead of "Unknown variant"; the warning
+    about the plugin is not printed beside a refusal (it would be a second sentence)."""
+    monkeypatch.setattr(discovery, "_failures", FAILED_PLUGINS)
+    _refused_in_process(tmp_path, monkeypatch, capsys, args, message)
 
 
 CLI_REFUSALS = [  # through the console script, and inside Hydra (the sweeper's checks)
