@@ -4,7 +4,9 @@ Before Hydra composes anything, plugins are loaded and every registered variant 
 into the ConfigStore, the command line is checked against Hydra's grammar, the registries,
 typed schemas and presets, and the results directory is checked for writing
 (`harness.validation`): bad input gets one sentence and exit status 2, not a traceback, and
-nothing is written.
+nothing is written. With ``--strict`` (taken off the command line before Hydra sees it), a plugin
+that failed to load is such bad input too, one sentence each (`harness.strict`), instead of a
+warning.
 
 After Hydra returns, the command's outcome (`harness.outcome`) decides the exit status: 1 if a
 job ended without a record or the collection failed (one line each on stderr), 130 after Ctrl-C
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import signal
 import sys
+import warnings
 from pathlib import Path
 from typing import NoReturn
 
@@ -30,10 +33,11 @@ from omegaconf.errors import OmegaConfBaseException
 
 import attnbench.conf
 from attnbench.harness.config import store_configs
-from attnbench.harness.discovery import load_plugins
+from attnbench.harness.discovery import PluginLoadWarning, failures, load_plugins
 from attnbench.harness.outcome import INTERRUPTED, OUTCOME
 from attnbench.harness.registry import UnknownNameError
 from attnbench.harness.run import run
+from attnbench.harness.strict import refuse_broken_plugins, take_strict_flag
 from attnbench.harness.validation import (
     ConfigError,
     check_overrides,
@@ -90,7 +94,8 @@ def check_command_line(args: list[str]) -> None:
     The config is composed once, without the sweep's values, to read ``results_dir`` exactly as
     the jobs will; a single job is checked in full (a sweep's jobs are checked by the `grids`
     sweeper before the first one runs). Runs before Hydra creates its run directory, so a
-    refused command leaves nothing behind.
+    refused command leaves nothing behind. ``--strict`` is not Hydra's: `main` takes it off the
+    command line (and checks the plugins) before calling this.
     """
     multirun = bool(MULTIRUN & set(args))
     informational = bool(INFORMATIONAL & set(args))
@@ -125,15 +130,33 @@ def _done() -> None:
 
 
 def main() -> None:
-    """Entry point of the ``attnbench`` console script."""
+    """Entry point of the ``attnbench`` console script.
+
+    ``--strict`` is this command's flag, not Hydra's: it is taken off ``sys.argv`` before Hydra
+    parses it, and makes a plugin that failed to load an error (exit 2) before anything runs.
+    Without it, such a plugin is one warning line once the command line is accepted; a refused
+    command line prints its one sentence only (which names the plugin when it asked for one of
+    its names).
+    """
     OUTCOME.reset()
+    sys.argv[1:], strict = take_strict_flag(sys.argv[1:])
     try:
-        load_plugins()
+        if strict and (status := refuse_broken_plugins("attnbench")):
+            sys.exit(status)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PluginLoadWarning)  # said below, or in the refusal
+            load_plugins()
         store_configs()
         try:
             check_command_line(sys.argv[1:])
         except (ConfigError, UnknownNameError) as exc:
             refuse(exc)
+        for failure in failures():
+            print(
+                f"attnbench: warning: {failure.source} failed to load and is skipped: "
+                f"{failure.reason}",
+                file=sys.stderr,
+            )
         _hydra_main()
     except KeyboardInterrupt:  # outside a sweep's jobs (which the sweeper stops cleanly)
         _done()

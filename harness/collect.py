@@ -466,7 +466,15 @@ def collect(results_dir: str | os.PathLike = "results", incremental: bool = True
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``attnbench-collect [RESULTS_DIR]``."""
+    """Entry point of ``attnbench-collect [RESULTS_DIR] [--full] [--strict]``.
+
+    With ``--strict``, a record file that is skipped (invalid, or of a newer schema) makes the
+    command exit 1 after the table is written from the valid ones, one line per file instead of
+    the warnings (`harness.strict`: the table is then right about every record it holds, and
+    the status says some are missing from it).
+    """
+    from attnbench.harness.strict import add_strict_flag, bad_records, report_bad_records
+
     parser = argparse.ArgumentParser(prog="attnbench-collect", description=__doc__.splitlines()[0])
     parser.add_argument(
         "results_dir", nargs="?", default="results", help="folder holding runs/ (default: results)"
@@ -474,6 +482,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--full", action="store_true", help="re-read every record (ignore the last collection)"
     )
+    add_strict_flag(parser, reads_records=True)
     args = parser.parse_args(argv)
     if not runs_dir(args.results_dir).is_dir():
         print(
@@ -483,7 +492,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 1
     try:
-        summary = collect(args.results_dir, incremental=not args.full)
+        with warnings.catch_warnings():
+            if args.strict:  # reported below as errors instead
+                warnings.simplefilter("ignore")
+            summary = collect(args.results_dir, incremental=not args.full)
     except OSError as exc:
         print(
             f"attnbench-collect: cannot write the table in {args.results_dir} "
@@ -492,6 +504,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     print(summary.describe())
+    if args.strict:  # the files left out, each named with its path, as the other commands do
+        return report_bad_records("attnbench-collect", bad_records(args.results_dir))
     return 0
 
 

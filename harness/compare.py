@@ -36,7 +36,11 @@ Points and jobs only in NEW are listed as ``NEW`` and are not regressions. Which
     attnbench-compare results_old/ results/ --threshold 0.05 --fail
 
 exits 1 with ``--fail`` when there is any regression of any kind, so an author can gate a change
-on it, and 2 (one sentence on stderr) when a table cannot be read.
+on it, and 2 (one sentence on stderr) when a table cannot be read. With ``--strict``, a run
+record beside either table (in its results folder's ``runs/``) that collection skips, being
+invalid or of a newer schema, is named after the report and makes the exit status 1
+(`harness.strict`): the tables then lack a run, and a comparison that passes without it proves
+less than it seems to.
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ from attnbench.harness.metric_points import (
     point_stats,
     unsteady_rows,
 )
+from attnbench.harness.strict import add_strict_flag, bad_records, report_bad_records
 from attnbench.harness.table_file import TableError, load
 
 FAILURES = ("failed", "oom", "timeout")  # not `unsupported`: that is a declaration, not a crash
@@ -340,6 +345,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="exit 1 on any regression: worse, missing, failed, or an empty NEW",
     )
+    add_strict_flag(parser, reads_records=True)
     args = parser.parse_args(argv)
     if not args.threshold >= 0:
         parser.error(f"--threshold must be >= 0, got {args.threshold}.")
@@ -352,7 +358,11 @@ def main(argv: list[str] | None = None) -> int:
     steadiness = declared_steadiness({**old_infos, **new_infos})
     result = compare(old, new, args.threshold, steadiness)
     print(format_report(result, args.threshold))
-    return 1 if args.fail and result.regressed else 0
+    status = 1 if args.fail and result.regressed else 0
+    if args.strict:
+        found = list(dict.fromkeys([*bad_records(args.old), *bad_records(args.new)]))
+        status = max(status, report_bad_records("attnbench-compare", found))
+    return status
 
 
 if __name__ == "__main__":

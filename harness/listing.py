@@ -6,6 +6,12 @@ registered the variant), the same names the records keep as ``variant_cost`` and
 ``variant_origin``; ``library`` is a peer's `AttentionVariant.library` with its installed version
 (``variant_library`` in records) and ``available`` is "yes" or `AttentionVariant.unavailable`'s
 sentence for this machine's device.
+
+A plugin that failed to load is listed after the table, one line each on stderr: a warning, or
+with ``--strict`` an error that makes the command exit 2 (`harness.strict`; the table is still
+printed, being what one looks at to see what did load). A ``PATTERN`` that is the name a failed
+plugin's entry point declares is refused in one sentence naming that plugin (exit 2), as
+``attnbench variant=NAME`` would be.
 """
 
 from __future__ import annotations
@@ -16,7 +22,8 @@ import json
 import sys
 import warnings
 
-from attnbench.harness.discovery import failures, load_plugins
+from attnbench.harness.discovery import failure_for, failures, load_plugins
+from attnbench.harness.strict import PLUGINS_STATUS, add_strict_flag, plugin_errors
 from attnbench.harness.variant_api import VARIANTS, library_version
 
 
@@ -64,13 +71,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("pattern", nargs="?", default="*", help="shell-style filter, e.g. 'lin*'")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
-    parser.add_argument(
-        "--strict", action="store_true", help="exit non-zero if any plugin failed to load"
-    )
+    add_strict_flag(parser, reads_records=False)
     args = parser.parse_args(argv)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # failures are reported below, once
         load_plugins()
+    failed = failure_for(VARIANTS, args.pattern)  # a name, not a pattern, if one matches
+    if failed and args.pattern not in VARIANTS:
+        print(f"attnbench-variants: {failed.asked_for('variant')}", file=sys.stderr)
+        return PLUGINS_STATUS
     names = set(VARIANTS.names(args.pattern))
     rows = [r for r in variant_table() if r["name"] in names]
     broken = failures()
@@ -88,13 +97,14 @@ def main(argv: list[str] | None = None) -> int:
         print("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
         for r in rows:
             print("  ".join(str(r[h]).ljust(w) for h, w in zip(header, widths, strict=True)))
+    if args.strict:
+        for error in plugin_errors():
+            print(f"attnbench-variants: {error}", file=sys.stderr)
+        return PLUGINS_STATUS if broken else 0
+    if not args.json:
         for f in broken:
-            print(
-                f"warning: plugin '{f.name}' ({f.value}, from {f.distribution}) failed to load: "
-                f"{f.error}",
-                file=sys.stderr,
-            )
-    return 1 if (args.strict and broken) else 0
+            print(f"warning: {f.source} failed to load: {f.reason}", file=sys.stderr)
+    return 0
 
 
 if __name__ == "__main__":

@@ -10,9 +10,10 @@ Besides plain ratios, a target can scale its ratio (a sparse variant's speed-up 
 is the fraction of its ideal speed-up 1/density it reaches) or subtract a case (the marginal cost
 of one more Sinkhorn half-step); a target without a bound is reported, not judged.
 
-    attnbench-speed [--rounds 5] [--threads 2] [--json]
+    attnbench-speed [--rounds 5] [--threads 2] [--json] [--strict]
 
-exits non-zero when a target is missed. The same targets are asserted by the on-demand
+exits non-zero when a target is missed; with ``--strict``, 2 before measuring anything when a
+plugin failed to load (`attnbench.harness.strict`). The same targets are asserted by the on-demand
 benchmarks in ``tests/benchmarks`` (``pytest -o addopts="" tests/benchmarks``).
 
 It lives beside the throughput task, not in the engine: the targets name built-in variants and
@@ -34,6 +35,7 @@ from torch.utils import benchmark
 
 from attnbench import VariantShape, build_variant, load_plugins
 from attnbench.harness.memory import isolated_cpu_peak, reuse_freed_memory
+from attnbench.harness.strict import add_strict_flag, refuse_broken_plugins
 from attnbench.tasks.throughput import forward_peak_mib
 
 HEADS, HEAD_DIM = 4, 64
@@ -369,9 +371,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5, help="timing rounds (default 5)")
     parser.add_argument("--threads", type=int, default=2, help="CPU threads (default 2)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
+    add_strict_flag(parser, reads_records=False)
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.threads < 1:
         parser.error(f"--rounds and --threads must be >= 1, got {args.rounds}, {args.threads}.")
+    if args.strict and (status := refuse_broken_plugins("attnbench-speed")):
+        return status
     outcomes, medians = measure(rounds=args.rounds, threads=args.threads)
     if args.json:
         rows = [

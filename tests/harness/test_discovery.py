@@ -15,6 +15,7 @@ from xml.etree import ElementTree
 import pytest
 from conftest import REPO, run_cli
 
+from attnbench.harness.discovery import OLD_IMPORTS_HINT, _describe
 from attnbench.harness.variant_api import VARIANTS
 
 EXAMPLE = REPO / "examples" / "attnbench-plugin-example"
@@ -164,6 +165,9 @@ def _broken_distribution(site: Path) -> None:
     (site / "broken_plugin_mod.py").write_text("raise ImportError('missing dependency xyz')\n")
 
 
+BROKEN_SOURCE = "plugin broken-plugin (entry point attnbench.variants: broken = broken_plugin_mod)"
+
+
 def test_plugin_that_fails_to_import_is_reported_and_skipped(tmp_path):
     _broken_distribution(tmp_path)
     env = {"PYTHONPATH": str(tmp_path)}
@@ -172,9 +176,89 @@ def test_plugin_that_fails_to_import_is_reported_and_skipped(tmp_path):
     header = proc.stdout.splitlines()[0].split()
     assert header == ["name", "family", "cost", "causal", "origin", "library", "available"]
     assert "softmax" in proc.stdout and "linear" in proc.stdout
-    assert "plugin 'broken'" in proc.stderr and "missing dependency xyz" in proc.stderr
+    assert (
+        proc.stderr
+        == f"warning: {BROKEN_SOURCE} failed to load: ImportError: missing dependency xyz\n"
+    )
     strict = run_cli("attnbench-variants", "--strict", env=env)
-    assert strict.returncode == 1
+    assert strict.returncode == 2 and "softmax" in strict.stdout
+    assert strict.stderr == (
+        f"attnbench-variants: {BROKEN_SOURCE} failed to load: ImportError: missing dependency "
+        "xyz; fix or uninstall it (--strict makes this an error).\n"
+    )
+
+
+ASKED_FOR_BROKEN = (
+    f"variant 'broken' comes from {BROKEN_SOURCE}, which failed to load: ImportError: missing "
+    "dependency xyz; fix or uninstall it."
+)
+
+
+def test_a_run_that_asks_for_a_broken_plugin_names_it(tmp_path):
+    """Not "Unknown variant 'broken'": the one sentence names the plugin, its entry point and
+    its error, exit 2, no traceback, nothing written (the warning is not repeated)."""
+    site = tmp_path / "site"
+    _broken_distribution(site)
+    env = {"PYTHONPATH": str(site)}
+    proc = run_cli("attnbench", "variant=broken", f"results_dir={tmp_path / 'r'}", env=env)
+    assert proc.returncode == 2
+    assert proc.stderr == f"attnbench: {ASKED_FOR_BROKEN}\n"
+    assert not (tmp_path / "r").exists()
+    listed = run_cli("attnbench-variants", "broken", env=env)
+    assert listed.returncode == 2 and listed.stdout == ""
+    assert listed.stderr == f"attnbench-variants: {ASKED_FOR_BROKEN}\n"
+
+
+def _old_import_distribution(site: Path) -> None:
+    """A plugin written against attnbench before 0.2: it imports the engine as ``harness``."""
+    dist = site / "old_plugin-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: old-plugin\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(
+        "[attnbench.variants]\nold_cosine = old_plugin.cosine\n"
+        "[attnbench.tasks]\nold_needle = old_plugin.needle\n"
+    )
+    (site / "old_plugin").mkdir()
+    (site / "old_plugin" / "__init__.py").write_text("")
+    (site / "old_plugin" / "cosine.py").write_text(
+        "from harness.variant_api import AttentionVariant, register_variant\n"
+    )
+    (site / "old_plugin" / "needle.py").write_text("import harness.task_api\n")
+
+
+def test_a_plugin_on_the_old_harness_imports_gets_the_migration_hint(tmp_path):
+    site = tmp_path / "site"
+    _old_import_distribution(site)
+    env = {"PYTHONPATH": str(site)}
+    proc = run_cli("attnbench", "task=old_needle", f"results_dir={tmp_path / 'r'}", env=env)
+    assert proc.returncode == 2
+    assert proc.stderr == (
+        "attnbench: task 'old_needle' comes from plugin old-plugin (entry point attnbench.tasks: "
+        "old_needle = old_plugin.needle), which failed to load: ModuleNotFoundError: No module "
+        f"named 'harness'; {OLD_IMPORTS_HINT}; fix or uninstall it.\n"
+    )
+    listed = run_cli("attnbench-variants", "--json", env=env)
+    failed = {f["name"]: f for f in json.loads(listed.stdout)["failed_plugins"]}
+    assert failed["old_cosine"]["error"] == "ModuleNotFoundError: No module named 'harness'"
+    assert failed["old_cosine"]["hint"] == OLD_IMPORTS_HINT
+
+
+@pytest.mark.parametrize(
+    "exc, hint",
+    [
+        (ModuleNotFoundError("No module named 'harness'", name="harness"), OLD_IMPORTS_HINT),
+        (ModuleNotFoundError("…", name="harness.variant_api"), OLD_IMPORTS_HINT),
+        (ModuleNotFoundError("No module named 'harnessx'", name="harnessx"), ""),
+        (ImportError("cannot import name 'x' from 'harness'"), ""),
+    ],
+)
+def test_only_a_missing_harness_module_gets_the_hint(exc, hint):
+    assert _describe(exc)[1] == hint
+
+
+def test_the_error_is_its_type_and_first_line():
+    assert _describe(ValueError("bad value.\nmore detail")) == ("ValueError: bad value", "")
+    assert _describe(RuntimeError()) == ("RuntimeError", "")
 
 
 def test_failing_plugin_warns_in_process(tmp_path, monkeypatch):
