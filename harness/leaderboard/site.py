@@ -52,6 +52,7 @@ from attnbench.harness.leaderboard.tradeoffs import tradeoff_charts
 from attnbench.harness.leaderboard.tuning import Choice, select_tuned, tuning_table
 from attnbench.harness.metric_points import declared_steadiness
 from attnbench.harness.records import atomic_write_text, runs_dir
+from attnbench.harness.strict import add_strict_flag, bad_records, report_bad_records
 from attnbench.harness.table_file import TableError, load
 from attnbench.harness.task_info import TaskInfo
 
@@ -507,6 +508,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also show runs of older code (default: only runs of the installed code)",
     )
+    add_strict_flag(parser, reads_records=True)
     args = parser.parse_args(argv)
     try:
         index = build_site(args.results_dir, args.out, include_stale=args.include_stale)
@@ -520,4 +522,6 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
     print(index.resolve())
+    if args.strict:  # the page is built from the valid records; the status names the others
+        return report_bad_records("attnbench-leaderboard", bad_records(args.results_dir))
     return 0

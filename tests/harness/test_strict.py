@@ -195,3 +195,18 @@ def test_compare_strict_reports_then_fails_naming_the_record(tmp_path, capsys):
 def test_bad_records_of_a_table_without_a_runs_folder_are_none(tmp_path):
     (tmp_path / "results.csv").write_text("run_id\n")
     assert bad_records(tmp_path / "results.csv") == []
+
+
+def test_leaderboard_strict_builds_then_fails_naming_the_record(tmp_path, capsys):
+    from attnbench.harness.leaderboard import site
+
+    _results(tmp_path, "a")
+    assert site.main([str(tmp_path), "--strict"]) == 0
+    assert capsys.readouterr().err == ""
+    bad = tmp_path / "runs" / "corrupt.json"
+    bad.write_text("{not json")
+    assert site.main([str(tmp_path), "--strict"]) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"attnbench-leaderboard: left out {bad}: Expecting property name")
+    assert (tmp_path / "leaderboard" / "index.html").is_file()
+    assert site.main([str(tmp_path)]) == 0
