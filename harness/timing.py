@@ -72,8 +72,8 @@ VM). Thresholds:
 
 - ``max_foreign_cpu = 0.25``: a quiet machine's daemons use about 1 % of it; a neighbour that
   keeps one core of two busy uses 50 %. A quarter is far from both.
-- ``max_probe_drift = 0.3``: the probe is a median of a few short GEMMs, within about 5 % of
-  itself on a quiet machine; issue #24's busy machine slowed timings 2 to 30-fold.
+- ``max_probe_drift = 0.3``: the probe (the fastest of five 1024² GEMMs) stays within about 5 %
+  of itself on a quiet machine; issue #24's busy machine slowed timings 2 to 30-fold.
 
 Never compare absolute times across runs or machines; compare ratios measured in the same run.
 """
@@ -98,7 +98,7 @@ FEWEST_SAMPLES = 4  # the rule needs two samples per half
 MAX_FOREIGN_CPU = 0.25  # other processes' share of this job's CPUs that flags a timing
 MAX_PROBE_DRIFT = 0.3  # relative change of the calibration probe that flags a timing
 REFERENCE_ROUND = 0.5  # a reference round runs this fraction of a work round's min_run_time
-PROBE_SIZE = {"cpu": 512, "cuda": 4096}  # the calibration GEMM's square size per device type
+PROBE_SIZE = {"cpu": 1024, "cuda": 4096}  # the calibration GEMM's square size per device type
 
 
 @dataclass(frozen=True)
@@ -268,13 +268,20 @@ def load_average() -> float:
 
 
 def calibration_probe(
-    device: torch.device, num_threads: int, repeats: int = 9, warmup: int = 3
+    device: torch.device, num_threads: int, repeats: int = 5, warmup: int = 2
 ) -> float:
     """Milliseconds of one fixed GEMM (square, `PROBE_SIZE` for the device type; float32 on
-    CPU, bfloat16 on CUDA): the median of ``repeats`` timed calls after ``warmup`` untimed ones
-    (the first calls after an idle moment wake the thread pool: up to 8× slower here). Its
-    operands are made outside the timed calls and depend on nothing of the job, so two probes
-    on a quiet machine agree, and a probe that drifted says the machine changed, not the work.
+    CPU, bfloat16 on CUDA): the fastest of ``repeats`` timed calls after ``warmup`` untimed ones.
+    Its operands are made outside the timed calls and depend on nothing of the job, so two
+    probes on a quiet machine agree, and a probe that drifted says the machine changed, not the
+    work.
+
+    Why the fastest call of a 1024² GEMM (about 11 ms each on the project's 2-core CPU): a
+    machine that slowed down slows every call, fastest included, while a hiccup of a few
+    milliseconds (a thread pool waking, a page fault after a large kernel freed its buffers)
+    slows one. Measured after a causal SDPA forward+backward at 4096, a 512² probe's median
+    drifted by up to 99 % on a quiet machine (9 % of the reference sweep's timings flagged for
+    nothing); the fastest of five 1024² calls stayed within 5 %.
     """
     n = PROBE_SIZE.get(device.type, PROBE_SIZE["cpu"])
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -293,7 +300,7 @@ def calibration_probe(
                 times.append((time.perf_counter() - start) * 1e3)
     finally:
         torch.set_num_threads(previous)
-    return float(np.median(times))
+    return float(min(times))
 
 
 @dataclass(frozen=True)
