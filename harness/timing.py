@@ -72,8 +72,8 @@ VM). Thresholds:
 
 - ``max_foreign_cpu = 0.25``: a quiet machine's daemons use about 1 % of it; a neighbour that
   keeps one core of two busy uses 50 %. A quarter is far from both.
-- ``max_probe_drift = 0.3``: the probe (the fastest of five 1024² GEMMs) stays within about 5 %
-  of itself on a quiet machine; issue #24's busy machine slowed timings 2 to 30-fold.
+- ``max_probe_drift = 0.3``: the probe (the fastest 1024² GEMM of three bursts) stays within
+  about 5 % of itself on a quiet machine; issue #24's busy machine slowed timings 2 to 30-fold.
 
 Never compare absolute times across runs or machines; compare ratios measured in the same run.
 """
@@ -268,39 +268,43 @@ def load_average() -> float:
 
 
 def calibration_probe(
-    device: torch.device, num_threads: int, repeats: int = 5, warmup: int = 2
+    device: torch.device, num_threads: int, bursts: int = 3, repeats: int = 3, gap_s: float = 0.03
 ) -> float:
     """Milliseconds of one fixed GEMM (square, `PROBE_SIZE` for the device type; float32 on
-    CPU, bfloat16 on CUDA): the fastest of ``repeats`` timed calls after ``warmup`` untimed ones.
-    Its operands are made outside the timed calls and depend on nothing of the job, so two
-    probes on a quiet machine agree, and a probe that drifted says the machine changed, not the
-    work.
+    CPU, bfloat16 on CUDA): the fastest call of ``bursts`` bursts of ``repeats`` timed calls,
+    each burst after one untimed call, ``gap_s`` apart. Its operands and output are made outside
+    the timed calls and depend on nothing of the job, so two probes on a quiet machine agree,
+    and a probe that drifted says the machine changed, not the work.
 
-    Why the fastest call of a 1024² GEMM (about 11 ms each on the project's 2-core CPU): a
-    machine that slowed down slows every call, fastest included, while a hiccup of a few
-    milliseconds (a thread pool waking, a page fault after a large kernel freed its buffers)
-    slows one. Measured after a causal SDPA forward+backward at 4096, a 512² probe's median
-    drifted by up to 99 % on a quiet machine (9 % of the reference sweep's timings flagged for
-    nothing); the fastest of five 1024² calls stayed within 5 %.
+    Why the fastest call of bursts spread over ~0.3 s: a machine that slowed down slows every
+    call, fastest included, while a short disturbance (the memory-probe process of
+    `harness.memory` exiting just before, a thread pool waking) slows some. On the reference
+    sweep a probe taken as the median of nine back-to-back 512² calls flagged 8 of 88 timings of
+    a quiet machine, and the fastest of five back-to-back 1024² calls still 12 (drifts of
+    30-103 %, mostly the probe just before a timing being slow).
     """
     n = PROBE_SIZE.get(device.type, PROBE_SIZE["cpu"])
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     gen = torch.Generator().manual_seed(0)
     a, b = (torch.randn(n, n, generator=gen).to(device=device, dtype=dtype) for _ in range(2))
+    out = torch.empty(n, n, device=device, dtype=dtype)  # no allocation inside the timed calls
     previous = torch.get_num_threads()
     torch.set_num_threads(num_threads)
+    fastest = math.inf
     try:
-        times = []
-        for i in range(warmup + repeats):
-            _sync(device)
-            start = time.perf_counter()
-            torch.mm(a, b)
-            _sync(device)
-            if i >= warmup:
-                times.append((time.perf_counter() - start) * 1e3)
+        for burst in range(bursts):
+            if burst:
+                time.sleep(gap_s)
+            for i in range(repeats + 1):
+                _sync(device)
+                start = time.perf_counter()
+                torch.mm(a, b, out=out)
+                _sync(device)
+                if i:  # the first call of a burst wakes the thread pool: untimed
+                    fastest = min(fastest, (time.perf_counter() - start) * 1e3)
     finally:
         torch.set_num_threads(previous)
-    return float(min(times))
+    return float(fastest)
 
 
 @dataclass(frozen=True)
