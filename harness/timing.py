@@ -72,8 +72,10 @@ VM). Thresholds:
 
 - ``max_foreign_cpu = 0.25``: a quiet machine's daemons use about 1 % of it; a neighbour that
   keeps one core of two busy uses 50 %. A quarter is far from both.
-- ``max_probe_drift = 0.3``: the probe (the fastest 1024² GEMM of three bursts) stays within
-  about 5 % of itself on a quiet machine; issue #24's busy machine slowed timings 2 to 30-fold.
+- ``max_probe_drift = 0.5``: on the quiet reference sweep (88 timings, other processes at most
+  3 % of the CPUs) the probe's drift had a median of about 5 %, 4 drifts of 30-38 % and one of
+  94 %; issue #24's busy machine slowed timings 2 to 30-fold. Half way between keeps a 2× margin
+  to a real load and flags about 1 % of a quiet machine's timings.
 
 Never compare absolute times across runs or machines; compare ratios measured in the same run.
 """
@@ -96,7 +98,7 @@ MAX_REL_IQR = 0.25  # default bound of IQR / median
 MAX_TIME_S = 10.0  # default cap on the seconds of sampling
 FEWEST_SAMPLES = 4  # the rule needs two samples per half
 MAX_FOREIGN_CPU = 0.25  # other processes' share of this job's CPUs that flags a timing
-MAX_PROBE_DRIFT = 0.3  # relative change of the calibration probe that flags a timing
+MAX_PROBE_DRIFT = 0.5  # relative change of the calibration probe that flags a timing
 REFERENCE_ROUND = 0.5  # a reference round runs this fraction of a work round's min_run_time
 PROBE_SIZE = {"cpu": 1024, "cuda": 4096}  # the calibration GEMM's square size per device type
 
