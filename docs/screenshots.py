@@ -14,16 +14,14 @@ from __future__ import annotations
 
 import argparse
 import base64
-import itertools
 import json
-import re
-import shutil
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from chromium import Browser, find_chromium  # noqa: E402 (the tests' DevTools client)
 
 WIDTH = 1400
 HEIGHT = 1000
@@ -36,112 +34,36 @@ SHOTS = {  # file name → CSS selectors: the shot holds the first match of each
 }
 
 
-class Chromium:
-    """Headless Chromium with one page, driven over the DevTools protocol."""
-
-    def __init__(self, profile: Path) -> None:
-        import websocket
-
-        exe = shutil.which("chromium") or shutil.which("chromium-browser")
-        if exe is None:
-            sys.exit("screenshots: chromium is not installed (apt-get install chromium)")
-        self.proc = subprocess.Popen(
-            [
-                exe,
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--hide-scrollbars",
-                "--remote-debugging-port=0",
-                f"--user-data-dir={profile}",
-                f"--window-size={WIDTH},{HEIGHT}",
-                "about:blank",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        port = None
-        deadline = time.monotonic() + 60
-        while port is None and time.monotonic() < deadline:
-            found = re.search(
-                r"DevTools listening on ws://[^:]+:(\d+)/", self.proc.stderr.readline()
-            )
-            port = int(found.group(1)) if found else None
-        if port is None:
-            sys.exit("screenshots: Chromium did not open its DevTools port")
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as reply:
-            page = next(t for t in json.load(reply) if t["type"] == "page")
-        self.ws = websocket.create_connection(
-            page["webSocketDebuggerUrl"], timeout=60, suppress_origin=True
-        )
-        self.ids = itertools.count(1)
-
-    def call(self, method: str, **params):
-        msg_id = next(self.ids)
-        self.ws.send(json.dumps({"id": msg_id, "method": method, "params": params}))
-        while True:
-            reply = json.loads(self.ws.recv())
-            if reply.get("id") == msg_id:
-                if "error" in reply:
-                    raise RuntimeError(reply["error"])
-                return reply["result"]
-
-    def eval(self, expression: str):
-        return self.call("Runtime.evaluate", expression=expression, returnByValue=True)[
-            "result"
-        ].get("value")
-
-    def open(self, url: str) -> None:
-        self.call(
-            "Emulation.setDeviceMetricsOverride",
-            width=WIDTH,
-            height=HEIGHT,
-            deviceScaleFactor=1,
-            mobile=False,
-        )
-        self.call("Page.enable")
-        self.call("Page.navigate", url=url)
-        deadline = time.monotonic() + 60
-        while self.eval("document.readyState") != "complete" and time.monotonic() < deadline:
-            time.sleep(0.1)
-        time.sleep(2.0)  # Plotly draws after load
-
-    def shot(self, selector: str, path: Path) -> bool:
-        """Save a PNG of the box holding the first element matching each selector of
-        ``selector`` (comma-separated); False where one matches nothing."""
-        rect = self.eval(
-            f"""(() => {{
-              const els = {json.dumps(selector.split(","))}.map(s => document.querySelector(s));
-              if (els.some(e => !e)) return null;
-              const rs = els.map(e => e.getBoundingClientRect());
-              const left = Math.min(...rs.map(r => r.left)), top = Math.min(...rs.map(r => r.top));
-              const right = Math.max(...rs.map(r => r.right));
-              const bottom = Math.max(...rs.map(r => r.bottom));
-              return [left + window.scrollX, top + window.scrollY, right - left, bottom - top];
-            }})()"""
-        )
-        if rect is None:
-            return False
-        _, y, _, height = rect
-        pad = 8
-        clip = {  # the page's full width, as a reader at 1400 px sees it
-            "x": 0,
-            "y": max(0, y - pad),
-            "width": WIDTH,
-            "height": min(MAX_HEIGHT, height + 2 * pad),
-            "scale": 1,
-        }
-        png = self.call(
-            "Page.captureScreenshot", format="png", clip=clip, captureBeyondViewport=True
-        )
-        path.write_bytes(base64.b64decode(png["data"]))
-        return True
-
-    def close(self) -> None:
-        self.ws.close()
-        self.proc.terminate()
-        self.proc.wait(timeout=30)
+def shot(browser: Browser, selector: str, path: Path) -> bool:
+    """Save a PNG of the box holding the first element matching each selector of
+    ``selector`` (comma-separated); False where one matches nothing."""
+    rect = browser.eval(
+        f"""(() => {{
+          const els = {json.dumps(selector.split(","))}.map(s => document.querySelector(s));
+          if (els.some(e => !e)) return null;
+          const rs = els.map(e => e.getBoundingClientRect());
+          const left = Math.min(...rs.map(r => r.left)), top = Math.min(...rs.map(r => r.top));
+          const right = Math.max(...rs.map(r => r.right));
+          const bottom = Math.max(...rs.map(r => r.bottom));
+          return [left + window.scrollX, top + window.scrollY, right - left, bottom - top];
+        }})()"""
+    )
+    if rect is None:
+        return False
+    _, y, _, height = rect
+    pad = 8
+    clip = {  # the page's full width, as a reader at 1400 px sees it
+        "x": 0,
+        "y": max(0, y - pad),
+        "width": WIDTH,
+        "height": min(MAX_HEIGHT, height + 2 * pad),
+        "scale": 1,
+    }
+    png = browser.call(
+        "Page.captureScreenshot", format="png", clip=clip, captureBeyondViewport=True
+    )
+    path.write_bytes(base64.b64decode(png["data"]))
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,11 +77,16 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         index = build_site(args.results_dir, Path(tmp) / "site")
-        browser = Chromium(Path(tmp) / "profile")
+        exe = find_chromium(install=False)
+        if exe is None:
+            sys.exit("screenshots: chromium is not installed (apt-get install chromium)")
+        browser = Browser(exe, Path(tmp) / "profile", (WIDTH, HEIGHT), "--hide-scrollbars")
         try:
+            browser.viewport(WIDTH, HEIGHT)
             browser.open(index.as_uri())
+            time.sleep(2.0)  # Plotly draws after load
             for name, selector in SHOTS.items():
-                if browser.shot(selector, out / name):
+                if shot(browser, selector, out / name):
                     print(out / name)
                 else:
                     print(f"screenshots: no {selector} on this board, {name} not written")

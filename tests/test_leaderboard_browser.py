@@ -19,16 +19,11 @@ can (root with apt-get), and is skipped, saying why, only where it cannot.
 from __future__ import annotations
 
 import base64
-import itertools
 import json
-import os
-import re
-import shutil
-import subprocess
 import time
-import urllib.request
 
 import pytest
+from chromium import Browser, find_chromium
 from conftest import run_cli
 
 HOSTILE = '<img src=x onerror="window.__pwned = 1">'
@@ -42,98 +37,13 @@ VARIANTS = ["softmax", "linear", "window"]
 
 
 def _chromium() -> str:
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found:
-        return found
-    if shutil.which("apt-get") and hasattr(os, "geteuid") and os.geteuid() == 0:
-        for step in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "chromium"]):
-            subprocess.run(step, capture_output=True, timeout=900, check=False)
-        found = shutil.which("chromium")
+    found = find_chromium()
     if not found:
         pytest.skip(
             "headless Chromium is not installed and could not be installed here "
             "(needs root and apt-get: `apt-get install chromium`)"
         )
     return found
-
-
-class Browser:
-    """A headless Chromium with one page, driven over the DevTools protocol."""
-
-    def __init__(self, exe: str, profile, size: tuple[int, int] = (1300, 2000)) -> None:
-        import websocket
-
-        self.proc = subprocess.Popen(
-            [
-                exe,
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--remote-debugging-port=0",
-                f"--user-data-dir={profile}",
-                f"--window-size={size[0]},{size[1]}",
-                "about:blank",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        port = None
-        deadline = time.monotonic() + 60
-        while port is None and time.monotonic() < deadline:
-            line = self.proc.stderr.readline()
-            match = re.search(r"DevTools listening on ws://[^:]+:(\d+)/", line)
-            port = int(match.group(1)) if match else None
-        assert port, "Chromium did not open its DevTools port"
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as r:
-            page = next(t for t in json.load(r) if t["type"] == "page")
-        self.ws = websocket.create_connection(
-            page["webSocketDebuggerUrl"], timeout=60, suppress_origin=True
-        )
-        self.ids = itertools.count(1)
-
-    def call(self, method: str, **params):
-        msg_id = next(self.ids)
-        self.ws.send(json.dumps({"id": msg_id, "method": method, "params": params}))
-        while True:
-            reply = json.loads(self.ws.recv())
-            if reply.get("id") == msg_id:
-                assert "error" not in reply, reply
-                return reply["result"]
-
-    def eval(self, expression: str):
-        result = self.call("Runtime.evaluate", expression=expression, returnByValue=True)
-        assert "exceptionDetails" not in result, result
-        return result["result"].get("value")
-
-    def open(self, url: str) -> None:
-        self.call("Page.enable")
-        self.call("Page.navigate", url=url)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.eval("document.readyState") == "complete":
-                return
-            time.sleep(0.1)
-        raise AssertionError(f"{url} did not finish loading")
-
-    def viewport(self, width: int, height: int) -> None:
-        """Make the page's viewport exactly ``width`` × ``height`` CSS pixels (a headless
-        window's size includes no browser chrome, but this does not depend on it)."""
-        self.call(
-            "Emulation.setDeviceMetricsOverride",
-            width=width,
-            height=height,
-            deviceScaleFactor=1,
-            mobile=False,
-        )
-
-    def close(self) -> None:
-        self.ws.close()
-        self.proc.terminate()
-        self.proc.wait(timeout=30)
 
 
 @pytest.fixture(scope="module")
