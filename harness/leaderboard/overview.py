@@ -21,7 +21,6 @@ from attnbench.harness.leaderboard.tables import (
     Column,
     Table,
     differing_keys,
-    format_value,
 )
 
 
@@ -69,19 +68,23 @@ def overview(
     overall, aggregate = computed.overall, computed.aggregate
     value_cols, rank_cols = computed.values, computed.task_ranks
 
-    quality = [h for h in headlines if not h.cost]
+    # ranked quality columns, then the cost, then what has no direction (shown, not ranked):
+    # the columns the ranks are made of come first, so that they fit a 1400 px window
+    quality = [h for h in headlines if not h.cost and h.higher_is_better is not None]
     cost = [h for h in headlines if h.cost]
+    unranked = [h for h in headlines if not h.cost and h.higher_is_better is None]
     columns = [
         Column("rank", "quality rank", _RANK_HELP, True),
         Column("variant", "variant"),
         Column(
             "win_rate",
             "quality win rate",
-            "Mean over the quality columns of the share of head-to-head comparisons won (ties ½)",
+            "Mean over the quality tasks (one vote each) of the share of head-to-head comparisons "
+            "won (ties ½); (k of n): ranked in k of the n quality columns the rank compares",
             True,
         ),
     ]
-    for h in [*quality, *cost]:  # the headline columns first, the row's attributes after them
+    for h in [*quality, *cost, *unranked]:  # headline columns first, the row's attributes after
         what = (
             "ranked by win rate" if h.higher_is_better is not None else "no direction: not ranked"
         )
@@ -127,13 +130,14 @@ def overview(
                 rank == 1,
             ),
         ]
-        for h in [*quality, *cost]:
+        for h in [*quality, *cost, *unranked]:
             value, spread = value_cols[h.task]
             v, s = value.get(key, math.nan), spread.get(key, math.nan)
             r = rank_cols.get(h.task, pd.Series(dtype=float)).get(key, math.nan)
-            text = format_value(v) if not math.isnan(v) else "–"
+            # three figures here (the task tables keep four): the overview must fit 1400 px
+            text = f"{v:.3g}" if not math.isnan(v) else "–"
             if not math.isnan(v) and not math.isnan(s):
-                text += f" ± {format_value(s)}"
+                text += f" ± {s:.2g}"  # a spread needs two figures, and the column less width
             if not math.isnan(r):
                 text += f" · #{int(r)}"
             note = _unsteady_note(computed, h.task, key)
@@ -194,7 +198,7 @@ def _columns_text(computed: Standings, key: tuple) -> str:
     """ " (k of n columns)" after a win rate that does not average the compared columns."""
     cols = computed.ranked_in.get(key, ())
     want = computed.compared.get((key[2], key[3]), ())
-    return "" if cols == want else f" ({len(cols)} of {len(want)} columns)"
+    return "" if cols == want else f" ({len(cols)} of {len(want)})"
 
 
 def _unranked_note(computed: Standings, key: tuple) -> str:
@@ -218,8 +222,14 @@ def _unsteady_note(computed: Standings, task: str, key: tuple) -> str:
         return ""
     timings = f"{left_out} unsteady timing{'s' if left_out != 1 else ''}"
     if computed.steady_values.get(task, pd.Series(dtype=int)).get(key, 0):
-        return f"{timings} left out of this value and its rank (their samples never settled)"
-    return f"only {timings} here (their samples never settled): shown, not ranked"
+        return (
+            f"{timings} left out of this value and its rank (their samples never settled, or "
+            "the machine was busy: the records say which)"
+        )
+    return (
+        f"only {timings} here (their samples never settled, or the machine was busy): "
+        "shown, not ranked"
+    )
 
 
 def _rank_text(rank: float) -> str:

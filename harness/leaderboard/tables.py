@@ -229,8 +229,8 @@ def _value_cell(value: object, steady_share: float, best: bool) -> Cell:
         cell.text = UNSTEADY_MARK + cell.text
         share = "" if steady_share == 0 else f" in {1 - steady_share:.0%} of its seeds"
         cell.note = (
-            f"unsteady timing{share}: its samples never settled within the time cap; "
-            "left out of the ranks and of the best value"
+            f"unsteady timing{share}: its samples never settled within the time cap, or the "
+            "machine was busy (the record says why); left out of the ranks and of the best value"
         )
     return cell
 

@@ -258,7 +258,7 @@ def test_a_row_ranked_in_fewer_quality_columns_gets_no_quality_rank():
     assert result[("K", CPU)]["rank"].text == "–"
     assert "no quality column" in result[("K", CPU)]["rank"].note
     assert result[("Q1", CPU)]["rank"].text == "–" and "q2" in result[("Q1", CPU)]["rank"].note
-    assert result[("Q1", CPU)]["win_rate"].text.endswith("(1 of 2 columns)")
+    assert result[("Q1", CPU)]["win_rate"].text.endswith("(1 of 2)")
     assert result[("K", CPU)]["speed"].text.endswith("#1")  # cost keeps its own rank
     headers = [c.key for c in overview(frame, [*QUALITY, COST], FAMILIES).table.columns]
     assert headers[:6] == ["rank", "variant", "win_rate", "q1", "q2", "speed"]  # headlines first
