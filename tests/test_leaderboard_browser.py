@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import json
 import time
+from pathlib import Path
 
 import pytest
 from chromium import Browser, find_chromium
@@ -215,19 +216,26 @@ def _wide_records(results) -> None:
         )
 
 
-@pytest.fixture(scope="module")
-def wide(tmp_path_factory):
+def _open_board(tmp_path_factory, name: str, write_records) -> tuple[Browser, Path]:
+    """Write a hand-made board's records (``write_records(results)``), collect, build it, and
+    open it at WIDTH × HEIGHT once Plotly has drawn: (browser, index.html)."""
     from attnbench.harness.collect import collect
     from attnbench.harness.leaderboard import build_site
 
-    results = tmp_path_factory.mktemp("wide") / "results"
-    _wide_records(results)
+    results = tmp_path_factory.mktemp(name) / "results"
+    write_records(results)
     collect(results)
     index = build_site(results)
     browser = Browser(_chromium(), tmp_path_factory.mktemp("profile"), (WIDTH, HEIGHT))
     browser.viewport(WIDTH, HEIGHT)
     browser.open(index.as_uri())
-    time.sleep(1.5)  # Plotly draws after load
+    time.sleep(2.0)  # Plotly draws after load
+    return browser, index
+
+
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory):
+    browser, index = _open_board(tmp_path_factory, "wide", _wide_records)
     yield browser
     png = browser.call("Page.captureScreenshot", format="png")
     (index.parent / "screenshot-1400x900.png").write_bytes(base64.b64decode(png["data"]))
@@ -468,17 +476,7 @@ def _hostile_records(results) -> None:
 
 @pytest.fixture(scope="module")
 def hostile(tmp_path_factory):
-    from attnbench.harness.collect import collect
-    from attnbench.harness.leaderboard import build_site
-
-    results = tmp_path_factory.mktemp("hostile") / "results"
-    _hostile_records(results)
-    collect(results)
-    index = build_site(results)
-    browser = Browser(_chromium(), tmp_path_factory.mktemp("profile"), (WIDTH, HEIGHT))
-    browser.viewport(WIDTH, HEIGHT)
-    browser.open(index.as_uri())
-    time.sleep(2.0)  # Plotly draws after load
+    browser, index = _open_board(tmp_path_factory, "hostile", _hostile_records)
     yield browser, index.read_text()
     browser.close()
 
