@@ -153,15 +153,6 @@ def _wide_records(results) -> None:
             ),
         )
 
-    def point(metric, value, hib=None, x_name=None, x=None):
-        return {
-            "metric": metric,
-            "value": value,
-            "x_name": x_name,
-            "x_value": x,
-            "higher_is_better": hib,
-        }
-
     quality = [Metric("accuracy", True, "Share right"), Metric("density", None, "pairs scored")]
     modes = TaskInfo(
         name="modes_task",
@@ -186,15 +177,15 @@ def _wide_records(results) -> None:
             Throughput.describe(),
             {"seq_len": 256},
             [
-                point("fwd_ms", fwd, False, "seq_len", 256),
-                point("fwd_ratio", fwd, False, "seq_len", 256),
+                _point("fwd_ms", fwd, False, "seq_len", 256),
+                _point("fwd_ratio", fwd, False, "seq_len", 256),
             ],
         )
         for j, task in enumerate(LONG_TASKS):
             info = TaskInfo(name=task, headline="accuracy", metrics=quality)
-            points = [point("accuracy", 1.0 if same else 0.1 * (i + j), True)]
+            points = [_point("accuracy", 1.0 if same else 0.1 * (i + j), True)]
             if task != NO_DENSITY:
-                points.append(point("density", 1.0 if same else 0.25))
+                points.append(_point("density", 1.0 if same else 0.25))
             write(f"q{i}-{j}", task, variant, info, {"seq_len": 64}, points)
         for mode, mse in (("a", 1.0 + i), ("b", 100.0 - i)):
             write(
@@ -203,7 +194,7 @@ def _wide_records(results) -> None:
                 variant,
                 modes,
                 {"mode": mode},
-                [point("mse", mse, False), point("ratio", mse / 10, False)],
+                [_point("mse", mse, False), _point("ratio", mse / 10, False)],
             )
         write(
             f"l{i}",
@@ -211,9 +202,20 @@ def _wide_records(results) -> None:
             variant,
             layers,
             {},
-            [point("probe_mean", 0.5, True)]
-            + [point("probe", 0.1 * k + 0.01 * i, True, "layer", k) for k in range(5)],
+            [_point("probe_mean", 0.5, True)]
+            + [_point("probe", 0.1 * k + 0.01 * i, True, "layer", k) for k in range(5)],
         )
+
+
+def _point(metric, value, hib=None, x_name=None, x=None):
+    """One metric point of a hand-made record."""
+    return {
+        "metric": metric,
+        "value": value,
+        "x_name": x_name,
+        "x_value": x,
+        "higher_is_better": hib,
+    }
 
 
 def _open_board(tmp_path_factory, name: str, write_records) -> tuple[Browser, Path]:
@@ -403,15 +405,6 @@ def _hostile_records(results) -> None:
         bar_charts={"mse": {"mse_ls": f"least squares {LINK}"}},
     )
 
-    def point(metric, value, hib=None, x_name=None, x=None):
-        return {
-            "metric": metric,
-            "value": value,
-            "x_name": x_name,
-            "x_value": x,
-            "higher_is_better": hib,
-        }
-
     def write(name, info, variant, task_params, points, variant_params=None, **details):
         write_record(
             results,
@@ -445,7 +438,7 @@ def _hostile_records(results) -> None:
                     speed,
                     variant,
                     {"seq_len": n, "flavour": flavour},
-                    [point("fwd_ms", (1 + i) * (n / 64) ** (1 + i / 10), False, "seq_len", n)],
+                    [_point("fwd_ms", (1 + i) * (n / 64) ** (1 + i / 10), False, "seq_len", n)],
                     params,
                     **lib,
                 )
@@ -458,9 +451,9 @@ def _hostile_records(results) -> None:
                 variant,
                 {"lr": lr, "flavour": IMG_TAG},
                 [
-                    point("accuracy", 0.5 + 0.1 * i + lr, True),
-                    point("val_accuracy", 0.5 + lr, True),
-                    point("density", 1.0 / (1 + i)),
+                    _point("accuracy", 0.5 + 0.1 * i + lr, True),
+                    _point("val_accuracy", 0.5 + lr, True),
+                    _point("density", 1.0 / (1 + i)),
                 ],
                 params,
             )
@@ -469,7 +462,7 @@ def _hostile_records(results) -> None:
             bars,
             variant,
             {"flavour": LINK},
-            [point("mse", 1.0 + i, False), point("mse_ls", 0.5)],
+            [_point("mse", 1.0 + i, False), _point("mse_ls", 0.5)],
             params,
         )
 
