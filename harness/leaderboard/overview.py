@@ -195,9 +195,10 @@ def _rule(computed: Standings, cost: list[Headline]) -> str:
 
 
 def _columns_text(computed: Standings, key: tuple) -> str:
-    """ " (k of n columns)" after a win rate that does not average the compared columns."""
+    """ " (k of n)" after a win rate that does not average the compared columns (the header's
+    description says what k and n count)."""
     cols = computed.ranked_in.get(key, ())
-    want = computed.compared.get((key[2], key[3]), ())
+    want = computed.compared_for(key)
     return "" if cols == want else f" ({len(cols)} of {len(want)})"
 
 
@@ -206,7 +207,7 @@ def _unranked_note(computed: Standings, key: tuple) -> str:
     if key in computed.overall.index:
         return ""
     cols = tuple(computed.ranked_in.get(key, ()))
-    want = computed.compared.get((key[2], key[3]), ())
+    want = computed.compared_for(key)
     if not want:
         return ""
     if not cols:

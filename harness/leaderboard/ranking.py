@@ -46,7 +46,7 @@ Headline metrics without a direction (e.g. concentration's S(x)) are shown but n
 Values and their spread (seed std, else the recorded IQR) come from `harness.metric_points`.
 
 Entries that never met (no shared contest) are not compared; an entry's aggregate averages the
-quality columns it was ranked in, and it gets a quality rank only with the full set (above).
+quality tasks it was ranked in, and it gets a quality rank only with the full set (above).
 
 **Unsteady timings enter no contest.** Where a task declares a steadiness flag for its headline
 (`TaskInfo.steadiness`, carried by `Headline.steady_flag`), a run whose flag is 0 at a curve
@@ -168,8 +168,8 @@ class Standings:
         headlines: The headlines that have results, in column order.
         values: task → (seed-averaged value, spread), each averaged over the task's settings.
         task_ranks: task → rank by win rate (ranked tasks only).
-        aggregate: Mean of the win rates in the quality columns (every entry ranked in one).
-        n_tasks: How many quality columns each aggregate averages.
+        aggregate: Mean over the quality tasks of the entry's win rates, one vote per task (a
+            task's columns averaged first); every entry ranked in a quality column has one.
         overall: The quality rank: by the aggregate within machine and dtype, for the entries
             ranked in the compared set of quality columns only (module docstring).
         compared: (machine, dtype) → the quality columns the quality rank compares.
@@ -185,12 +185,20 @@ class Standings:
     values: dict[str, tuple[pd.Series, pd.Series]]
     task_ranks: dict[str, pd.Series]
     aggregate: pd.Series
-    n_tasks: pd.Series
     overall: pd.Series
     unsteady: dict[str, pd.Series] = field(default_factory=dict)
     steady_values: dict[str, pd.Series] = field(default_factory=dict)
     compared: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
     ranked_in: pd.Series = field(default_factory=lambda: pd.Series(dtype=object))
+
+    def compared_for(self, entry: tuple) -> tuple[str, ...]:
+        """The quality columns the quality rank compares on ``entry``'s machine and dtype."""
+        return self.compared.get(hardware_of(entry), ())
+
+
+def hardware_of(entry: tuple) -> tuple[str, str]:
+    """(machine, dtype) of an ENTRY key: where its ranks are made."""
+    return entry[ENTRY.index(MACHINE)], entry[ENTRY.index("dtype")]
 
 
 def standings(frame: pd.DataFrame, headlines: list[Headline]) -> Standings | None:
@@ -236,7 +244,6 @@ def standings(frame: pd.DataFrame, headlines: list[Headline]) -> Standings | Non
     # one vote per task: its columns' win rates averaged first (module docstring)
     votes = by_task.T.groupby(lambda column: group[column]).mean().T if quality else by_task
     aggregate = votes.mean(axis=1) if quality else pd.Series(dtype=float)
-    n_tasks = by_task.notna().sum(axis=1) if quality else pd.Series(dtype=int)
     ranked_in = (
         by_task.notna().apply(lambda row: tuple(row.index[row]), axis=1)
         if quality
@@ -244,10 +251,7 @@ def standings(frame: pd.DataFrame, headlines: list[Headline]) -> Standings | Non
     )
     compared = compared_columns(ranked_in)
     like_with_like = pd.Series(
-        [
-            compared.get((k[ENTRY.index(MACHINE)], k[ENTRY.index("dtype")])) == cols
-            for k, cols in ranked_in.items()
-        ],
+        [compared.get(hardware_of(k)) == cols for k, cols in ranked_in.items()],
         index=ranked_in.index,
         dtype=bool,
     )
@@ -257,7 +261,6 @@ def standings(frame: pd.DataFrame, headlines: list[Headline]) -> Standings | Non
         values=values,
         task_ranks=task_ranks,
         aggregate=aggregate,
-        n_tasks=n_tasks,
         overall=rank_within_hardware(aggregate[like_with_like]) if quality else aggregate,
         unsteady=unsteady,
         steady_values=steady_values,
