@@ -44,6 +44,7 @@ from attnbench.harness.leaderboard.tables import (
     UNSTEADY_MARK,
     Table,
     differing_keys,
+    setting_label,
     task_table,
     unfinished_table,
     unsupported_line,
@@ -139,16 +140,6 @@ def _settings(rows: pd.DataFrame, x_name: str) -> list[tuple[str, str, pd.DataFr
         return text + (", …" if len(named) > MAX_LABEL_PARAMS else "")
 
     return [(key, label(p), group) for (key, group), p in zip(groups, params, strict=True)]
-
-
-def setting_label(params: dict, names: list[str]) -> str:
-    """ "mode=prompt, n_dims=8": the parameters ``names`` of a setting, those whose value is
-    None (a parameter this setting does not use) left out."""
-    return ", ".join(
-        f"{k}={params[k]:g}" if isinstance(params[k], float) else f"{k}={params[k]}"
-        for k in names
-        if params.get(k) is not None
-    )
 
 
 def _constant(points: pd.DataFrame) -> float | None:

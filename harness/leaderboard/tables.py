@@ -65,6 +65,16 @@ def format_value(value: float) -> str:
     return f"{value:.4g}"
 
 
+def setting_label(params: dict, names: list[str]) -> str:
+    """ "mode=prompt, n_dims=8": the parameters ``names`` of a setting, those whose value is
+    None (a parameter this setting does not use) left out."""
+    return ", ".join(
+        f"{k}={params[k]:g}" if isinstance(params[k], float) else f"{k}={params[k]}"
+        for k in names
+        if params.get(k) is not None
+    )
+
+
 def differing_keys(params: list[dict]) -> list[str]:
     """The keys, sorted, whose values are not the same in every dict of ``params`` (a key some
     dicts lack differs); what a label must name to tell settings or configurations apart."""
@@ -268,7 +278,7 @@ def _setting_text(task_params: object) -> str:
         return str(task_params)
     if not isinstance(params, dict):
         return str(params)
-    return ", ".join(f"{k}={v}" for k, v in sorted(params.items()) if v is not None)
+    return setting_label(params, sorted(params))
 
 
 def unfinished_table(frame: pd.DataFrame) -> Table:
