@@ -66,7 +66,9 @@ from attnbench.harness.model import ModelConfig, SequenceModel
 from attnbench.harness.task_api import TEST_STREAM, VALIDATION_STREAM
 from attnbench.harness.training import TrainConfig, train
 from attnbench.harness.variant_api import mean_density
+from attnbench.tasks import icl_shifts
 from attnbench.tasks import regression_baselines as rb
+from attnbench.tasks.icl_curriculum import Curriculum
 
 MODES = ("prompt", "attention_system", "one_layer")
 X_DISTS = ("auto", *rb.X_DISTS)
@@ -98,6 +100,10 @@ class IclRegressionParams:
     layer_batch_size: int = 256  # fresh prompts per step (one_layer mode)
     layer_lr: float = 1e-2  # peak AdamW learning rate (one_layer mode)
     layer_eval_prompts: int = 50000  # scored prompts (one_layer; ratio's std error ~0.05%)
+    curriculum_dims: int = 0  # prompt mode: Garg's curriculum starts at this many dims (0: off)
+    curriculum_points: int = 0  # prompt mode: … and this many examples per prompt (0: off)
+    curriculum_interval: int = 2000  # steps between increments (+1 dim, +2 examples; Garg's)
+    shifts: str = "none"  # prompt mode: Garg's distribution shifts scored: all | none | a+b+…
 
 
 def paired_ratio(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
@@ -133,7 +139,8 @@ class IclRegression(Task):
         "attention_system": "loss_ratio_vs_ls",
         "one_layer": "loss_ratio_vs_gd",
     }
-    charts = ("mse",)
+    # Garg's distribution shifts (`icl_shifts`): one chart each, least squares on the same prompts
+    charts = ("mse", *(f"mse_{name}" for name in icl_shifts.SHIFTS))
     chart_bands = {"mse": ("mse_q05", "mse_q95")}
     chart_references = {
         "mse": {
@@ -142,7 +149,11 @@ class IclRegression(Task):
             "mse_averaging": "averaging",
             "mse_knn3": "3-NN",
             "mse_gd_step": "one GD step (optimal η)",
-        }
+        },
+        **{
+            f"mse_{name}": {f"mse_{name}_least_squares": "least squares, same prompts"}
+            for name in icl_shifts.SHIFTS
+        },
     }
     # attention_system and one_layer report one mse per job: a bar per variant, baselines as levels
     bar_charts = {
@@ -191,6 +202,14 @@ class IclRegression(Task):
         Metric("gd_over_zero_se", None, "Standard error of gd_over_zero (paired)"),
         Metric("gd_over_zero_theory", None, "The exact expected value of gd_over_zero"),
         Metric("final_loss", False, "Training loss at the end"),
+        *(
+            Metric(f"mse_{name}", False, f"Model error / d, prompt mode, {text} (Garg et al.)")
+            for name, text in icl_shifts.SHIFTS.items()
+        ),
+        *(
+            Metric(f"mse_{name}_least_squares", None, f"Least squares on the same prompts: {text}")
+            for name, text in icl_shifts.SHIFTS.items()
+        ),
         DENSITY,
     )
 
@@ -208,6 +227,8 @@ class IclRegression(Task):
             self.require_positive("d_model", "n_layers", "n_heads", "bootstrap")
             self.require_divides("n_heads", "d_model")
             self.require_finite("lr", above=0)
+            self.curriculum()  # refuses an impossible curriculum
+            self.shift_names()  # refuses an unknown shift
         elif p.mode == "one_layer":
             self.require_positive("layer_batch_size")
             self.require_finite("layer_lr", above=0)
@@ -227,6 +248,46 @@ class IclRegression(Task):
         )
         self.require_finite("noise_std", at_least=0)
         self.require_finite("ridge_lambda")
+
+    def curriculum(self) -> Curriculum:
+        """The prompt-mode curriculum (Garg et al.'s, `icl_curriculum`): from
+        (curriculum_dims, curriculum_points) up to (n_dims, n_points); a 0 start is no growth."""
+        p = self.params
+        for key, end, end_key in (
+            ("curriculum_dims", p.n_dims, "n_dims"),
+            ("curriculum_points", p.n_points, "n_points"),
+        ):
+            start = getattr(p, key)
+            if not 0 <= start <= end:
+                raise ValueError(
+                    f"task.{key}={start} is not valid; use 0 (no curriculum) or a start between "
+                    f"1 and task.{end_key}={end}."
+                )
+        self.require_positive("curriculum_interval")
+        return Curriculum(
+            start_dims=p.curriculum_dims or p.n_dims,
+            end_dims=p.n_dims,
+            start_points=p.curriculum_points or p.n_points,
+            end_points=p.n_points,
+            interval=p.curriculum_interval,
+        )
+
+    def shift_names(self) -> list[str]:
+        """The distribution shifts to score (`icl_shifts.SHIFTS`): ``all``, ``none`` or names
+        joined by ``+``."""
+        value = self.params.shifts.strip()
+        if value == "none":
+            return []
+        if value == "all":
+            return list(icl_shifts.SHIFTS)
+        names = [name.strip() for name in value.split("+")]
+        unknown = [name for name in names if name not in icl_shifts.SHIFTS]
+        if unknown or not all(names):
+            raise ValueError(
+                f"task.shifts={value!r} names an unknown shift {unknown[0] if unknown else ''!r}; "
+                f"use all, none, or names joined by + from: {', '.join(icl_shifts.SHIFTS)}."
+            )
+        return names
 
     def inputs(self) -> tuple[str, float]:
         """(distribution, scale) of the inputs, with ``auto`` and 0 resolved for the mode."""
@@ -287,10 +348,17 @@ class IclRegression(Task):
 
     # --- prompt mode -------------------------------------------------------------------------
 
-    def sample_prompts(self, n: int, gen: torch.Generator, points: int | None = None):
-        """x (n, k, d), w (n, d), noiseless y and observed y (n, k); k = ``points`` or n_points."""
+    def sample_prompts(
+        self, n: int, gen: torch.Generator, points: int | None = None, dims: int | None = None
+    ):
+        """x (n, k, d), w (n, d), noiseless y and observed y (n, k); k = ``points`` or n_points.
+
+        ``dims`` < d zeroes the inputs' coordinates from ``dims`` on (a curriculum's truncated
+        problem: the model's input keeps d coordinates)."""
         p = self.params
         xs = self.sample_x((n, points or p.n_points, p.n_dims), gen)
+        if dims is not None and dims < p.n_dims:
+            xs[..., dims:] = 0
         w = torch.randn(n, p.n_dims, generator=gen)
         clean = (xs * w.unsqueeze(1)).sum(-1)
         observed = clean + p.noise_std * torch.randn(clean.shape, generator=gen)
@@ -321,8 +389,11 @@ class IclRegression(Task):
             tokens = self.interleave(xs, ys).to(ctx.device, ctx.dtype)
             return model(tokens)[:, 0::2, 0].float()  # read out at the x tokens
 
+        curriculum = self.curriculum()
+
         def loss_on_batch(step: int) -> torch.Tensor:
-            xs, _, _, observed = self.sample_prompts(p.batch_size, gen)
+            dims, points = curriculum.at(step)
+            xs, _, _, observed = self.sample_prompts(p.batch_size, gen, points, dims)
             return (predict(xs, observed) - observed.to(ctx.device)).square().mean()
 
         curve = train(
@@ -332,17 +403,17 @@ class IclRegression(Task):
             desc=f"icl/{ctx.variant_name}",
         )
 
+        @torch.no_grad()
+        def predict_all(xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
+            """Predictions (P, k) at every x token of the prompts, 256 prompts per pass."""
+            return torch.cat(
+                [predict(xs[i : i + 256], ys[i : i + 256]).cpu() for i in range(0, len(xs), 256)]
+            )
+
         def errors(size: int, stream: int):
             """The model's squared error / d (size, n_points) on fresh prompts of ``stream``."""
             xs, _, clean, observed = self.sample_prompts(size, ctx.generator(stream))
-            with torch.no_grad():
-                preds = torch.cat(
-                    [
-                        predict(xs[i : i + 256], observed[i : i + 256]).cpu()
-                        for i in range(0, size, 256)
-                    ]
-                )
-            return (preds - clean).square() / p.n_dims, (xs, observed, clean)
+            return (predict_all(xs, observed) - clean).square() / p.n_dims, (xs, observed, clean)
 
         model_err, (xs, observed, clean) = errors(p.eval_prompts, TEST_STREAM)
         val_err = errors(p.val_prompts, VALIDATION_STREAM)[0]
@@ -364,7 +435,41 @@ class IclRegression(Task):
                 MetricPoint(f"mse_{name}", float(v), "n_examples", i)
                 for i, v in enumerate(err.mean(dim=0).tolist())
             ]
-        return TaskResult(points=points, details={"loss_curve": curve})
+        points += self.shift_points(predict_all, ctx)
+        details = {"loss_curve": curve}
+        if curriculum.start_dims < p.n_dims or curriculum.start_points < p.n_points:
+            details["curriculum_full_from_step"] = curriculum.full_from()
+        return TaskResult(points=points, details=details)
+
+    def shift_points(self, predict_all, ctx: JobContext) -> list[MetricPoint]:
+        """The trained model and least squares on Garg's shifted prompts (`icl_shifts`), on the
+        same prompts per shift: ``mse_<shift>`` and ``mse_<shift>_least_squares`` per number of
+        examples. Each shift draws from its own generator stream (fixed by the job's seed), so
+        adding a shift does not change the others' prompts."""
+        p = self.params
+        points: list[MetricPoint] = []
+        wanted = self.shift_names()
+        for k, name in enumerate(icl_shifts.SHIFTS):
+            if name not in wanted:
+                continue
+            prompts = icl_shifts.sample_shift(
+                name, p.eval_prompts, p.n_points, p.n_dims, ctx.generator(TEST_STREAM + 1000 + k)
+            )
+
+            model = icl_shifts.model_errors(predict_all, prompts)
+            check_finite(f"the model's errors under the {name} shift", model)
+            least_squares = icl_shifts.least_squares_errors(prompts)
+            for j, i in enumerate(prompts.positions):
+                points += [
+                    MetricPoint(f"mse_{name}", float(model[:, j].mean()), "n_examples", i),
+                    MetricPoint(
+                        f"mse_{name}_least_squares",
+                        float(least_squares[:, j].mean()),
+                        "n_examples",
+                        i,
+                    ),
+                ]
+        return points
 
     # --- one_layer mode (von Oswald et al. 2023) ---------------------------------------------
 
