@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import sys
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -141,9 +142,10 @@ def fit_rows(frame: pd.DataFrame, task: str, fit: ScalingFit) -> list[dict[str, 
         )
         values = {fit.name: slope, f"{fit.name}_ci_low": low, f"{fit.name}_ci_high": high}
         if reference is not None and variant != fit.reference_variant and slope < reference[0]:
-            values[fit.crossover_name] = math.exp(
-                (intercept - reference[1]) / (reference[0] - slope)
-            )
+            log_crossover = (intercept - reference[1]) / (reference[0] - slope)
+            # slopes equal but for rounding put the crossover past any float: it never comes
+            if log_crossover < math.log(sys.float_info.max):
+                values[fit.crossover_name] = math.exp(log_crossover)
         ident = json.dumps([task, fit.to_dict(), *key], sort_keys=True, default=str)
         run_id = hashlib.sha256(ident.encode()).hexdigest()[:16]
         for metric, value in values.items():

@@ -92,3 +92,15 @@ def test_no_declared_fit_no_fit_rows(tmp_path):
     collect(tmp_path)
     frame, _ = read_table(tmp_path / "results.parquet")
     assert not frame["derived"].any() and len(frame) == 4
+
+
+def test_slopes_equal_but_for_rounding_give_no_crossover_instead_of_an_overflow(tmp_path):
+    """Two lines whose slopes differ by rounding only cross past any float (exp overflowed)."""
+    for n in (512, 1024, 2048, 4096):
+        _write(tmp_path, "dense", n, 1e-3 * n ** (1 + 1e-13))
+        _write(tmp_path, "linear", n, 2e-3 * n)  # a hair's lower slope, twice as costly
+    collect(tmp_path)
+    frame, _ = read_table(tmp_path / "results.parquet")
+    fits = frame[frame["derived"]]
+    assert set(fits["variant"]) == {"dense", "linear"}
+    assert "crossover_length" not in set(fits["metric"])
