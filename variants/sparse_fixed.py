@@ -4,7 +4,7 @@ Each is softmax attention restricted to a pattern that depends only on positions
 (``window``, ``local``, ``stride``, ``block``) follow `AttentionVariant.size_at`: a value in
 (0, 1) is a fraction of the sequence length actually seen (rounded up), a value >= 1 an absolute
 count. The defaults are fractions, so the patterns stay sparse at every length a task uses
-(density <= 0.5: README, "Sparse variants at matched density"); the throughput presets pin the
+(density <= 0.5: docs/variants.md, "Sparse variants at matched density"); the throughput presets pin the
 papers' absolute sizes. None of them
 builds an N×N matrix: `window` on CPU runs on the banded engine (`variants.banded`: overlapping
 views of K and V, one SDPA call), the others (and `window` on CUDA) on the block-sparse engine
@@ -47,7 +47,7 @@ from attnbench.variants.masking import WINDOW, apply_pattern, window_pairs
 # Default sizes, as fractions of the sequence: each keeps the pattern at density <= 0.5 at every
 # length from 8 to 100k, causal and not (bigbird from 11 / 14 tokens: below, its window, global
 # and random blocks of one token each are already half the keys); checked in
-# tests/variants/test_density.py, tabulated in README ("Sparse variants at matched density").
+# tests/variants/test_density.py, tabulated in docs/variants.md ("Sparse variants at matched density").
 # window: WINDOW (variants.masking, shared with the window peers), a fifth of the sequence,
 # density 2f − f² ≈ 0.36 (at most 0.46)
 STRIDED_LOCAL = 0.1  # strided's local window: a tenth of the sequence
