@@ -104,6 +104,7 @@ class IclRegressionParams:
     curriculum_points: int = 0  # prompt mode: … and this many examples per prompt (0: off)
     curriculum_interval: int = 2000  # steps between increments (+1 dim, +2 examples; Garg's)
     shifts: str = "none"  # prompt mode: Garg's distribution shifts scored: all | none | a+b+…
+    w_sparsity: int = 0  # prompt mode: k > 0 keeps k random non-zero weights (Garg's sparse task)
 
 
 def paired_ratio(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
@@ -149,6 +150,7 @@ class IclRegression(Task):
             "mse_averaging": "averaging",
             "mse_knn3": "3-NN",
             "mse_gd_step": "one GD step (optimal η)",
+            "mse_zero": "zero predictor",
         },
         **{
             f"mse_{name}": {f"mse_{name}_least_squares": "least squares, same prompts"}
@@ -182,7 +184,7 @@ class IclRegression(Task):
         ),
         Metric("mse_knn3", None, "3-nearest-neighbours (attention_system: leave-one-out)"),
         Metric("mse_gd_step", None, "One gradient step from w = 0 with the optimal step size"),
-        Metric("mse_zero", None, "The zero predictor, E(w·x)²/d (one_layer)"),
+        Metric("mse_zero", None, "The zero predictor, (w·x)²/d on the same prompts"),
         Metric(
             "error_rate_vs_ls",
             False,
@@ -227,6 +229,12 @@ class IclRegression(Task):
             self.require_positive("d_model", "n_layers", "n_heads", "bootstrap")
             self.require_divides("n_heads", "d_model")
             self.require_finite("lr", above=0)
+            if not 0 <= p.w_sparsity <= (p.curriculum_dims or p.n_dims):
+                raise ValueError(
+                    f"task.w_sparsity={p.w_sparsity} is not valid; use 0 (dense weights) or a "
+                    f"number of non-zero weights from 1 to the input dimension "
+                    f"({p.curriculum_dims or p.n_dims}, the curriculum's first if it has one)."
+                )
             self.curriculum()  # refuses an impossible curriculum
             self.shift_names()  # refuses an unknown shift
         elif p.mode == "one_layer":
@@ -320,6 +328,7 @@ class IclRegression(Task):
             "averaging": lambda x, y, q: rb.averaging(x, y, q, second_moment),
             "knn3": rb.nearest_neighbours,
             "gd_step": lambda x, y, q: rb.gd_step(x, y, q, self.gd_theory(x.shape[1]).step),
+            "zero": lambda x, y, q: q.new_zeros(q.shape[0]),  # the scale: no learning at all
         }
 
     def baseline_errors(
@@ -360,6 +369,11 @@ class IclRegression(Task):
         if dims is not None and dims < p.n_dims:
             xs[..., dims:] = 0
         w = torch.randn(n, p.n_dims, generator=gen)
+        if p.w_sparsity:  # Garg's sparse linear regression: k of the (active) coordinates
+            active = dims or p.n_dims
+            keys = torch.rand(n, active, generator=gen).argsort(dim=1)[:, : p.w_sparsity]
+            keep = torch.zeros(n, p.n_dims, dtype=torch.bool).scatter_(1, keys, True)
+            w = w * keep
         clean = (xs * w.unsqueeze(1)).sum(-1)
         observed = clean + p.noise_std * torch.randn(clean.shape, generator=gen)
         return xs, w, clean, observed

@@ -195,6 +195,11 @@ def test_prompt_mode_scores_the_shifts_with_least_squares_on_the_same_prompts():
     assert not any(m.startswith("mse_noisy") for m, _ in got)  # not asked for
     assert result.details["curriculum_full_from_step"] == 2  # dims 1→3 by 1, points 2→6 by 2
     assert math.isfinite(next(p.value for p in result.points if p.metric == "mse_skewed"))
+    values = {(p.metric, p.x_value): p.value for p in result.points}
+    assert all(("mse_zero", i) in values for i in range(6))  # the scale the curve falls from
+    # with no example every baseline predicts 0: least squares' first point is the zero predictor's
+    assert values[("mse_least_squares", 0)] == pytest.approx(values[("mse_zero", 0)], rel=1e-6)
+    assert values[("mse_zero", 5)] > 2 * values[("mse_least_squares", 5)]  # n ≥ d: LS is exact
 
 
 def test_the_paper_presets_curriculum_runs_its_first_steps_on_cpu():
@@ -212,3 +217,18 @@ def test_the_paper_presets_curriculum_runs_its_first_steps_on_cpu():
     points = {(p.metric, p.x_value): p.value for p in result.points}
     assert all(math.isfinite(v) for v in points.values())
     assert ("mse", 40) in points and ("mse_skewed", 40) in points
+
+
+def test_sparse_weights_have_exactly_k_non_zero_coordinates_among_the_active_ones():
+    """Garg's sparse linear regression: k of the d weights non-zero, chosen per prompt."""
+    task = build_task(
+        "icl_regression", {"mode": "prompt", "n_dims": 8, "n_points": 5, "w_sparsity": 3}
+    )
+    _, w, _, _ = task.sample_prompts(2000, torch.Generator().manual_seed(0))
+    assert torch.all((w != 0).sum(1) == 3)
+    share = (w != 0).double().mean(0)  # each coordinate kept with probability 3/8 (se 0.011)
+    assert torch.allclose(share, torch.full((8,), 3 / 8, dtype=torch.float64), atol=0.05)
+    _, w, _, _ = task.sample_prompts(200, torch.Generator().manual_seed(0), dims=4)
+    assert torch.all(w[:, 4:] == 0) and torch.all((w != 0).sum(1) == 3)  # curriculum: active dims
+    with pytest.raises(ValueError, match="task.w_sparsity=9"):
+        build_task("icl_regression", {"mode": "prompt", "n_dims": 8, "w_sparsity": 9})
