@@ -60,6 +60,7 @@ class RecallParams:
     train_size: int = 4000  # fixed training sequences per training configuration
     test_size: int = 300  # fresh test sequences per test configuration
     val_size: int = 300  # validation sequences per test configuration (pick tuned parameters)
+    data_seed: int = 0  # draws the training, test and validation sequences (Zoology's data seed)
     steps: int = 600  # optimiser steps (each on a batch of one configuration)
     batch_size: int = 64  # sequences per step
     lr: float = 3e-3  # peak AdamW learning rate
@@ -147,6 +148,8 @@ class Recall(Task):
         self.require_finite("lr", "power_a", above=0)
         self.require_finite("weight_decay", "embed_dropout", at_least=0)
         self.require_divides("n_heads", "d_model")
+        if not 0 <= p.data_seed < 2**32:
+            raise ValueError(f"task.data_seed={p.data_seed} is not valid; use 0 to 2^32 − 1.")
         if p.seq_len % 2:
             raise ValueError(f"task.seq_len={p.seq_len} must be even (query slots are pairs).")
         if 4 * p.n_kv_pairs > p.seq_len:
@@ -205,13 +208,20 @@ class Recall(Task):
             random_filler=p.random_filler,
         )
 
+    def data_generator(self, offset: int) -> torch.Generator:
+        """A generator of the data, seeded by ``data_seed`` and not by the job's seed: as in
+        Zoology (its data config has its own seed), every run of a sweep trains and is scored on
+        the same sequences, and seeds vary only the initialisation and the order of the batches.
+        Variants are then compared on identical test sets."""
+        return torch.Generator().manual_seed(self.params.data_seed * 1_000_003 + offset)
+
     def fit(self, ctx: JobContext) -> tuple[SequenceModel, list[tuple[int, float]]]:
         """Train on fixed training sets, one per configuration of the mixture; each step takes a
         batch of one configuration (so no padding), in an order shuffled every epoch."""
         p = self.params
         torch.manual_seed(ctx.seed)
         model = self.build_model(ctx)
-        gen = ctx.generator(1)
+        gen = self.data_generator(1)
         sets = [self.data(p.train_size, c, gen) for c in training_mixture(p)]
         order = torch.Generator().manual_seed(ctx.seed)
         queue: list[tuple[int, torch.Tensor]] = []  # (configuration, sequence indices)
@@ -243,7 +253,7 @@ class Recall(Task):
         split, or ``val_size`` of the validation split (another generator stream)."""
         p = self.params
         size, stream = (p.val_size, VALIDATION_STREAM) if validation else (p.test_size, TEST_STREAM)
-        x, y = self.data(size, config, ctx.generator(stream + config[1]))
+        x, y = self.data(size, config, self.data_generator(stream + config[1]))
         step = max(1, EVAL_TOKENS // config[0])
         per_sequence = torch.cat(
             [

@@ -212,10 +212,37 @@ def test_softmax_learns_recall_far_above_chance():
 
 def test_validation_and_test_splits_share_no_sequence():
     task = build_task("recall", SMALL)
-    ctx, config = _ctx(), (32, 8)
-    test = task.data(100, config, ctx.generator(TEST_STREAM + 8))[0]
-    val = task.data(100, config, ctx.generator(VALIDATION_STREAM + 8))[0]
+    config = (32, 8)
+    test = task.data(100, config, task.data_generator(TEST_STREAM + 8))[0]
+    val = task.data(100, config, task.data_generator(VALIDATION_STREAM + 8))[0]
     assert not (test.unsqueeze(1) == val.unsqueeze(0)).all(-1).any()
+
+
+def _sequences_seen(params: dict, seed: int) -> list[torch.Tensor]:
+    """Every batch of sequences a recall job draws (training sets, then test and validation)."""
+    task = build_task("recall", params)
+    seen = []
+    draw = task.data
+
+    def recording(n, config, gen):
+        x, y = draw(n, config, gen)
+        seen.append(x)
+        return x, y
+
+    task.data = recording
+    task.run(_ctx(seed=seed))
+    return seen
+
+
+def test_every_seed_trains_and_is_scored_on_the_same_sequences_as_zoology():
+    """Zoology's data seed: the job seed varies the initialisation and batch order only, so two
+    variants (or seeds) are compared on identical test sequences; another data_seed draws others."""
+    params = dict(SMALL, train_size=64, test_size=20, val_size=20, steps=2)
+    seed0, seed1 = _sequences_seen(params, 0), _sequences_seen(params, 1)
+    assert len(seed0) == len(seed1) > 0
+    assert all(torch.equal(a, b) for a, b in zip(seed0, seed1, strict=True))
+    other = _sequences_seen(dict(params, data_seed=1), 0)
+    assert not any(torch.equal(a, b) for a, b in zip(seed0, other, strict=True))
 
 
 def test_same_config_and_seed_give_the_same_metrics():
