@@ -10,7 +10,10 @@ causal; a masked position is not part of the row's distribution):
 - entropy H = −Σ p log p and effective size exp(H), of p = |a| / Σ|a| (so they apply to any row);
 - max weight max_j p_j;
 - doubly-stochastic error: max over rows of |Σ_j a_ij − 1| and over columns of |Σ_i a_ij − N/M|
-  (over every row, the empty ones included: their sums are 0).
+  (over every row, the empty ones included: their sums are 0);
+- Sinkhorn divergence (gaussian source, not causal): how far the weight the plan gives each key
+  is from the uniform weight of the entropic OT plan with both marginals, in the keys' geometry
+  (`ot_divergence.key_marginal_divergence`; 0 for a converged Sinkhorn).
 S, entropy, effective size and max weight are means over the non-empty rows (pooled over the
 draws); where every row is empty they are not reported at that scale.
 
@@ -37,6 +40,7 @@ import torch
 from attnbench import JobContext, Metric, MetricPoint, Task, TaskResult, VariantShape, register_task
 from attnbench.harness.metrics import DENSITY
 from attnbench.tasks import concentration_theory as theory
+from attnbench.tasks import ot_divergence
 
 # The built-in variant classes that have a closed form, by qualified name. Named, not imported: a
 # job's code fingerprint covers the modules its task imports, so importing every variant here
@@ -237,7 +241,7 @@ class Concentration(Task):
         "over non-empty rows; dashed: the variant's closed form where it applies at this N."
     )
     headline = "sparsity_s"
-    charts = ("sparsity_s", "entropy", "empty_rows")
+    charts = ("sparsity_s", "entropy", "empty_rows", "sinkhorn_divergence")
     chart_companions = {"sparsity_s": {"sparsity_s_theory": "closed form"}}
     metrics = (
         Metric(
@@ -251,6 +255,13 @@ class Concentration(Task):
         Metric("max_weight", None, "Largest weight of |a|/Σ|a|, mean over non-empty rows"),
         Metric("empty_rows", None, "Fraction of rows whose weights are all zero"),
         Metric("ds_error", None, "Doubly-stochastic error: max row/column sum deviation"),
+        Metric(
+            "sinkhorn_divergence",
+            None,
+            "Sinkhorn divergence S_ε (ε = 0.5) between the weight the plan gives each key and the "
+            "uniform weight entropic OT imposes, cost ‖k − k'‖²/d: 0 for a converged Sinkhorn "
+            "plan (non-causal gaussian source)",
+        ),
         Metric(
             "sparsity_s_theory",
             None,
@@ -298,7 +309,7 @@ class Concentration(Task):
         gen = ctx.generator(1)
         points, rel_se = [], {}
         for scale in self.scale_values():
-            rows, theory_s, theory_r, ds = [], [], [], 0.0
+            rows, theory_s, theory_r, ds, divergences = [], [], [], 0.0, []
             for _ in range(p.n_batches):
                 k = torch.randn(1, 1, p.seq_len, p.head_dim, generator=gen)
                 u = torch.randn(1, 1, p.seq_len, p.head_dim, generator=gen)
@@ -310,6 +321,8 @@ class Concentration(Task):
                 stats = per_row_statistics(w, p.causal)
                 rows.append(stats)
                 ds = max(ds, ds_error(w))
+                if not p.causal:  # a causal plan is not a transport plan between all the keys
+                    divergences.append(ot_divergence.key_marginal_divergence(w[0, 0], k[0, 0]))
                 if form is not None:
                     s, r = form.evaluate(scale, q[0, 0].to(ctx.dtype).double(), allowed)
                     theory_s.append(s[~stats["empty"]])
@@ -321,6 +334,9 @@ class Concentration(Task):
                     value = float(torch.cat([r[name] for r in rows]).mean())
                     points.append(MetricPoint(name, value, "scale", scale))
             points.append(MetricPoint("ds_error", ds, "scale", scale))
+            if divergences and None not in divergences:
+                value = sum(divergences) / len(divergences)
+                points.append(MetricPoint("sinkhorn_divergence", value, "scale", scale))
             if form is not None:
                 r = float(torch.cat(theory_r).max())
                 rel_se[str(scale)] = r
