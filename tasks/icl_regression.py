@@ -105,6 +105,7 @@ class IclRegressionParams:
     curriculum_interval: int = 2000  # steps between increments (+1 dim, +2 examples; Garg's)
     shifts: str = "none"  # prompt mode: Garg's distribution shifts scored: all | none | a+b+…
     w_sparsity: int = 0  # prompt mode: k > 0 keeps k random non-zero weights (Garg's sparse task)
+    lasso_alpha: float = 0.1  # α of the Lasso baseline, drawn when w_sparsity > 0 (Garg: 1e-4..1)
 
 
 def paired_ratio(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
@@ -151,6 +152,7 @@ class IclRegression(Task):
             "mse_knn3": "3-NN",
             "mse_gd_step": "one GD step (optimal η)",
             "mse_zero": "zero predictor",
+            "mse_lasso": "Lasso (sparse weights)",
         },
         **{
             f"mse_{name}": {f"mse_{name}_least_squares": "least squares, same prompts"}
@@ -183,6 +185,7 @@ class IclRegression(Task):
             "sample second moment)",
         ),
         Metric("mse_knn3", None, "3-nearest-neighbours (attention_system: leave-one-out)"),
+        Metric("mse_lasso", None, "Lasso (α = lasso_alpha) on the same prompts (w_sparsity > 0)"),
         Metric("mse_gd_step", None, "One gradient step from w = 0 with the optimal step size"),
         Metric("mse_zero", None, "The zero predictor, (w·x)²/d on the same prompts"),
         Metric(
@@ -235,6 +238,7 @@ class IclRegression(Task):
                     f"number of non-zero weights from 1 to the input dimension "
                     f"({p.curriculum_dims or p.n_dims}, the curriculum's first if it has one)."
                 )
+            self.require_finite("lasso_alpha", above=0)
             self.curriculum()  # refuses an impossible curriculum
             self.shift_names()  # refuses an unknown shift
         elif p.mode == "one_layer":
@@ -329,6 +333,11 @@ class IclRegression(Task):
             "knn3": rb.nearest_neighbours,
             "gd_step": lambda x, y, q: rb.gd_step(x, y, q, self.gd_theory(x.shape[1]).step),
             "zero": lambda x, y, q: q.new_zeros(q.shape[0]),  # the scale: no learning at all
+            **(
+                {"lasso": lambda x, y, q: rb.lasso(x, y, q, self.params.lasso_alpha)}
+                if self.params.w_sparsity
+                else {}
+            ),
         }
 
     def baseline_errors(

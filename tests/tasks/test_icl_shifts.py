@@ -232,3 +232,14 @@ def test_sparse_weights_have_exactly_k_non_zero_coordinates_among_the_active_one
     assert torch.all(w[:, 4:] == 0) and torch.all((w != 0).sum(1) == 3)  # curriculum: active dims
     with pytest.raises(ValueError, match="task.w_sparsity=9"):
         build_task("icl_regression", {"mode": "prompt", "n_dims": 8, "w_sparsity": 9})
+
+
+def test_sparse_prompts_get_the_lasso_baseline_and_dense_ones_do_not():
+    params = dict(
+        mode="prompt", n_dims=4, n_points=5, n_layers=1, d_model=16, n_heads=1, steps=2,
+        batch_size=8, eval_prompts=32, val_prompts=16, bootstrap=10,
+    )  # fmt: skip
+    sparse = build_task("icl_regression", {**params, "w_sparsity": 1}).run(_ctx()).points
+    assert {p.x_value for p in sparse if p.metric == "mse_lasso"} == set(range(5))
+    dense = build_task("icl_regression", params).run(_ctx()).points
+    assert not any(p.metric == "mse_lasso" for p in dense)

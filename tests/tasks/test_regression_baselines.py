@@ -172,3 +172,47 @@ def test_inputs_have_the_stated_moments():
             _close((float(sample.mean()), float(sample.std() / math.sqrt(len(x)))), exact)
     with pytest.raises(ValueError, match="x_dist='cauchy' is not known"):
         rb.coordinate_moments("cauchy", 1.0)
+
+
+def check_lasso_kkt(lasso_fit, alpha: float) -> None:
+    """The Lasso's optimality (KKT) conditions for (1/(2n))‖y − Xw‖² + α‖w‖₁: with
+    c = Xᵀ(y − Xw)/n, c_j = α·sign(w_j) where w_j ≠ 0 and |c_j| ≤ α where w_j = 0. Read off the
+    fitted predictor by querying it at the unit vectors; tolerance 1e-7 against a solver that
+    stops when no weight moves by 1e-9."""
+    gen = torch.Generator().manual_seed(3)
+    p, n, d = 64, 5, 8
+    x = torch.randn(p, n, d, generator=gen, dtype=torch.float64)
+    w_true = torch.randn(p, d, generator=gen, dtype=torch.float64) * (torch.arange(d) < 2)
+    y = (x * w_true[:, None]).sum(-1)
+    w = torch.stack([lasso_fit(x, y, torch.eye(d, dtype=torch.float64)[j].expand(p, d), alpha)
+                     for j in range(d)], dim=1)  # fmt: skip
+    c = (x * (y - (x * w[:, None]).sum(-1)).unsqueeze(-1)).sum(1) / n
+    active = w.abs() > 1e-12
+    assert torch.allclose(c[active], alpha * torch.sign(w[active]), atol=1e-7)
+    assert torch.all(c[~active].abs() <= alpha + 1e-7)
+    assert active.any() and (~active).any()  # both kinds of condition were checked
+
+
+def test_lasso_meets_its_optimality_conditions_and_a_wrong_threshold_does_not():
+    check_lasso_kkt(rb.lasso, 0.1)
+
+    def mutant(x, y, q, alpha):  # the soft threshold at 2α: the solution of another problem
+        return rb.lasso(x, y, q, 2 * alpha)
+
+    with pytest.raises(AssertionError):
+        check_lasso_kkt(mutant, 0.1)
+
+
+def test_lasso_beats_least_squares_on_sparse_weights_with_fewer_examples_than_dimensions():
+    """Garg's sparse regression (2 of 10 weights non-zero, 6 examples): least squares' error is
+    (d − n)/d·E‖w‖²/d-ish, the Lasso's far lower; 512 prompts make the gap many standard errors."""
+    gen = torch.Generator().manual_seed(4)
+    p, n, d = 512, 6, 10
+    x = torch.randn(p, n, d, generator=gen)
+    w = torch.randn(p, d, generator=gen) * (torch.rand(p, d, generator=gen).argsort(1) < 2)
+    y = (x * w[:, None]).sum(-1)
+    q = torch.randn(p, d, generator=gen)
+    target = (q * w).sum(-1)
+    err_lasso = (rb.lasso(x, y, q, 0.1) - target).square().mean()
+    err_ls = (rb.least_squares(x, y, q) - target).square().mean()
+    assert err_lasso < 0.5 * err_ls
