@@ -87,6 +87,8 @@ COLUMNS = [
     "torch_version",
     "git_commit",
     "git_dirty",
+    "git_dirty_files",  # the code files that differed from the commit, comma-separated
+    "code_source",  # "checkout" (a commit is known) or "distribution" (an installed wheel)
     "threads",
     "hostname",
     "created_at",
@@ -207,6 +209,11 @@ class CollectSummary:
         return text
 
 
+def _as_list(value: object) -> list:
+    """A list field of a record's env (older records lack it; a malformed one is ignored)."""
+    return value if isinstance(value, list) else []
+
+
 def record_rows(record: Record, record_file: str = "") -> list[dict]:
     """The tidy rows of one record."""
     common = {
@@ -230,6 +237,8 @@ def record_rows(record: Record, record_file: str = "") -> list[dict]:
         "torch_version": record.env.get("torch_version"),
         "git_commit": record.env.get("git_commit"),
         "git_dirty": record.env.get("git_dirty"),
+        "git_dirty_files": ", ".join(map(str, _as_list(record.env.get("git_dirty_files")))),
+        "code_source": record.env.get("code_source"),
         "threads": record.threads,
         "hostname": record.env.get("hostname"),
         "created_at": record.created_at,
@@ -473,6 +482,7 @@ def main(argv: list[str] | None = None) -> int:
     the warnings (`harness.strict`: the table is then right about every record it holds, and
     the status says some are missing from it).
     """
+    from attnbench.harness.provenance import per_run_lines, summary_lines
     from attnbench.harness.strict import add_strict_flag, bad_records, report_bad_records
 
     parser = argparse.ArgumentParser(prog="attnbench-collect", description=__doc__.splitlines()[0])
@@ -481,6 +491,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--full", action="store_true", help="re-read every record (ignore the last collection)"
+    )
+    parser.add_argument(
+        "--provenance",
+        action="store_true",
+        help="print each run's provenance: its commit and whether the code differed from it",
     )
     add_strict_flag(parser, reads_records=True)
     args = parser.parse_args(argv)
@@ -504,6 +519,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     print(summary.describe())
+    frame = read_table(Path(args.results_dir) / TABLE_NAME)[0]
+    for line in per_run_lines(frame) if args.provenance else summary_lines(frame):
+        print(line)
     if args.strict:  # the files left out, each named with its path, as the other commands do
         return report_bad_records("attnbench-collect", bad_records(args.results_dir))
     return 0

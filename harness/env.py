@@ -10,6 +10,7 @@ import os
 import platform
 import socket
 import subprocess
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
@@ -39,31 +40,70 @@ def _git(*args: str) -> str:
     ).stdout.strip()
 
 
+# What a job can run: the folders the wheel is built from (pyproject.toml's package-dir) and the
+# file that builds it. A change anywhere else (results, the board, logs, docs, tests) is not code
+# that ran, so it does not make a record's commit "dirty". tests/harness/test_provenance.py keeps
+# this list equal to package-dir.
+CODE_PATHS = (
+    "api",
+    "harness",
+    "variants",
+    "peers",
+    "tasks",
+    "conf",
+    "hydra_plugins",
+    "pyproject.toml",
+)
+DIRTY_FILES_KEPT = 20  # a record names at most this many of the changed code files
+
+
+@dataclass(frozen=True)
+class GitState:
+    """The checkout a job's code runs from.
+
+    Attributes:
+        commit: HEAD's hash; None when the code does not run from a checkout of attnbench.
+        dirty: Whether a code file (`CODE_PATHS`) differs from that commit: modified, staged,
+            deleted, or untracked and not ignored. None with no commit.
+        dirty_files: Those files (at most `DIRTY_FILES_KEPT`), relative to the checkout.
+    """
+
+    commit: str | None = None
+    dirty: bool | None = None
+    dirty_files: tuple[str, ...] = ()
+
+
 @functools.lru_cache(maxsize=1)
-def git_state() -> tuple[str | None, bool | None]:
-    """(commit, dirty) of the attnbench checkout the code runs from; (None, None) otherwise.
+def git_state() -> GitState:
+    """The `GitState` of the attnbench checkout the code runs from (empty otherwise).
 
     Only a checkout counts: the source folder must be the top level of a git work tree that
     tracks this very file. An installed wheel inside some other repository (a virtualenv kept in
     a project folder) has no commit of its own, and the record then says so rather than
-    borrowing that repository's. Untracked files count as dirty only if git would track them
-    (results/ is ignored).
+    borrowing that repository's. Only code counts as dirty (`CODE_PATHS`): a sweep writing its
+    results into the checkout, or an edited README, leaves the code that ran equal to the commit.
     """
     try:
         toplevel = Path(_git("rev-parse", "--show-toplevel")).resolve()
         if toplevel != SOURCE_DIR:
-            return None, None
+            return GitState()
         _git("ls-files", "--error-unmatch", "harness/env.py")
         commit = _git("rev-parse", "HEAD")
-        status = _git("status", "--porcelain")
+        status = _git("status", "--porcelain", "--untracked-files=all", "--", *CODE_PATHS)
     except (OSError, subprocess.SubprocessError):
-        return None, None
-    return commit or None, bool(status)
+        return GitState()
+    # "XY path" (or "R  old -> new"); the output's leading blank is stripped by `_git`
+    files = [
+        line.split(maxsplit=1)[1].split(" -> ")[-1].strip('"')
+        for line in status.splitlines()
+        if line.strip()
+    ]
+    return GitState(commit or None, bool(files), tuple(files[:DIRTY_FILES_KEPT]))
 
 
 def code_source() -> str:
     """Where the running code comes from: "checkout" (git commit known) or "distribution"."""
-    return "checkout" if git_state()[0] is not None else "distribution"
+    return "checkout" if git_state().commit is not None else "distribution"
 
 
 @functools.lru_cache(maxsize=1)
@@ -87,15 +127,16 @@ def device_name(device: torch.device) -> str:
 
 def environment(device: torch.device) -> dict[str, object]:
     """The environment fields of a record."""
-    commit, dirty = git_state()
+    git = git_state()
     return {
         "attnbench_version": attnbench_version(),
         "torch_version": torch.__version__,
         "python_version": platform.python_version(),
         "cuda_version": torch.version.cuda,
         "code_source": code_source(),  # "distribution": no commit is known, see the version
-        "git_commit": commit,
-        "git_dirty": dirty,
+        "git_commit": git.commit,
+        "git_dirty": git.dirty,  # only code (CODE_PATHS) counts
+        "git_dirty_files": list(git.dirty_files),
         "hostname": socket.gethostname(),
         "platform": platform.platform(),
         "cpu": cpu_model(),

@@ -349,7 +349,7 @@ def _code(frame: pd.DataFrame) -> str:
         return "not from a git checkout"
     dirty = frame["git_dirty"].fillna(False).astype(bool).any()
     text = f"commit{'s' if len(commits) > 1 else ''} {', '.join(commits)}"
-    return text + (" (uncommitted changes in the tree)" if dirty else "")
+    return text + (" (some runs: code that differed from its commit)" if dirty else "")
 
 
 def plural(n: int, word: str) -> str:
