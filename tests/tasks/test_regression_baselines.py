@@ -216,3 +216,74 @@ def test_lasso_beats_least_squares_on_sparse_weights_with_fewer_examples_than_di
     err_lasso = (rb.lasso(x, y, q, 0.1) - target).square().mean()
     err_ls = (rb.least_squares(x, y, q) - target).square().mean()
     assert err_lasso < 0.5 * err_ls
+
+
+def check_three_nearest(predict) -> None:
+    """3-NN on a hand-made prompt whose neighbours are known: the query at 0, the examples at
+    distances 1…6 along a line in shuffled order with labels 10^distance, so the mean of exactly
+    the 3 nearest labels is (10 + 100 + 1000)/3 and any other count gives another number."""
+    order = torch.tensor([4, 1, 6, 3, 5, 2], dtype=torch.float64)
+    xs = torch.zeros(1, 6, 3, dtype=torch.float64)
+    xs[0, :, 1] = order
+    ys = (10**order).unsqueeze(0)
+    pred = predict(xs, ys, torch.zeros(1, 3, dtype=torch.float64))
+    assert float(pred) == pytest.approx(370.0, rel=1e-12)
+
+
+def test_three_nearest_neighbours_are_exactly_three_and_the_nearest():
+    check_three_nearest(rb.nearest_neighbours)
+    for k in (2, 4):  # the mutants: a neighbour too few or too many
+        with pytest.raises(AssertionError):
+            check_three_nearest(lambda x, y, q, k=k: rb.nearest_neighbours(x, y, q, k=k))
+
+
+def check_ridge_is_the_posterior_mean(ridge_at_sigma, sigma: float) -> None:
+    """Under w ~ N(0, I) and noise N(0, σ²), E[w | X, y] = Xᵀ(XXᵀ + σ²I)⁻¹y (Gaussian
+    conditioning, the n × n form): ridge with λ = σ² must predict exactly its q·E[w | X, y], the
+    Bayes-optimal prediction, so λ = σ² is the best λ. Float64, 1e-9 relative."""
+    gen = torch.Generator().manual_seed(5)
+    p, n, d = 200, 7, 10
+    x = torch.randn(p, n, d, generator=gen, dtype=torch.float64)
+    y = torch.randn(p, n, generator=gen, dtype=torch.float64)
+    q = torch.randn(p, d, generator=gen, dtype=torch.float64)
+    gram = x @ x.transpose(1, 2) + sigma**2 * torch.eye(n, dtype=torch.float64)
+    w_post = (x.transpose(1, 2) @ torch.linalg.solve(gram, y.unsqueeze(-1))).squeeze(-1)
+    torch.testing.assert_close(ridge_at_sigma(x, y, q), (q * w_post).sum(-1), rtol=1e-9, atol=1e-12)
+
+
+def test_ridge_with_lambda_sigma_squared_is_the_bayes_posterior_mean_and_nearby_lambdas_are_not():
+    sigma = 0.7
+    check_ridge_is_the_posterior_mean(lambda x, y, q: rb.ridge(x, y, q, sigma**2), sigma)
+    for factor in (0.95, 1.05):  # λ off by 5%: another predictor, no longer Bayes-optimal
+        with pytest.raises(AssertionError):
+            check_ridge_is_the_posterior_mean(
+                lambda x, y, q, f=factor: rb.ridge(x, y, q, f * sigma**2), sigma
+            )
+
+
+def _gd_signal(n_prompts: int, n: int, d: int, seed: int):
+    """g = (1/n) Σ y_i x_i · q (one step's prediction per unit step) and the target t = w·q."""
+    xs, clean, _ = _prompts(n_prompts, n, d, seed=seed)
+    g = ((xs[:, :n] * clean[:, :n].unsqueeze(-1)).mean(1) * xs[:, n]).sum(-1)
+    return g, clean[:, n]
+
+
+def check_optimal_step(step: float, n: int, d: int) -> None:
+    """The step minimising E(η·g − t)² is E[g t]/E[g²]: estimated by Monte Carlo (400 000
+    prompts) with its delta-method standard error (≈ 0.15% relative here), the claimed step must
+    lie within 4 of them, a window narrower than 1% (asserted), so a 1% error fails."""
+    g, t = _gd_signal(400_000, n, d, seed=7)
+    estimate = float((g * t).mean() / g.square().mean())
+    # η̂ − η ≈ mean(g t − η g²)/E g²: its standard error from the samples
+    se = float((g * t - estimate * g.square()).std() / (math.sqrt(len(g)) * g.square().mean()))
+    assert 4 * se / estimate < 0.01, se / estimate
+    assert abs(step - estimate) <= 4 * se, (step, estimate, se)
+
+
+def test_the_optimal_gd_step_is_the_monte_carlo_minimiser_to_better_than_one_percent():
+    n, d = 8, 6
+    theory = rb.gd_step_theory(n, d, 1.0, 3.0)  # N(0, I) inputs: s = 1, E x⁴ = 3
+    check_optimal_step(theory.step, n, d)
+    for factor in (0.99, 1.01):
+        with pytest.raises(AssertionError):
+            check_optimal_step(factor * theory.step, n, d)

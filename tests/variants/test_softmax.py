@@ -71,3 +71,42 @@ def test_without_the_one_over_sqrt_d_scale_row_entropy_collapses_as_d_grows():
     unscaled = [u for _, u in entropies.values()]
     assert unscaled == sorted(unscaled, reverse=True)  # collapses as d grows
     assert unscaled[-1] < 1.0  # d = 256: fewer than e¹ keys effectively attended
+
+
+def _semi_relaxed_objective(plan: torch.Tensor, scores: torch.Tensor, eps: float) -> torch.Tensor:
+    """⟨A, −S⟩ + ε Σ A log A per batch (theory.md §1), for plans with rows summing to 1."""
+    return (plan * -scores).sum((-2, -1)) + eps * torch.xlogy(plan, plan).sum((-2, -1))
+
+
+def check_semi_relaxed_optimality(plan: torch.Tensor, scores: torch.Tensor, eps: float) -> None:
+    """The KKT conditions of min_{A ≥ 0, A1 = 1} ⟨A, −S⟩ + ε Σ A log A: A > 0 everywhere, rows sum
+    to 1, and the gradient −S + ε(log A + 1) is constant along each row (its Lagrange multiplier);
+    as the problem is strictly convex these make A *the* minimiser. Checked in float64 to 1e-9."""
+    assert torch.all(plan > 0)
+    torch.testing.assert_close(plan.sum(-1), torch.ones_like(plan[..., 0]), rtol=0, atol=1e-12)
+    gradient = -scores + eps * (plan.log() + 1)
+    spread = gradient.amax(-1) - gradient.amin(-1)
+    assert float(spread.max()) < 1e-9, float(spread.max())
+
+
+@pytest.mark.parametrize("temperature", [0.5, 1.0, 2.0])
+def test_softmax_is_the_semi_relaxed_entropic_ot_plan_and_a_perturbed_plan_is_not(temperature):
+    """theory.md §1: softmax(S/ε) solves the semi-relaxed entropic OT problem (rows sum to 1,
+    columns free). The variant's weights meet its optimality conditions and beat every feasible
+    perturbation of them (rows still summing to 1); a perturbed plan fails the conditions."""
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 3, 9, 8, generator=gen, dtype=torch.float64)
+    k = torch.randn(2, 3, 11, 8, generator=gen, dtype=torch.float64)
+    variant = build_variant("softmax", {"temperature": temperature}).double()
+    plan = variant.attention_weights(q, k)
+    scores = q @ k.transpose(-1, -2) / math.sqrt(8)  # S = QKᵀ/√d; ε is the temperature
+    check_semi_relaxed_optimality(plan, scores, temperature)
+    best = _semi_relaxed_objective(plan, scores, temperature)
+    for scale in (1e-3, 1e-1):
+        direction = torch.randn(plan.shape, generator=gen, dtype=torch.float64)
+        direction -= direction.mean(-1, keepdim=True)  # keeps every row's sum
+        perturbed = (plan + scale * direction * plan).clamp(min=1e-300)
+        perturbed /= perturbed.sum(-1, keepdim=True)
+        assert torch.all(_semi_relaxed_objective(perturbed, scores, temperature) > best)
+        with pytest.raises(AssertionError):
+            check_semi_relaxed_optimality(perturbed, scores, temperature)
