@@ -41,7 +41,8 @@ def test_identity_attention_system_converges_to_least_squares(one_thread):
     points, details = _run("identity", **SYSTEM)
     assert details["linear_in_x"]
     assert len(details["error_rates"]) == 10
-    assert max(details["error_rates"]) < 1e-3  # every seed
+    # theory.md §3: below 1e-4 in every run (measured max 3.8e-5 over the 10 seeded runs)
+    assert max(details["error_rates"]) < 1e-4
     assert points[("error_rate_vs_ls", None)] == max(details["error_rates"])
     assert points[("loss_ratio_vs_ls", None)] == pytest.approx(1.0, abs=1e-3)
 
@@ -50,7 +51,25 @@ def test_softmax_attention_system_does_not(one_thread):
     points, details = _run("softmax", **SYSTEM)
     assert not details["linear_in_x"]
     assert ("error_rate_vs_ls", None) not in points  # not linear in x: no β_eq to compare
-    assert points[("loss_ratio_vs_ls", None)] > 10  # 1–2 orders above least squares at n = 100
+    # 1–2 orders above least squares at n = 100 (measured: median 51 over the runs)
+    assert 10 < points[("loss_ratio_vs_ls", None)] < 100
+
+
+@pytest.mark.slow
+def test_softmax_attention_system_at_a_thousand_points_and_in_high_dimension(one_thread):
+    """theory.md §3 at n = 1000: softmax's loss over least squares' "approaches" at d = 10 and is
+    "again about 3 orders worse" at d = 100. Measured (seed 0): at d = 10 the runs give 22, 51 and
+    18 (at n = 100: 51, 19, 77), so it stays 1–2 orders above least squares rather than
+    approaching it, and that is what is asserted; at d = 100, 1050 and 1289: about 3 orders. The
+    identity system stays least squares at d = 100 (error rate 1.7e-5)."""
+    at_1000, _ = _run("softmax", **{**SYSTEM, "n_points": 1000, "system_runs": 2})
+    assert 10 < at_1000[("loss_ratio_vs_ls", None)] < 100
+    high_d = {**SYSTEM, "n_dims": 100, "n_points": 1000, "system_runs": 1}
+    softmax, _ = _run("softmax", **high_d)
+    # about 3 orders: ten times the d = 10 bound, and half an order's room below 1000
+    assert softmax[("loss_ratio_vs_ls", None)] > 10**2.5
+    identity, details = _run("identity", **high_d)
+    assert max(details["error_rates"]) < 1e-4
 
 
 def test_prompt_tokens_interleave_inputs_and_padded_outputs():
