@@ -50,8 +50,12 @@ def test_probe_process_ignores_ctrl_c():
     """A terminal's Ctrl-C reaches the probe too; the job's process decides what it means
     (harness.interrupt), so the probe must not die of it."""
     release_probe()  # a fresh probe, spawned by this call
+    # Python's own handler here, whatever this process inherited (a runner started with nohup
+    # or `&` from a script ignores SIGINT), so that "ours is back" means something
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         assert isolated_cpu_peak(signal.getsignal, signal.SIGINT) == signal.SIG_IGN
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # ours is back
     finally:
         release_probe()
+        signal.signal(signal.SIGINT, inherited)
