@@ -4,8 +4,11 @@ A leaderboard folder is meant to be uploaded as it is, so what lands in it is de
 
 - **Where.** The site folder must be a folder of its own that can be written: not the results
   folder itself and not inside its ``runs/`` (the site's ``runs/`` would mix with, or its clean-up
-  delete, the records), not an existing file, not read-only, and its ``runs/`` not a link.
-  `check_paths` says what is wrong in one sentence (`SiteError`) before anything is written.
+  delete, the records), not another results folder (a folder holding run records or a results
+  table that no build of the site wrote: its records would be deleted and its table replaced),
+  not an existing file, not read-only, and its ``runs/`` not a link. A build leaves `SITE_MARK`
+  in the folder, so the next build knows the records there are its own copies. `check_paths`
+  says what is wrong in one sentence (`SiteError`) before anything is written.
 - **Which records.** `copy_records` publishes a file of ``results/runs/`` only if it is a regular
   file (a link could publish any file the builder can read), named ``<run_id>.json`` with a
   run_id of the hash form (`harness.records.is_run_id`), a valid record
@@ -30,6 +33,12 @@ from attnbench.harness.records import attempt_run_id, is_run_id, read_record, ru
 log = logging.getLogger(__name__)
 
 
+SITE_MARK = ".attnbench-site"
+"""The file a build leaves in its site folder: what is there is the site's own, safe to replace."""
+
+_SITE_TITLE = b"<title>attnbench leaderboard</title>"  # sites built before the mark existed
+
+
 class SiteError(ValueError):
     """The leaderboard cannot be written where it was asked to; one sentence naming the path and
     the fix."""
@@ -40,6 +49,29 @@ def _is_within(path: Path, folder: Path) -> bool:
     lead)."""
     path, folder = path.resolve(), folder.resolve()
     return path == folder or folder in path.parents
+
+
+def _is_site(folder: Path) -> bool:
+    """Whether ``folder`` was written by a leaderboard build: it has `SITE_MARK`, or (a build
+    older than the mark) an ``index.html`` that is this page."""
+    if (folder / SITE_MARK).is_file():
+        return True
+    try:
+        with open(folder / "index.html", "rb") as f:
+            return _SITE_TITLE in f.read(4096)
+    except OSError:
+        return False
+
+
+def _holds_results(folder: Path) -> bool:
+    """Whether ``folder`` holds a results table or run records (``runs/*.json``)."""
+    if (folder / "results.parquet").exists() or (folder / "results.csv").exists():
+        return True
+    records = folder / "runs"
+    try:
+        return records.is_dir() and any(e.name.endswith(".json") for e in os.scandir(records))
+    except OSError:
+        return True  # cannot tell: treat as records, never risk them
 
 
 def check_paths(results_dir: Path, out: Path) -> None:
@@ -71,6 +103,11 @@ def check_paths(results_dir: Path, out: Path) -> None:
         raise SiteError(
             f"{records} is a link or a file, where the site keeps its copies of the records; "
             f"remove it or {fix}."
+        )
+    if out.is_dir() and _holds_results(out) and not _is_site(out):
+        raise SiteError(
+            f"{where} holds run records or a results table that no leaderboard build wrote "
+            f"(another results folder?), which building there would delete or replace; {fix}."
         )
     existing = out
     while not existing.exists():

@@ -38,7 +38,7 @@ from attnbench.harness.leaderboard.charts import (
 from attnbench.harness.leaderboard.columns import overview_columns
 from attnbench.harness.leaderboard.overview import overview
 from attnbench.harness.leaderboard.peers import labelled, peer_section, unavailable
-from attnbench.harness.leaderboard.publish import SiteError, check_paths, copy_records
+from attnbench.harness.leaderboard.publish import SITE_MARK, SiteError, check_paths, copy_records
 from attnbench.harness.leaderboard.ranking import with_machine
 from attnbench.harness.leaderboard.tables import (
     UNSTEADY_MARK,
@@ -410,6 +410,7 @@ def build_site(
     frame, infos = load(table_path, COLUMNS)[:2] if table_path.exists() else (pd.DataFrame(), {})
 
     out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / SITE_MARK, "Written by attnbench-leaderboard: its site folder.\n")
     if not (out / PLOTLY_JS).exists():
         atomic_write_text(out / PLOTLY_JS, get_plotlyjs())
     published: set[str] = set()

@@ -164,7 +164,8 @@ def test_only_valid_records_of_the_table_runs_are_published(tmp_path, caplog):
     write_record(results, make_record("late", variant="late"))
     site = tmp_path / "site"
     (site / "runs").mkdir(parents=True)
-    (site / "runs" / "0000000000000abc.json").write_text("{}")  # an earlier build's record
+    (site / ".attnbench-site").write_text("")  # an earlier build's folder, with its record:
+    (site / "runs" / "0000000000000abc.json").write_text("{}")
     (site / "runs" / "README.txt").write_text("not ours")
     with caplog.at_level(logging.WARNING):
         html = build_site(results, site).read_text()
@@ -260,3 +261,32 @@ def test_kept_attempts_beside_a_record_are_history_not_left_out(tmp_path, caplog
         f"{RUN['a']}.json"
     ]
     assert not [r for r in caplog.records if "left out" in r.getMessage()]
+
+
+def test_another_results_folder_as_output_is_refused_and_keeps_its_records(tmp_path, capsys):
+    """`attnbench-leaderboard A -o B`, B another results folder: building there would delete B's
+    records that are not A's and replace B's table, so it is refused before anything is touched."""
+    results = _results(tmp_path, "a")
+    other = tmp_path / "other"
+    write_record(other, _record(RUN["b"]))
+    collect(other)
+    for out in (other, tmp_path / "table_only"):
+        if out.name == "table_only":
+            out.mkdir()
+            (out / "results.parquet").write_bytes((other / "results.parquet").read_bytes())
+        _refused(capsys, [str(results), "-o", str(out)], tmp_path, str(out), "holds run records")
+    assert record_path(other, RUN["b"]).exists()
+
+
+def test_a_site_folder_is_rebuilt_in_place_even_from_before_the_site_mark(tmp_path, capsys):
+    results = _results(tmp_path, "a", "b")
+    site = tmp_path / "site"
+    assert main([str(results), "-o", str(site)]) == 0
+    assert (site / "runs").is_dir() and (site / "results.parquet").exists()
+    assert main([str(results), "-o", str(site)]) == 0  # its own copies: rebuilt
+    (site / ".attnbench-site").unlink()  # a site written before builds left their mark
+    assert main([str(results), "-o", str(site)]) == 0
+    (site / ".attnbench-site").unlink()
+    (site / "index.html").write_text("<title>my notes</title>")  # no longer recognisably ours
+    capsys.readouterr()
+    _refused(capsys, [str(results), "-o", str(site)], tmp_path, "holds run records")
