@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import re
+import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -322,16 +323,37 @@ def read_record(path: Path) -> Record:
 def find_finished_record(
     results_dir: str | os.PathLike, run_id: str, statuses: tuple[str, ...] = ("ok",)
 ) -> Record | None:
-    """The finished record of ``run_id`` (status in ``statuses``); None if there is none or it
-    is unreadable."""
-    path = record_path(results_dir, run_id)
-    if not path.exists():
-        return None
+    """The finished record of ``run_id`` (status in ``statuses``); None if there is none.
+
+    It is looked for where collection finds it (`harness.collect`), so that a job skipped as
+    finished is always on the table: the run's file and its kept attempts
+    (``<run_id>.<time>.json``, where `write_record` puts a new record when the run's file cannot
+    be read), regular files only (collection does not follow links), the record's own run_id
+    matching. Of several, an `ok` one first, then the newest.
+    """
+    folder = runs_dir(results_dir)
+    candidates = [record_path(results_dir, run_id)]
     try:
-        record = read_record(path)
-    except (OSError, ValueError):
+        candidates += [
+            folder / entry.name
+            for entry in os.scandir(folder)
+            if attempt_run_id(entry.name) == run_id
+        ]
+    except OSError:
+        pass
+    found = []
+    for path in candidates:
+        try:
+            if not stat.S_ISREG(path.lstat().st_mode):
+                continue
+            record = read_record(path)
+        except (OSError, ValueError):
+            continue
+        if record.status in statuses and record.run_id == run_id:
+            found.append(record)
+    if not found:
         return None
-    return record if record.status in statuses and record.run_id == run_id else None
+    return max(found, key=lambda r: (r.status == "ok", r.created_at))
 
 
 def _finite_or_none(obj: Any) -> Any:

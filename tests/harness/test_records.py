@@ -275,3 +275,35 @@ def test_attempt_file_names_give_their_run_id(tmp_path):
     assert attempt_run_id(beside.name) == RUN
     for other in (f"{RUN}.json", "notes.json", f"{RUN}.20260101T000000Z.json.tmp", "x.json"):
         assert attempt_run_id(other) is None, other
+
+
+def test_a_linked_record_is_not_finished_because_collection_would_not_read_it(tmp_path):
+    """A job skipped as finished must reach the table; collection does not follow links."""
+    elsewhere = tmp_path / "elsewhere"
+    path = write_record(elsewhere, _record())
+    (tmp_path / "runs").mkdir()
+    os.symlink(path, tmp_path / "runs" / f"{RUN}.json")
+    assert find_finished_record(tmp_path, RUN) is None
+
+
+@pytest.mark.parametrize(
+    "unreadable",
+    [
+        lambda p: p.write_text('{"run_id": 3}'),  # bad field types
+        lambda p: p.write_text(json.dumps({"schema_version": 999, "run_id": RUN})),  # newer
+        lambda p: p.mkdir(),  # a directory
+    ],
+    ids=["bad-types", "newer-schema", "directory"],
+)
+def test_an_ok_record_beside_an_unreadable_one_is_the_finished_run(tmp_path, unreadable):
+    """write_record leaves an unreadable run file alone and writes beside it; a later sweep must
+    find that record there instead of running the job, and adding an attempt, every time."""
+    (tmp_path / "runs").mkdir()
+    unreadable(tmp_path / "runs" / f"{RUN}.json")
+    ok = _record(created_at="2026-01-01T00:00:00+00:00")
+    beside = write_record(tmp_path, ok)
+    assert beside.name != f"{RUN}.json"
+    assert find_finished_record(tmp_path, RUN) == ok
+    newer_failure = _record(status="failed", error="x", created_at="2026-01-02T00:00:00+00:00")
+    write_record(tmp_path, newer_failure)
+    assert find_finished_record(tmp_path, RUN) == ok  # ok first, though older
