@@ -347,8 +347,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     add_strict_flag(parser, reads_records=True)
     args = parser.parse_args(argv)
-    if not args.threshold >= 0:
-        parser.error(f"--threshold must be >= 0, got {args.threshold}.")
+    if not 0 <= args.threshold < float("inf"):  # nan and inf would pass every regression
+        print(
+            f"attnbench-compare: --threshold {args.threshold} is not a relative change; give a "
+            "finite number >= 0, e.g. --threshold 0.05.",
+            file=sys.stderr,
+        )
+        return 2
     try:
         old, old_infos, _ = load(args.old, REQUIRED)
         new, new_infos, _ = load(args.new, REQUIRED)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import json
 import sys
 import warnings
@@ -81,6 +82,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"attnbench-variants: {failed.asked_for('variant')}", file=sys.stderr)
         return PLUGINS_STATUS
     names = set(VARIANTS.names(args.pattern))
+    if not names:  # a header alone, exit 0, would read as "there are none"
+        close = difflib.get_close_matches(args.pattern, VARIANTS.names(), n=3, cutoff=0.6)
+        hint = f" Did you mean: {', '.join(close)}?" if close else ""
+        print(
+            f"attnbench-variants: no registered variant matches '{args.pattern}'.{hint} "
+            "Run attnbench-variants without a pattern to list them all.",
+            file=sys.stderr,
+        )
+        return 2
     rows = [r for r in variant_table() if r["name"] in names]
     broken = failures()
     if args.json:

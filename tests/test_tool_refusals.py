@@ -1,0 +1,37 @@
+"""Bad input to the other console scripts: one sentence naming the value and the fix, exit 2.
+
+A table of cases, one row each (the command's entry point, its arguments, a fragment of the
+sentence), run in-process through the function the console script calls, so that the next case
+found is one line here. `attnbench` itself has its table in test_bad_input.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from attnbench.harness.compare import main as compare_main
+from attnbench.harness.listing import main as variants_main
+
+MAINS = {"attnbench-compare": compare_main, "attnbench-variants": variants_main}
+
+REFUSALS = [
+    # a threshold that lets every regression pass: the gate would be open
+    ("attnbench-compare", ["a", "b", "--threshold", "inf", "--fail"], "--threshold inf is not"),
+    ("attnbench-compare", ["a", "b", "--threshold", "nan"], "--threshold nan is not"),
+    ("attnbench-compare", ["a", "b", "--threshold", "-0.1"], "give a finite number >= 0"),
+    # a pattern that matches nothing printed a bare header and exited 0
+    ("attnbench-variants", ["zzz"], "no registered variant matches 'zzz'."),
+    ("attnbench-variants", ["softmx"], "matches 'softmx'. Did you mean: softmax?"),
+    ("attnbench-variants", ["--json", "lin*x"], "no registered variant matches 'lin*x'."),
+]
+
+
+@pytest.mark.parametrize(
+    "command, args, message", REFUSALS, ids=[f"{c} {' '.join(a)}" for c, a, _ in REFUSALS]
+)
+def test_refused_in_one_sentence(command, args, message, capsys):
+    assert MAINS[command](args) == 2
+    captured = capsys.readouterr()
+    (line,) = captured.err.strip().splitlines()
+    assert line.startswith(f"{command}: ") and message in line, line
+    assert captured.out == ""
