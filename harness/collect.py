@@ -285,6 +285,35 @@ def _previous(results_dir: Path) -> tuple[TableMeta, pd.DataFrame | None]:
     return meta, table[~table["derived"].astype(bool)]
 
 
+def uncollected(results_dir: str | os.PathLike) -> int:
+    """How many record files of ``results_dir/runs`` the table does not reflect: new or changed
+    since the last collection, or gone from the folder. Reads only the table's metadata.
+
+    The leaderboard asks before building, so that records a sweep wrote after the table (a
+    sweep stopped before it collected, records copied in) are collected rather than shown as
+    "not valid records of the table's runs".
+    """
+    results_dir = Path(results_dir)
+    table = results_dir / TABLE_NAME
+    try:
+        collected_ns = table.stat().st_mtime_ns
+        raw = (pq.read_schema(table).metadata or {}).get(METADATA_KEY)
+        files = TableMeta.from_json(raw).files if raw else {}
+    except (OSError, ValueError, TypeError, KeyError, pa.ArrowException):
+        return 0  # no usable table: the caller's own checks say so
+    present, changed = set(), 0
+    for path in runs_dir(results_dir).glob("*.json"):
+        if path.is_symlink() or not path.is_file():
+            continue
+        present.add(path.name)
+        entry = files.get(path.name)
+        if entry is None:  # new, unless the last collection saw it and skipped it (not a record)
+            changed += path.stat().st_mtime_ns > collected_ns
+        elif (entry.size, entry.mtime_ns) != _stamp(path):
+            changed += 1
+    return changed + len(set(files) - present)
+
+
 def _stamp(path: Path) -> tuple[int, int]:
     stat = path.stat()
     return stat.st_size, stat.st_mtime_ns

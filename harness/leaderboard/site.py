@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import shutil
 import sys
@@ -25,7 +26,7 @@ import jinja2
 import pandas as pd
 from plotly.offline import get_plotlyjs
 
-from attnbench.harness.collect import COLUMNS, TABLE_NAME, collect
+from attnbench.harness.collect import COLUMNS, TABLE_NAME, collect, uncollected
 from attnbench.harness.fit_quality import EXPONENT_RANGE, MAX_HALF_WIDTH, RELIABLE_SUFFIX
 from attnbench.harness.leaderboard.charts import (
     Chart,
@@ -56,6 +57,8 @@ from attnbench.harness.records import atomic_write_text, runs_dir
 from attnbench.harness.strict import add_strict_flag, bad_records, report_bad_records
 from attnbench.harness.table_file import TableError, load
 from attnbench.harness.task_info import TaskInfo
+
+log = logging.getLogger(__name__)
 
 PLOTLY_JS = "plotly.min.js"
 MAX_LABEL_PARAMS = 3  # a chart title names at most this many of the parameters that differ
@@ -377,6 +380,29 @@ def _shown(frame: pd.DataFrame, include_stale: bool) -> tuple[pd.DataFrame, int]
     return with_machine(frame), stale
 
 
+def _collect_first(results_dir: Path, n_new: int) -> None:
+    """Bring the table up to date with records written since it was collected (a sweep stopped
+    before collecting, records copied in), saying so; where the folder cannot be written, build
+    from the table as it is and say which records it does not hold yet."""
+    try:
+        collect(results_dir)
+    except OSError as exc:
+        log.warning(
+            "attnbench-leaderboard: %d record file(s) of %s are not collected yet and collecting "
+            "failed (%s); the board shows the table as it was (run attnbench-collect %s).",
+            n_new,
+            runs_dir(results_dir),
+            exc.strerror or exc,
+            results_dir,
+        )
+        return
+    log.warning(
+        "attnbench-leaderboard: collected %d new or changed record file(s) of %s first.",
+        n_new,
+        runs_dir(results_dir),
+    )
+
+
 def build_site(
     results_dir: str | os.PathLike = "results",
     out_dir: str | os.PathLike | None = None,
@@ -407,6 +433,8 @@ def build_site(
                 f"{results_dir} has records but no table, and collecting them failed "
                 f"({exc.strerror or exc}); run attnbench-collect {results_dir} where it can write."
             ) from None
+    elif table_path.exists() and (n_new := uncollected(results_dir)):
+        _collect_first(results_dir, n_new)
     frame, infos = load(table_path, COLUMNS)[:2] if table_path.exists() else (pd.DataFrame(), {})
 
     out.mkdir(parents=True, exist_ok=True)

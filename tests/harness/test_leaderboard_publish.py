@@ -290,3 +290,24 @@ def test_a_site_folder_is_rebuilt_in_place_even_from_before_the_site_mark(tmp_pa
     (site / "index.html").write_text("<title>my notes</title>")  # no longer recognisably ours
     capsys.readouterr()
     _refused(capsys, [str(results), "-o", str(site)], tmp_path, "holds run records")
+
+
+def test_records_written_after_the_table_are_collected_before_the_build(tmp_path):
+    """A sweep stopped before it collected, or records copied in: the board must show them, not
+    call them "not valid records of the table's runs"."""
+    results = _results(tmp_path, "a")
+    (results / "runs" / "notes.json").write_text("[]")  # seen and skipped by every collection
+    collect_warnings = pytest.warns(UserWarning)
+    with collect_warnings:
+        collect(results)
+    write_record(results, _record(RUN["b"], variant="late"))
+    proc = run_cli("attnbench-leaderboard", str(results))
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        f"attnbench-leaderboard: collected 1 new or changed record file(s) of {results / 'runs'} "
+        "first." in proc.stderr.splitlines()
+    )
+    assert RUN["b"] in set(pd.read_parquet(results / "results.parquet")["run_id"])
+    assert (results / "leaderboard" / "runs" / f"{RUN['b']}.json").exists()
+    again = run_cli("attnbench-leaderboard", str(results))  # up to date: no second collection
+    assert again.returncode == 0 and "collected" not in again.stderr, again.stderr
