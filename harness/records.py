@@ -13,6 +13,7 @@ newer one takes its place, and never touches a file it cannot read (a record of 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -21,9 +22,13 @@ import os
 import re
 import stat
 import tempfile
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from attnbench.harness.task_info import TaskInfo
 
 log = logging.getLogger(__name__)
 
@@ -306,8 +311,51 @@ def record_from_data(data: Any, where: str) -> Record:
             _check_type(where, f"metrics[{i}].{name}", point.get(name), expected)
     for module, digest in data.get("code_modules", {}).items():
         _check_type(where, f"code_modules[{module}]", digest, str)
+    if data.get("task_info"):
+        _check_fields(where, "task_info", data["task_info"], TaskInfo)
     known = {f.name for f in dataclasses.fields(Record)}
     return Record(**{k: v for k, v in data.items() if k in known})
+
+
+def _check_fields(where: str, name: str, value: Any, hint: Any) -> None:
+    """Check ``value`` (parsed JSON) against the type ``hint`` of the dataclass field it will
+    fill, recursively: the nested `TaskInfo` of a record is read by every later collection and
+    board, so a mistyped one is refused here, naming the field, like any other malformed record.
+    Keys a dataclass does not know are ignored (a newer attnbench may add some), as its
+    ``from_dict`` ignores them."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return
+        (inner,) = [a for a in args if a is not type(None)]
+        _check_fields(where, name, value, inner)
+    elif dataclasses.is_dataclass(hint):
+        _check_type(where, name, value, dict)
+        hints = typing.get_type_hints(hint)
+        for f in dataclasses.fields(hint):
+            missing = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+            if f.name in value:
+                _check_fields(where, f"{name}.{f.name}", value[f.name], hints[f.name])
+            elif missing:
+                raise RecordFieldError(f"{where}: field {name}.{f.name} is missing")
+    elif origin is list:
+        _check_type(where, name, value, list)
+        for i, item in enumerate(value):
+            _check_fields(where, f"{name}[{i}]", item, args[0])
+    elif origin is dict:
+        _check_type(where, name, value, dict)
+        for key, item in value.items():
+            _check_fields(where, f"{name}[{key}]", item, args[1])
+    elif origin is tuple:  # stored as a JSON list of fixed length
+        _check_type(where, name, value, list)
+        if len(value) != len(args):
+            raise RecordFieldError(f"{where}: field {name} must hold {len(args)} values")
+        for i, (item, inner) in enumerate(zip(value, args, strict=True)):
+            _check_fields(where, f"{name}[{i}]", item, inner)
+    else:
+        _check_type(where, name, value, (int, float) if hint is float else hint)
 
 
 def read_record(path: Path) -> Record:
@@ -333,14 +381,12 @@ def find_finished_record(
     """
     folder = runs_dir(results_dir)
     candidates = [record_path(results_dir, run_id)]
-    try:
+    with contextlib.suppress(OSError):  # no runs/ folder (yet): the run's file alone
         candidates += [
             folder / entry.name
             for entry in os.scandir(folder)
             if attempt_run_id(entry.name) == run_id
         ]
-    except OSError:
-        pass
     found = []
     for path in candidates:
         try:

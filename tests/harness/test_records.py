@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 
@@ -307,3 +308,41 @@ def test_an_ok_record_beside_an_unreadable_one_is_the_finished_run(tmp_path, unr
     newer_failure = _record(status="failed", error="x", created_at="2026-01-02T00:00:00+00:00")
     write_record(tmp_path, newer_failure)
     assert find_finished_record(tmp_path, RUN) == ok  # ok first, though older
+
+
+GOOD_TASK_INFO = {
+    "name": "throughput",
+    "headline": "fwd_ms",
+    "metrics": [{"name": "fwd_ms", "higher_is_better": False, "description": "ms"}],
+    "chart_bands": {"fwd_ms": ["fwd_ms_q25", "fwd_ms_q75"]},
+    "scaling_fits": [{"metric": "fwd_ms", "axis": "seq_len"}],
+    "tuning": None,
+    "a_field_of_a_newer_attnbench": {"anything": 1},  # ignored, as TaskInfo.from_dict does
+}
+
+
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"chart_bands": {"fwd_ms": 3}}, "task_info.chart_bands[fwd_ms]"),
+        ({"chart_bands": {"fwd_ms": ["a"]}}, "task_info.chart_bands[fwd_ms]"),
+        ({"metrics": [5]}, "task_info.metrics[0]"),
+        ({"metrics": [{"name": "x", "description": ""}]}, "task_info.metrics[0].higher_is_better"),
+        (
+            {"metrics": [{"name": 1, "higher_is_better": None, "description": ""}]},
+            "task_info.metrics[0].name",
+        ),
+        ({"headline": ["fwd_ms"]}, "task_info.headline"),
+        ({"tuning": "lr"}, "task_info.tuning"),
+        ({"tuning": {"params": "lr"}}, "task_info.tuning.params"),
+        ({"scaling_fits": [{"metric": "fwd_ms"}]}, "task_info.scaling_fits[0].axis"),
+        ({"name": None}, "task_info.name"),
+    ],
+)
+def test_a_mistyped_task_info_is_an_invalid_record_naming_the_field(tmp_path, change, field):
+    """A record's task description is read by every later collection and board: a mistyped
+    one is refused like any other malformed record (collection skips it with a warning)."""
+    assert read_record(write_record(tmp_path, _record(task_info=GOOD_TASK_INFO))).task_info
+    path = write_record(tmp_path / "bad", _record(task_info={**GOOD_TASK_INFO, **change}))
+    with pytest.raises(RecordFieldError, match=f"field {re.escape(field)}"):
+        read_record(path)
