@@ -108,7 +108,10 @@ def run(cfg: DictConfig) -> Record:
     done = _finished_earlier(cfg, job.identity, job.run_id)
     if done is not None:
         return done
-    outcome = _execute(job.task, job.identity, cfg)
+    if job.build_error is not None or job.task is None:  # a plugin's constructor raised
+        outcome = _Outcome("failed", job.build_error, _settings_before_job())
+    else:
+        outcome = _execute(job.task, job.identity, cfg)
     return _record(cfg.results_dir, job, outcome)
 
 
@@ -198,6 +201,11 @@ def _metric_points(result: TaskResult, task: Task) -> list[dict[str, Any]]:
     ]
 
 
+def _settings_before_job() -> dict[str, Any]:
+    """The process settings a record states when the job's own were never made."""
+    return {"threads": torch.get_num_threads(), "flush_denormal": False, "cpu_allocator": None}
+
+
 def _execute(task: Task, ident: dict[str, Any], cfg: DictConfig) -> _Outcome:
     """Set the process up and run the task under the time budget; never raises for the job.
 
@@ -207,8 +215,7 @@ def _execute(task: Task, ident: dict[str, Any], cfg: DictConfig) -> _Outcome:
     it.
     """
     device = torch.device(ident["device"])
-    # until the job's own settings are made (if setting them fails, these stay true)
-    settings = {"threads": torch.get_num_threads(), "flush_denormal": False, "cpu_allocator": None}
+    settings = _settings_before_job()  # until the job's own are made (if that fails, they stay)
     start = time.perf_counter()
     try:
         reason = VARIANTS.get(ident["variant"]).unavailable(device.type)
@@ -259,7 +266,7 @@ def _record(results_dir: str, job: PreparedJob, outcome: _Outcome) -> Record:
             "peer_of": entry.obj.peer_of,
             "variant_library": library_version(entry.obj.library),
         },
-        task_info=job.task.describe().to_dict(),
+        task_info=job.task_class.describe().to_dict(),
         code_modules=job.code_modules,
         **ident,
     )

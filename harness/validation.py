@@ -386,12 +386,12 @@ def job_identity(cfg: DictConfig) -> dict[str, Any]:
     }
 
 
-def code_identity(task: Task, variant_name: str) -> tuple[str, dict[str, str]]:
+def code_identity(task_module: str, variant_name: str) -> tuple[str, dict[str, str]]:
     """(fingerprint, {module: source digest}) of the code a job runs: the task's and the
     variant's modules and the project modules they use, and the installed version of the
     library a peer variant wraps (`harness.fingerprint`)."""
     variant = VARIANTS.get(variant_name)
-    roots = [type(task).__module__, variant.__module__]
+    roots = [task_module, variant.__module__]
     modules = code_modules(roots, libraries=[variant.library])
     return combined_digest(modules), modules
 
@@ -452,14 +452,22 @@ class PreparedJob:
     Attributes:
         identity: What determines its measurement (`harness.records.IDENTITY_FIELDS`); its hash
             is the run_id.
-        task: The task, built and checked.
+        task: The task, built and checked (None when its constructor raised: see
+            ``build_error``).
         code_modules: {module: source digest} of the code it runs; ``identity`` holds their
             combined digest as ``code_fingerprint``.
+        task_class: The task's class (its self-description needs no instance).
+        build_error: Set when a plugin's constructor raised something other than the
+            ValueError or TypeError of a bad value (a bug in the plugin, not in the command
+            line): the job is not refused with the whole sweep but recorded `failed` with
+            this sentence, naming the plugin.
     """
 
     identity: dict[str, Any]
-    task: Task
+    task: Task | None
     code_modules: dict[str, str]
+    task_class: type[Task]
+    build_error: str | None = None
 
     @property
     def run_id(self) -> str:
@@ -475,7 +483,8 @@ def prepare_job(cfg: DictConfig) -> PreparedJob:
     """
     check_settings(cfg)
     ident = job_identity(cfg)
-    built = {}
+    built: dict[str, Any] = {}
+    errors = []
     for kind, build in (
         ("task", lambda: build_task(ident["task"], ident["task_params"])),
         (
@@ -492,6 +501,14 @@ def prepare_job(cfg: DictConfig) -> PreparedJob:
                 raise
             # a variant unavailable here (library or device missing; its hyperparameter names
             # were checked before it refused): the job runs and is recorded `unsupported`
+        except Exception as exc:  # a plugin's bug: this job's failed record, not a refusal
+            origin = (TASKS if kind == "task" else VARIANTS).entry(ident[kind]).origin
+            reason = (str(exc).splitlines() or [""])[0][:200]
+            errors.append(
+                f"{kind} {ident[kind]} (from {origin}) raised {type(exc).__name__} when built"
+                + (f": {reason}" if reason else "")
+            )
     check_dtype_runs(DTYPES[ident["dtype"]], torch.device(ident["device"]))
-    ident["code_fingerprint"], modules = code_identity(built["task"], ident["variant"])
-    return PreparedJob(ident, built["task"], modules)
+    task_class = TASKS.get(ident["task"])
+    ident["code_fingerprint"], modules = code_identity(task_class.__module__, ident["variant"])
+    return PreparedJob(ident, built.get("task"), modules, task_class, "; ".join(errors) or None)

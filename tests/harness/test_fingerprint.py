@@ -95,7 +95,7 @@ def test_a_peer_job_depends_on_its_library_version(monkeypatch):
     from attnbench.harness.task_api import build_task
     from attnbench.harness.validation import code_identity
 
-    task = build_task("throughput", {})
+    task = type(build_task("throughput", {})).__module__
     versions = {"flash-attn": "not installed"}
     monkeypatch.setattr(fingerprint, "distribution_version", lambda d: versions.get(d, "0"))
     before, modules = code_identity(task, "peer_flash_softmax")

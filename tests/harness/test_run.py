@@ -19,7 +19,7 @@ from attnbench.harness.variant_api import VARIANTS, AttentionVariant, register_v
 
 @dataclass
 class FaultParams:
-    mode: str = "raise"  # raise | nan | oom | ok
+    mode: str = "raise"  # raise | nan | oom | ok | broken_init (the constructor raises KeyError)
     oom_from: int = 0  # with mode=ok: out of memory from this sequence length on (0 = never)
 
 
@@ -28,6 +28,11 @@ class FaultyVariant(AttentionVariant):
     cost = "n²"
     supports_causal = False
     Params = FaultParams
+
+    def __init__(self, params, shape):
+        if params.mode == "broken_init":  # a plugin's bug, not a bad value of the command line
+            raise KeyError("no table entry for this head size")
+        super().__init__(params, shape)
 
     def forward(self, q, k, v, causal=False):
         self.check_inputs(q, k, v, causal)
@@ -282,3 +287,20 @@ def test_an_unsupported_job_is_not_rerun_but_a_failed_one_is(tmp_path):
         + [p.name for p in (tmp_path / "runs").glob(f"{failed.run_id}.*.json")]
     )
     assert len(list((tmp_path / "runs").glob(f"{failed.run_id}.*.json"))) == 1  # kept beside
+
+
+def test_a_plugin_constructor_that_raises_a_bug_is_the_job_s_failed_record(tmp_path):
+    """Anything but the ValueError/TypeError of a bad value, raised by a plugin's constructor,
+    is that job's failed record naming the plugin, not a refusal of the whole sweep."""
+    cfg = _cfg(tmp_path, "variant=test_faulty", "variant.mode=broken_init")
+    record = run(cfg)
+    assert record.status == "failed"
+    origin = VARIANTS.entry("test_faulty").origin
+    assert record.error == (
+        f"variant test_faulty (from {origin}) raised KeyError when built: "
+        "'no table entry for this head size'"
+    )
+    assert read_record(record_path(tmp_path, record.run_id)) == record
+    assert record.task_info["name"] == "throughput"
+    again = run(cfg)  # a failed job is retried by the next sweep, and fails the same way
+    assert again.status == "failed" and again.run_id == record.run_id
