@@ -43,6 +43,7 @@ from attnbench.harness.validation import (
     check_overrides,
     check_preset,
     check_results_dir,
+    parse_overrides,
     prepare_job,
     results_dir_of,
 )
@@ -106,9 +107,12 @@ def check_command_line(args: list[str]) -> None:
             "too); drop -m and give one job's values (attnbench --cfg job task=recall …), or see "
             "a preset's grids with attnbench --cfg hydra sweep=NAME."
         )
-    overrides = check_overrides(args, multirun=multirun or informational)
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        check_preset(overrides, GlobalHydra.instance().config_loader(), multirun or informational)
+        # the preset first: a misspelt one would otherwise be reported as whatever key of the
+        # command line its grids would have given meaning to
+        loader = GlobalHydra.instance().config_loader()
+        check_preset(parse_overrides(args), loader, multirun or informational)
+        overrides = check_overrides(args, multirun=multirun or informational)
         if informational:
             return
         fixed = [o.input_line for o in overrides if not o.is_sweep_override()]

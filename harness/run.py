@@ -75,8 +75,12 @@ def time_budget(seconds: float):
 
 
 def _classify(exc: BaseException) -> tuple[str, str]:
-    """(status, error text) of a job that raised ``exc``."""
-    text = f"{type(exc).__name__}: {exc}"
+    """(status, error text) of a job that raised ``exc``.
+
+    The text is the message's first line: torch's C++ errors append a stack dump of dozens of
+    lines, which the record's ``details.traceback`` keeps and the log line and board should not.
+    """
+    text = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"
     if isinstance(exc, UnsupportedError):
         return "unsupported", str(exc)
     if isinstance(exc, JobTimeout):

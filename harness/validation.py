@@ -153,6 +153,9 @@ def _check_value(schema: type, field_name: str, value: Any, label: str) -> None:
     except OmegaConfBaseException as exc:
         reason = str(exc).splitlines()[0]
         raise ConfigError(f"{label}={value} is not valid: {reason}.") from None
+    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
+        # torch's sizes are 64-bit: it would fail with a C++ stack dump, not a sentence
+        raise ConfigError(f"{label}={value} is out of range; give a whole number below 2**63.")
 
 
 def _check_field(schema: type, key: str, values: list[Any], label: str, owner: str) -> None:
@@ -173,6 +176,7 @@ def parse_overrides(args: list[str]) -> list[Override]:
     Parsed one at a time so that the sentence can name the culprit: Hydra's own report of a
     syntax error is several lines about the whole command line.
     """
+    _check_words(args)
     parser = OverridesParser.create()
     overrides = []
     for arg in (a for a in args if "=" in a and not a.startswith("-")):
@@ -185,6 +189,47 @@ def parse_overrides(args: list[str]) -> list[Override]:
                 "and quote a value with spaces or commas as a whole: key='a b'."
             ) from None
     return overrides
+
+
+# Hydra's flags that take the next word as their value (``--cfg job``, ``-cn config``)
+VALUE_FLAGS = frozenset(
+    [
+        "--cfg",
+        "-c",
+        "--package",
+        "-p",
+        "--config-path",
+        "-cp",
+        "--config-name",
+        "-cn",
+        "--config-dir",
+        "-cd",
+        "--info",
+        "-i",
+        "--experimental-rerun",
+    ]
+)
+
+
+def _check_words(args: list[str]) -> None:
+    """Refuse a word that is neither a flag, a flag's value, nor ``key=value``: a bare word
+    (Hydra's grammar error is several lines and exit 1), and ``~key``, which deletes a setting
+    every job reads (the job then failed without a record). ``~hydra…`` stays Hydra's."""
+    for i, word in enumerate(args):
+        if word.startswith("-") or "=" in word or (i > 0 and args[i - 1] in VALUE_FLAGS):
+            continue
+        if word.startswith("~hydra"):
+            continue
+        if word.startswith("~"):
+            key = word[1:]
+            raise ConfigError(
+                f"{word} deletes {key}, which every job reads; set it instead ({key}=VALUE), or "
+                "leave it out for its default."
+            )
+        raise ConfigError(
+            f"{word} is not an override; give key=value (e.g. variant=softmax task=recall), "
+            "and see attnbench --help for the flags."
+        )
 
 
 def _check_given_once(overrides: list[Override]) -> None:
@@ -230,6 +275,12 @@ def check_overrides(args: list[str], multirun: bool = True) -> list[Override]:
     for o in overrides:
         key = o.key_or_group.lstrip("+~")
         head, _, rest = key.partition(".")
+        if key == "hydra/sweeper" and str(o.value()) != "grids":
+            raise ConfigError(
+                f"{o.input_line} would run the jobs without attnbench's check of every job before "
+                "the first (a bad value would fail at its job, after others ran, with nothing "
+                "collected); drop it: the default grids sweeper sweeps a,b lists as basic does."
+            )
         if head.split("/")[0] in OTHER_GROUPS:
             continue  # Hydra's own settings (hydra/launcher=…, hydra.launcher.n_jobs=…) and presets
         if head in GROUPS and rest:

@@ -50,6 +50,21 @@ REFUSALS = [
     (["seed=1.5"], "seed=1.5 is not valid"),
     (["device=gpu"], "device=gpu is not valid: Invalid value 'gpu', expected one of"),
     (["dtype=float64"], "dtype=float64 is not valid: Invalid value 'float64'"),
+    # words that are not overrides, and deletions of what every job reads (issue #28)
+    (["foo"], "foo is not an override; give key=value"),
+    (["variant=softmax", "recall"], "recall is not an override; give key=value"),
+    (["~task"], "~task deletes task, which every job reads; set it instead (task=VALUE)"),
+    (["~variant"], "~variant deletes variant, which every job reads"),
+    (["~seed"], "~seed deletes seed, which every job reads"),
+    (["~task.seq_len"], "~task.seq_len deletes task.seq_len"),
+    # the preset is named first, not a key its grids would have given meaning to
+    (["sweep=doesnotexist", "task.seq_len=64"], "sweep=doesnotexist is not a sweep preset."),
+    # a sweeper that would skip the check of every job before the first
+    (["-m", "sweep=quick", "hydra/sweeper=basic"], "hydra/sweeper=basic would run the jobs"),
+    (["-m", "variant=softmax,linear", "hydra/sweeper=basic"], "drop it: the default grids"),
+    # sizes torch cannot hold (it printed a C++ stack dump)
+    (["task.seq_len=9223372036854775808"], "task.seq_len=9223372036854775808 is out of range"),
+    (["seed=-9223372036854775809"], "is out of range"),
     # root settings
     (["seed=-1"], "seed=-1 is out of range; use a seed from 0 to 4294967295."),
     (["seed=4294967296"], "seed=4294967296 is out of range; use a seed from 0 to 4294967295."),

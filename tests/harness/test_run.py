@@ -304,3 +304,12 @@ def test_a_plugin_constructor_that_raises_a_bug_is_the_job_s_failed_record(tmp_p
     assert record.task_info["name"] == "throughput"
     again = run(cfg)  # a failed job is retried by the next sweep, and fails the same way
     assert again.status == "failed" and again.run_id == record.run_id
+
+
+def test_a_failure_s_error_is_its_first_line_and_the_traceback_keeps_the_rest():
+    """torch's C++ errors append a stack dump; the record's error (shown in the log line and on
+    the board) is the sentence, the details keep the traceback."""
+    from attnbench.harness.run import _classify
+
+    exc = RuntimeError("Storage size calculation overflowed\nException raised from x\nframe #0")
+    assert _classify(exc) == ("failed", "RuntimeError: Storage size calculation overflowed")
