@@ -28,7 +28,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException
 from hydra.types import RunMode
 from hydra.utils import to_absolute_path
-from omegaconf import DictConfig
+from omegaconf import DictConfig, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 import attnbench.conf
@@ -40,6 +40,7 @@ from attnbench.harness.run import run
 from attnbench.harness.strict import refuse_broken_plugins, take_strict_flag
 from attnbench.harness.validation import (
     ConfigError,
+    check_hydra_settings,
     check_overrides,
     check_preset,
     check_results_dir,
@@ -117,11 +118,14 @@ def check_command_line(args: list[str]) -> None:
             return
         fixed = [o.input_line for o in overrides if not o.is_sweep_override()]
         try:
-            cfg = compose("config", overrides=fixed)
+            cfg = compose("config", overrides=fixed, return_hydra_config=True)
         except (HydraException, OmegaConfBaseException) as exc:
             reason = str(exc).strip().splitlines()[0]
             raise ConfigError(f"the command line does not compose: {reason}") from None
         check_results_dir(results_dir_of(cfg))
+        check_hydra_settings(cfg.hydra, multirun)
+        with open_dict(cfg):
+            del cfg["hydra"]  # a job's config, as Hydra hands it to the job
         if not multirun:
             prepare_job(cfg)
 

@@ -362,7 +362,17 @@ def check_results_dir(path: str | os.PathLike) -> None:
         raise ConfigError(
             "results_dir is empty; give a directory for the records, e.g. results_dir=results."
         )
-    existing = (Path(path) / "runs").absolute()
+    reason = _unwritable(Path(path) / "runs")
+    if reason:
+        raise ConfigError(
+            f"results_dir={path} is not writable ({reason}); choose another with results_dir=PATH."
+        )
+
+
+def _unwritable(folder: Path) -> str | None:
+    """Why ``folder`` cannot be created or written in, or None. Creates nothing: a temporary
+    file is written and removed in its deepest part that exists."""
+    existing = folder.absolute()
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     try:
@@ -371,10 +381,31 @@ def check_results_dir(path: str | os.PathLike) -> None:
         with tempfile.NamedTemporaryFile(dir=existing, prefix=".write-check-"):
             pass
     except OSError as exc:
+        return str(exc.strerror or exc)
+    return None
+
+
+def check_hydra_settings(hydra_cfg: DictConfig, multirun: bool) -> None:
+    """Refuse Hydra settings of the command line that would fail after Hydra started, with its
+    traceback: an output folder (``hydra.run.dir``, or ``hydra.sweep.dir`` with ``-m``) that is a
+    file or cannot be written, and a joblib launcher with ``n_jobs=0`` (no worker)."""
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    try:
+        folder = str(OmegaConf.select(hydra_cfg, key.removeprefix("hydra.")))
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"{key} does not resolve ({str(exc).splitlines()[0]}).") from None
+    reason = _unwritable(Path(folder))
+    if reason:
         raise ConfigError(
-            f"results_dir={path} is not writable ({exc.strerror or exc}); "
-            "choose another with results_dir=PATH."
-        ) from None
+            f"{key}={folder} cannot hold Hydra's output ({reason}); give a writable folder, or "
+            f"leave {key} out (its default is under results_dir)."
+        )
+    launcher = hydra_cfg.get("launcher") or {}
+    if multirun and "joblib" in str(launcher.get("_target_", "")) and launcher.get("n_jobs") == 0:
+        raise ConfigError(
+            "hydra.launcher.n_jobs=0 starts no worker; give the number of jobs to run at once "
+            "(2 for two cores), or -1 for one per core."
+        )
 
 
 # --- layer 3: one composed job -------------------------------------------------------------

@@ -62,6 +62,16 @@ REFUSALS = [
     # a sweeper that would skip the check of every job before the first
     (["-m", "sweep=quick", "hydra/sweeper=basic"], "hydra/sweeper=basic would run the jobs"),
     (["-m", "variant=softmax,linear", "hydra/sweeper=basic"], "drop it: the default grids"),
+    # Hydra's own folders and workers, which failed after Hydra started (issue #28)
+    (["hydra.run.dir=/etc/hostname"], "hydra.run.dir=/etc/hostname cannot hold Hydra's output"),
+    (
+        ["-m", "variant=softmax,linear", "hydra.sweep.dir=/proc/attnbench"],
+        "hydra.sweep.dir=/proc/attnbench cannot hold Hydra's output",
+    ),
+    (
+        ["-m", "variant=softmax,linear", "hydra/launcher=joblib", "hydra.launcher.n_jobs=0"],
+        "hydra.launcher.n_jobs=0 starts no worker",
+    ),
     # sizes torch cannot hold (it printed a C++ stack dump)
     (["task.seq_len=9223372036854775808"], "task.seq_len=9223372036854775808 is out of range"),
     (["seed=-9223372036854775809"], "is out of range"),
