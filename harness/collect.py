@@ -50,6 +50,7 @@ from filelock import FileLock
 from attnbench.harness.fingerprint import module_digest, module_file
 from attnbench.harness.fit_quality import judged_fit_rows
 from attnbench.harness.metrics import POINT_FIELDS
+from attnbench.harness.paths import too_long, write_failure
 from attnbench.harness.records import (
     NewerSchemaError,
     Record,
@@ -528,6 +529,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     add_strict_flag(parser, reads_records=True)
     args = parser.parse_args(argv)
+    if reason := too_long(runs_dir(args.results_dir)):
+        print(f"attnbench-collect: {args.results_dir} is too long ({reason}).", file=sys.stderr)
+        return 2
     if not runs_dir(args.results_dir).is_dir():
         print(
             f"attnbench-collect: no run records in {runs_dir(args.results_dir)}; "
@@ -543,7 +547,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(
             f"attnbench-collect: cannot write the table in {args.results_dir} "
-            f"({exc.strerror or exc}); make the folder writable.",
+            f"({write_failure(exc)}).",
             file=sys.stderr,
         )
         return 2

@@ -19,6 +19,7 @@ import pandas as pd
 import pyarrow as pa
 
 from attnbench.harness.collect import TABLE_NAME, read_table
+from attnbench.harness.paths import too_long
 from attnbench.harness.task_info import TaskInfo
 
 MAX_REASON = 160  # characters of the reader's own message quoted in a TableError
@@ -36,6 +37,8 @@ def locate(source: str | os.PathLike) -> Path:
         TableError: nothing there, or a folder without a table.
     """
     path = Path(source)
+    if reason := too_long(path):
+        raise TableError(f"{path} is too long ({reason}); give a shorter path.")
     if path.is_dir():
         if not (path / TABLE_NAME).is_file():
             raise TableError(

@@ -53,6 +53,7 @@ from attnbench.harness.config import AttnbenchConfig, option_schema
 from attnbench.harness.discovery import failed_names, failure_for
 from attnbench.harness.env import device_name
 from attnbench.harness.fingerprint import code_modules, combined_digest
+from attnbench.harness.paths import too_long
 from attnbench.harness.records import make_run_id
 from attnbench.harness.registry import Registry
 from attnbench.harness.task_api import TASKS, Task, build_task
@@ -362,6 +363,9 @@ def check_results_dir(path: str | os.PathLike) -> None:
         raise ConfigError(
             "results_dir is empty; give a directory for the records, e.g. results_dir=results."
         )
+    reason = too_long(Path(path) / "runs")
+    if reason:
+        raise ConfigError(f"results_dir={path} is too long ({reason}); choose a shorter one.")
     reason = _unwritable(Path(path) / "runs")
     if reason:
         raise ConfigError(
@@ -394,7 +398,7 @@ def check_hydra_settings(hydra_cfg: DictConfig, multirun: bool) -> None:
         folder = str(OmegaConf.select(hydra_cfg, key.removeprefix("hydra.")))
     except OmegaConfBaseException as exc:
         raise ConfigError(f"{key} does not resolve ({str(exc).splitlines()[0]}).") from None
-    reason = _unwritable(Path(folder))
+    reason = too_long(folder) or _unwritable(Path(folder))
     if reason:
         raise ConfigError(
             f"{key}={folder} cannot hold Hydra's output ({reason}); give a writable folder, or "

@@ -83,6 +83,7 @@ REFUSALS = [
     (["timeout_s=-1"], "timeout_s=-1.0 is not a time budget; use seconds >= 0 (0 = no budget)."),
     (["timeout_s=nan"], "timeout_s=nan is not a time budget"),
     (["results_dir="], "results_dir is empty; give a directory for the records"),
+    ([f"results_dir=/tmp/{'x' * 300}"], "is too long (its part xxxxxxxxxxxx… is 300 bytes"),
     (["-m", "variant=softmax,linear", "results_dir=a,b"], "results_dir=a,b sweeps the results"),
     # task and variant values (their check() and constructors)
     (["task.seq_len=0"], "task.seq_len must be >= 1, got 0."),

@@ -9,10 +9,18 @@ from __future__ import annotations
 
 import pytest
 
+from attnbench.harness.collect import main as collect_main
 from attnbench.harness.compare import main as compare_main
+from attnbench.harness.leaderboard import main as leaderboard_main
 from attnbench.harness.listing import main as variants_main
 
-MAINS = {"attnbench-compare": compare_main, "attnbench-variants": variants_main}
+MAINS = {
+    "attnbench-collect": collect_main,
+    "attnbench-compare": compare_main,
+    "attnbench-leaderboard": leaderboard_main,
+    "attnbench-variants": variants_main,
+}
+LONG = "/tmp/" + "x" * 300  # one name over the 255 bytes a file name may have (ENAMETOOLONG)
 
 REFUSALS = [
     # a threshold that lets every regression pass: the gate would be open
@@ -23,11 +31,16 @@ REFUSALS = [
     ("attnbench-variants", ["zzz"], "no registered variant matches 'zzz'."),
     ("attnbench-variants", ["softmx"], "matches 'softmx'. Did you mean: softmax?"),
     ("attnbench-variants", ["--json", "lin*x"], "no registered variant matches 'lin*x'."),
+    # a name longer than the filesystem allows: Python's path checks raised a traceback
+    ("attnbench-collect", [LONG], "is too long (its part xxxxxxxxxxxx… is 300 bytes"),
+    ("attnbench-compare", [LONG, LONG], "is too long"),
+    ("attnbench-leaderboard", [LONG], "the results folder /tmp/xxx"),
+    ("attnbench-leaderboard", ["results", "-o", LONG], "the site folder /tmp/xxx"),
 ]
 
 
 @pytest.mark.parametrize(
-    "command, args, message", REFUSALS, ids=[f"{c} {' '.join(a)}" for c, a, _ in REFUSALS]
+    "command, args, message", REFUSALS, ids=[f"{c} {' '.join(a)}"[:60] for c, a, _ in REFUSALS]
 )
 def test_refused_in_one_sentence(command, args, message, capsys):
     assert MAINS[command](args) == 2

@@ -28,6 +28,7 @@ import stat
 import tempfile
 from pathlib import Path
 
+from attnbench.harness.paths import too_long
 from attnbench.harness.records import attempt_run_id, is_run_id, read_record, runs_dir
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,9 @@ def check_paths(results_dir: Path, out: Path) -> None:
     not exist yet, in its nearest existing parent (a probe, not ``os.access``, because a
     read-only mount or a root user makes permission bits say the wrong thing).
     """
+    for path, what in ((results_dir, "the results folder"), (out, "the site folder")):
+        if reason := too_long(path):
+            raise SiteError(f"{what} {path} is too long ({reason}); give a shorter path.")
     if not results_dir.is_dir():
         if results_dir.exists():
             raise SiteError(

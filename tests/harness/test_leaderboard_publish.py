@@ -3,6 +3,7 @@ nothing written), and which run records it publishes beside the page."""
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 from pathlib import Path
@@ -13,6 +14,7 @@ from conftest import make_record, run_cli, test_run_id
 
 from attnbench.harness.collect import COLUMNS, collect, write_table
 from attnbench.harness.leaderboard import build_site, main
+from attnbench.harness.leaderboard import site as site_module
 from attnbench.harness.leaderboard.ranking import with_machine
 from attnbench.harness.leaderboard.site import RUN_LINK
 from attnbench.harness.leaderboard.tables import task_table
@@ -143,7 +145,7 @@ def test_an_existing_folder_without_results_still_gets_the_empty_page(tmp_path, 
 # --- which records are published ---------------------------------------------------------------
 
 
-def test_only_valid_records_of_the_table_runs_are_published(tmp_path, caplog):
+def test_only_valid_records_of_the_table_runs_are_published(tmp_path, caplog, monkeypatch):
     results = _results(tmp_path, "a", "b", "c")
     runs = results / "runs"
     outside = tmp_path / "outside"
@@ -162,6 +164,8 @@ def test_only_valid_records_of_the_table_runs_are_published(tmp_path, caplog):
     # after collection: b's file now holds a's record, and a record of a run not in the table
     record_path(results, RUN["b"]).write_bytes(record_path(results, RUN["a"]).read_bytes())
     write_record(results, make_record("late", variant="late"))
+    # the folder cannot be written, so the build publishes from the table as it is
+    monkeypatch.setattr(site_module, "collect", _read_only_collect)
     site = tmp_path / "site"
     (site / "runs").mkdir(parents=True)
     (site / ".attnbench-site").write_text("")  # an earlier build's folder, with its record:
@@ -181,6 +185,15 @@ def test_only_valid_records_of_the_table_runs_are_published(tmp_path, caplog):
     # ff (a record, of no run in the table)
     (message,) = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
     assert message.startswith("attnbench-leaderboard: left out 6 file(s) of ")
+    (stale,) = [r.getMessage() for r in caplog.records if "not collected yet" in r.getMessage()]
+    assert stale.startswith("attnbench-leaderboard: 2 record file(s) of ")  # b changed, late new
+    assert stale.endswith(
+        "the board shows the table as it was (run attnbench-collect " + (f"{results}).")
+    )
+
+
+def _read_only_collect(results_dir, incremental=True):
+    raise OSError(errno.EROFS, "Read-only file system")
 
 
 def test_a_runs_folder_linking_out_of_the_results_folder_is_not_read(tmp_path, caplog):
