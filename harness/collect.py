@@ -33,6 +33,7 @@ shows from the table alone (`read_table`), without importing any task or variant
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -50,6 +51,7 @@ from filelock import FileLock
 from attnbench.harness.fingerprint import module_digest, module_file
 from attnbench.harness.fit_quality import judged_fit_rows
 from attnbench.harness.metrics import POINT_FIELDS
+from attnbench.harness.outcome import INTERRUPTED
 from attnbench.harness.paths import too_long, write_failure
 from attnbench.harness.records import (
     NewerSchemaError,
@@ -499,12 +501,37 @@ def collect(results_dir: str | os.PathLike = "results", incremental: bool = True
     results_dir = Path(results_dir)
     results_dir.mkdir(parents=True, exist_ok=True)
     with FileLock(results_dir / LOCK_NAME):
+        _remove_orphans(results_dir)
         frame, summary, meta = results_frame(results_dir, incremental)
         write_table(frame, summary.path, meta)
     return summary
 
 
+def _remove_orphans(results_dir: Path) -> None:
+    """Delete the temporary tables of collectors that were killed (kill -9 gives no chance to
+    clean up). Only a collector holding the lock writes one, and this one holds it now, so every
+    temporary table there is an orphan."""
+    for orphan in results_dir.glob(f".{TABLE_NAME}.*.tmp"):
+        with contextlib.suppress(OSError):
+            orphan.unlink()
+            log.info("removed %s, left by a collection that was killed", orphan)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``attnbench-collect`` (see `_main`): Ctrl-C is one line and exit status
+    130, not a traceback; every write is atomic, so what it leaves is whole."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print(
+            "attnbench-collect: interrupted by Ctrl-C; the table is as it was (collect again "
+            "to finish).",
+            file=sys.stderr,
+        )
+        return INTERRUPTED
+
+
+def _main(argv: list[str] | None = None) -> int:
     """Entry point of ``attnbench-collect [RESULTS_DIR] [--full] [--strict]``.
 
     With ``--strict``, a record file that is skipped (invalid, or of a newer schema) makes the

@@ -53,6 +53,7 @@ from attnbench.harness.leaderboard.tables import (
 from attnbench.harness.leaderboard.tradeoffs import tradeoff_charts
 from attnbench.harness.leaderboard.tuning import Choice, select_tuned, tuning_table
 from attnbench.harness.metric_points import declared_steadiness
+from attnbench.harness.outcome import INTERRUPTED
 from attnbench.harness.records import atomic_write_text, runs_dir
 from attnbench.harness.strict import add_strict_flag, bad_records, report_bad_records
 from attnbench.harness.table_file import TableError, load
@@ -507,6 +508,20 @@ def build_site(
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``attnbench-leaderboard`` (see `_main`): Ctrl-C is one line and exit status
+    130, not a traceback; every write is atomic, so what it leaves is whole."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print(
+            "attnbench-leaderboard: interrupted by Ctrl-C; each file it wrote is whole, but the "
+            "site may mix two builds (build it again).",
+            file=sys.stderr,
+        )
+        return INTERRUPTED
+
+
+def _main(argv: list[str] | None = None) -> int:
     """Entry point of ``attnbench-leaderboard [RESULTS_DIR] [-o OUT_DIR]``."""
     parser = argparse.ArgumentParser(
         prog="attnbench-leaderboard", description="Build the static leaderboard site."

@@ -284,3 +284,49 @@ def test_library_variants_carry_their_peer_and_library_and_older_records_read_em
     ]
     assert frame.loc["window", ["peer_of", "variant_library"]].tolist() == ["", ""]
     assert frame.loc["softmax", ["peer_of", "variant_library"]].tolist() == ["", ""]
+
+
+def test_a_full_disk_is_said_as_such(tmp_path, capsys, monkeypatch):
+    _write(tmp_path, "a", metrics=_point(1.0))
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("attnbench.harness.collect.write_table", full)
+    assert main([str(tmp_path)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.endswith(
+        "(No space left on device: the disk is full; free some space and run it again)."
+    )
+
+
+def test_ctrl_c_is_one_line_exit_130_and_leaves_the_table_as_it_was(tmp_path, capsys, monkeypatch):
+    _write(tmp_path, "a", metrics=_point(1.0))
+    collect(tmp_path)
+    before = (tmp_path / "results.parquet").read_bytes()
+    _write(tmp_path, "b", metrics=_point(2.0))
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("attnbench.harness.collect.pq.write_table", interrupted)
+    assert main([str(tmp_path), "--full"]) == 130
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == (
+        "attnbench-collect: interrupted by Ctrl-C; the table is as it was "
+        "(collect again to finish)."
+    )
+    assert (tmp_path / "results.parquet").read_bytes() == before
+    assert not list(tmp_path.glob(".results.parquet.*"))  # its temporary table removed
+
+
+def test_a_killed_collector_s_temporary_table_is_removed_by_the_next(tmp_path):
+    """kill -9 gives a collector no chance to clean up; the next one (holding the lock, so no
+    other collector is writing) removes what it left."""
+    _write(tmp_path, "a", metrics=_point(1.0))
+    orphan = tmp_path / ".results.parquet.k1ll3d.tmp"
+    orphan.write_bytes(b"x" * 1000)
+    other = tmp_path / ".results.parquet.lock.keep"  # not a temporary table: left alone
+    other.write_text("")
+    collect(tmp_path)
+    assert not orphan.exists() and other.exists()

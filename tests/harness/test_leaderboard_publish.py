@@ -324,3 +324,16 @@ def test_records_written_after_the_table_are_collected_before_the_build(tmp_path
     assert (results / "leaderboard" / "runs" / f"{RUN['b']}.json").exists()
     again = run_cli("attnbench-leaderboard", str(results))  # up to date: no second collection
     assert again.returncode == 0 and "collected" not in again.stderr, again.stderr
+
+
+def test_ctrl_c_is_one_line_and_exit_130(tmp_path, capsys, monkeypatch):
+    results = _results(tmp_path, "a")
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(site_module, "overview", interrupted)
+    assert main([str(results)]) == 130
+    captured = capsys.readouterr()
+    (line,) = captured.err.splitlines()
+    assert line.startswith("attnbench-leaderboard: interrupted by Ctrl-C; ")
