@@ -34,7 +34,8 @@ from omegaconf.errors import OmegaConfBaseException
 import attnbench.conf
 from attnbench.harness.config import store_configs
 from attnbench.harness.discovery import PluginLoadWarning, failures, load_plugins
-from attnbench.harness.outcome import INTERRUPTED, OUTCOME
+from attnbench.harness.interrupt import terminate_now
+from attnbench.harness.outcome import INTERRUPTED, OUTCOME, TERMINATED
 from attnbench.harness.registry import UnknownNameError
 from attnbench.harness.run import run
 from attnbench.harness.strict import refuse_broken_plugins, take_strict_flag
@@ -135,6 +136,7 @@ def _done() -> None:
     shuts down (it joins the memory probe's process, `harness.memory`) would only print a
     traceback."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def main() -> None:
@@ -147,6 +149,7 @@ def main() -> None:
     its names).
     """
     OUTCOME.reset()
+    signal.signal(signal.SIGTERM, terminate_now)
     sys.argv[1:], strict = take_strict_flag(sys.argv[1:])
     try:
         if strict and (status := refuse_broken_plugins("attnbench")):
@@ -168,8 +171,8 @@ def main() -> None:
         _hydra_main()
     except KeyboardInterrupt:  # outside a sweep's jobs (which the sweeper stops cleanly)
         _done()
-        print("attnbench: interrupted by Ctrl-C.", file=sys.stderr)
-        sys.exit(INTERRUPTED)
+        print(f"attnbench: interrupted by {OUTCOME.stopped_by}.", file=sys.stderr)
+        sys.exit(TERMINATED if OUTCOME.stopped_by == "SIGTERM" else INTERRUPTED)
     _done()
     for line in OUTCOME.report():
         print(f"attnbench: {line}", file=sys.stderr)

@@ -45,6 +45,19 @@ FIRST_CTRL_C = (
 _stop_requested = False  # set by GracefulStop's handler in the sweeper's process
 
 
+def terminate_now(signum: int, frame: Any) -> None:
+    """SIGTERM (``kill``, a scheduler's stop, ``docker stop``) handled as a second Ctrl-C: stop
+    now, and still collect the finished jobs and say what was not run (exit 143). Not as a first
+    Ctrl-C: whoever sends SIGTERM usually sends SIGKILL a few seconds later, too soon to let the
+    running job finish. A second SIGTERM kills at once."""
+    from attnbench.harness.outcome import OUTCOME
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    OUTCOME.stopped_by = "SIGTERM"
+    os.write(2, b"attnbench: SIGTERM: stopping now; the finished jobs are collected.\n")
+    raise KeyboardInterrupt
+
+
 class StopSweep(BaseException):  # noqa: N818 (a control-flow signal, like KeyboardInterrupt)
     """Raised by `GuardedTask` in the sweeper's process when the running job is done and a stop
     was requested: ends the launcher's loop without starting the next job."""

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 INTERRUPTED = 130  # 128 + SIGINT
+TERMINATED = 143  # 128 + SIGTERM
 
 
 def one_line(exc: BaseException) -> str:
@@ -55,12 +56,14 @@ class Outcome:
     collection_error: str | None = None
     interrupted: bool = False
     not_run: int | None = 0  # jobs a stop left unrun; None when a launcher could not say
+    stopped_by: str = "Ctrl-C"  # or "SIGTERM" (`harness.interrupt.terminate_now`)
 
     def reset(self) -> None:
         """Forget everything (the start of a command)."""
         fresh = Outcome()
         self.failed_jobs, self.collection_error = fresh.failed_jobs, fresh.collection_error
         self.interrupted, self.not_run = fresh.interrupted, fresh.not_run
+        self.stopped_by = fresh.stopped_by
 
     def job_failed(self, overrides: Sequence[str] | None, exc: BaseException) -> JobFailure:
         """Note a job that raised (so wrote no record); returns the failure noted."""
@@ -79,9 +82,9 @@ class Outcome:
             self.not_run = None if not_run is None else self.not_run + not_run
 
     def exit_status(self) -> int:
-        """130 after a Ctrl-C, 1 after a failed job or collection, else 0."""
+        """130 after a Ctrl-C (143 after SIGTERM), 1 after a failed job or collection, else 0."""
         if self.interrupted:
-            return INTERRUPTED
+            return TERMINATED if self.stopped_by == "SIGTERM" else INTERRUPTED
         return 1 if self.failed_jobs or self.collection_error else 0
 
     def report(self) -> list[str]:
@@ -92,8 +95,8 @@ class Outcome:
         if self.interrupted:
             count = "" if self.not_run is None else f"; {self.not_run} job(s) not run"
             lines.append(
-                f"stopped by Ctrl-C{count}. The finished jobs are collected; running the same "
-                "command again runs only what has no record yet."
+                f"stopped by {self.stopped_by}{count}. The finished jobs are collected; running "
+                "the same command again runs only what has no record yet."
             )
         return lines
 

@@ -162,3 +162,24 @@ def test_ctrl_c_stops_joblib_workers_and_collects(tmp_path):
     sweep = _sweep_until_first_record(results, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2")
     os.killpg(sweep.pid, signal.SIGINT)
     _check_stopped(sweep, results)
+
+
+def test_sigterm_stops_now_and_collects_the_finished_jobs(tmp_path):
+    """SIGTERM (kill, a scheduler's stop) as a second Ctrl-C: the running job is abandoned, the
+    finished ones are collected, exit 143."""
+    results = tmp_path / "results"
+    sweep = _sweep_until_first_record(results)
+    sweep.send_signal(signal.SIGTERM)
+    try:
+        _, stderr = sweep.communicate(timeout=120)
+    finally:
+        if sweep.poll() is None:
+            os.killpg(sweep.pid, signal.SIGKILL)
+    assert sweep.returncode == 143, stderr
+    assert "Traceback" not in stderr
+    assert "attnbench: SIGTERM: stopping now; the finished jobs are collected." in stderr
+    records = {p.stem for p in (results / "runs").glob("*.json")}
+    assert 1 <= len(records) <= 4, "the sweep should stop part-way"
+    table = pd.read_parquet(results / "results.parquet")
+    assert set(table[~table["derived"]].run_id) == records
+    assert f"stopped by SIGTERM; {6 - len(records)} job(s) not run." in stderr
