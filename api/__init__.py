@@ -1,7 +1,8 @@
 """attnbench: an open benchmark and leaderboard for attention mechanisms.
 
-This module is the **public, stable plugin API**. A plugin (a new attention variant or task in
-its own package) imports only from here and from `attnbench.testing`::
+This module is the **public, stable API**: for plugins (a new attention variant or task in its
+own package imports only from here and from `attnbench.testing`), and `run` and `results` for
+notebooks and scripts::
 
     from attnbench import AttentionVariant, VariantShape, register_variant
 
@@ -45,6 +46,9 @@ _EXPORTS: dict[str, str] = {
     "list_variants": "attnbench.harness.discovery",
     "list_tasks": "attnbench.harness.discovery",
     "load_plugins": "attnbench.harness.discovery",
+    # running jobs and reading results from Python (notebooks, scripts)
+    "run": "attnbench.harness.python_api",
+    "results": "attnbench.harness.python_api",
 }
 
 __all__ = [
@@ -72,6 +76,8 @@ __all__ = [
     "load_plugins",
     "register_task",
     "register_variant",
+    "results",
+    "run",
 ]  # the public API (a test checks it against _EXPORTS)
 
 
@@ -95,6 +101,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on first use
     from attnbench.harness.discovery import list_tasks, list_variants, load_plugins
     from attnbench.harness.metrics import Metric, MetricPoint, TaskResult
+    from attnbench.harness.python_api import results, run
     from attnbench.harness.registry import DuplicateNameError, UnknownNameError
     from attnbench.harness.scaling import ScalingFit
     from attnbench.harness.task_api import (

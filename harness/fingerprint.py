@@ -189,3 +189,48 @@ def code_modules(roots: Iterable[str], libraries: Iterable[str] = ()) -> dict[st
         if digest is not None:
             modules[name] = digest
     return modules
+
+
+CLASS = "class:"  # a code_modules entry for a class with no source file: class:<module>.<name>
+
+
+def class_digest(cls: type) -> str:
+    """SHA-256 of a class's code, for a class whose module has no source file here (defined in
+    a notebook or a script's ``__main__``), down to the first base class of this project (whose
+    modules are fingerprinted as files): its source where Python can find it, else the compiled
+    code of its functions; and, either way, the values its functions take from outside their
+    text (defaults, closure cells), so that a class made by a factory with another value is
+    another class too. Values are taken by ``repr``."""
+    import inspect
+    import marshal
+
+    parts = []
+    for klass in cls.__mro__:
+        if klass.__module__.split(".")[0] == PROJECT or klass is object:
+            break
+        try:
+            parts.append(inspect.getsource(klass).encode())
+            source = True
+        except (OSError, TypeError):
+            source = False
+        for name, value in sorted(vars(klass).items()):
+            function = getattr(value, "__func__", value)
+            code = getattr(function, "__code__", None)
+            parts.append(name.encode())
+            if code is None:
+                parts.append(b"" if source else repr(value).encode())
+                continue
+            if not source:
+                parts.append(marshal.dumps(code))
+            cells = [c.cell_contents for c in function.__closure__ or () if _filled(c)]
+            outside = (function.__defaults__, function.__kwdefaults__, cells)
+            parts.append(repr(outside).encode())
+    return hashlib.sha256(b"\0".join(parts)).hexdigest()
+
+
+def _filled(cell: object) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 (an empty cell raises)
+    except ValueError:
+        return False
+    return True

@@ -52,7 +52,13 @@ import attnbench.conf
 from attnbench.harness.config import AttnbenchConfig, option_schema
 from attnbench.harness.discovery import failed_names, failure_for
 from attnbench.harness.env import device_name
-from attnbench.harness.fingerprint import code_modules, combined_digest
+from attnbench.harness.fingerprint import (
+    CLASS,
+    class_digest,
+    code_modules,
+    combined_digest,
+    module_file,
+)
 from attnbench.harness.paths import too_long
 from attnbench.harness.records import make_run_id
 from attnbench.harness.registry import Registry
@@ -479,6 +485,8 @@ def code_identity(task_module: str, variant_name: str) -> tuple[str, dict[str, s
     variant = VARIANTS.get(variant_name)
     roots = [task_module, variant.__module__]
     modules = code_modules(roots, libraries=[variant.library])
+    if module_file(variant.__module__) is None:  # a notebook's class: no file to fingerprint
+        modules[f"{CLASS}{variant.__module__}.{variant.__qualname__}"] = class_digest(variant)
     return combined_digest(modules), modules
 
 

@@ -1,0 +1,154 @@
+"""attnbench.run and attnbench.results: the command line's jobs, records and checks, from Python."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pandas as pd
+import pytest
+from conftest import REPO, run_cli
+
+import attnbench
+
+GAUSSIAN = {"task.source": "gaussian", "task.seq_len": 64, "task.n_batches": 1, "threads": 1}
+
+
+def test_run_is_the_command_line_s_sweep_same_jobs_same_numbers(tmp_path):
+    """Same run_ids (so a sweep and a notebook share and skip each other's jobs) and the same
+    values; a list sweeps as a comma list does."""
+    overrides = " ".join(f"{k}={v}" for k, v in GAUSSIAN.items())
+    cli = run_cli(
+        "attnbench",
+        "-m",
+        "variant=softmax,linear",
+        "task=concentration",
+        "seed=0,1",
+        *overrides.split(),
+        f"results_dir={tmp_path / 'cli'}",
+    )
+    assert cli.returncode == 0, cli.stderr
+    ours = attnbench.run(
+        ["softmax", "linear"],
+        "concentration",
+        results_dir=tmp_path / "py",
+        seed=[0, 1],
+        **GAUSSIAN,
+    )
+    theirs = attnbench.results(tmp_path / "cli")
+    assert set(ours.run_id) == set(theirs[~theirs.derived].run_id) and ours.run_id.nunique() == 4
+    key = ["run_id", "metric", "x_value"]
+    merged = ours.merge(theirs, on=key, suffixes=("", "_cli"))
+    assert len(merged) == len(ours)
+    assert merged.value.tolist() == pytest.approx(merged.value_cli.tolist(), rel=1e-6, nan_ok=True)
+    again = attnbench.run(
+        ["softmax", "linear"],
+        "concentration",
+        results_dir=tmp_path / "cli",
+        seed=[0, 1],
+        **GAUSSIAN,
+    )  # finished by the command line: not run again
+    assert set(again.run_id) == set(ours.run_id)
+    assert len(list((tmp_path / "cli" / "runs").glob("*.json"))) == 4
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"variant": "softmx"}, "Unknown variant 'softmx'. Did you mean: softmax?"),
+        ({"variant": "softmax", "task.seq_len": 0}, "task.seq_len must be >= 1, got 0."),
+        ({"variant": ["softmax", "linear"], "seed": [0, -1]}, "seed=-1 is out of range"),
+        ({"variant": "softmax", "sweep": "quick"}, "run a preset from the shell"),
+        ({"variant": 3}, "variant=3 is neither a registered name nor an AttentionVariant"),
+    ],
+)
+def test_bad_values_raise_the_command_line_s_sentence_before_any_job(tmp_path, kwargs, message):
+    with pytest.raises(ValueError, match=message.replace("?", r"\?").replace("(", r"\(")):
+        attnbench.run(**kwargs, results_dir=tmp_path / "r")
+    assert not (tmp_path / "r").exists()
+
+
+NOTEBOOK = textwrap.dedent(
+    """
+    import json, sys, torch, attnbench
+    from attnbench import AttentionVariant, NoParams
+
+    print("top level ran", flush=True)  # once: the probe process must not run this again
+
+    def define(scale):
+        class Scaled(AttentionVariant):
+            name = "nb_scaled"
+            family = "softmax"
+            cost = "n²"
+            supports_causal = True
+            Params = NoParams
+            def forward(self, q, k, v, causal=False):
+                self.check_inputs(q, k, v, causal)
+                return torch.nn.functional.scaled_dot_product_attention(
+                    q, k, v, is_causal=causal, scale=scale)
+        return Scaled
+
+    out = []
+    for scale in (0.125, 0.25):  # the notebook's cell edited and run again
+        rows = attnbench.run(define(scale), "throughput", results_dir=sys.argv[1], threads=1,
+                             **{"task.seq_len": 32, "task.backward": False,
+                                "task.min_run_time": 0.01})
+        out.append(rows.groupby("run_id").first()[["status"]].reset_index().to_dict("records")
+                   + rows[rows.metric == "peak_mem_mib"][["value"]].to_dict("records"))
+    print(json.dumps(out))
+    """
+)
+
+
+def test_a_class_defined_in_a_notebook_runs_like_a_registered_variant(tmp_path):
+    """Registered under its name, measured in the memory probe too (sent there by value), its
+    code in its jobs' identity (an edited class is a new job, not a skip), and the caller's
+    script never run a second time by the probe's spawn (it has no ``__main__`` guard)."""
+    script = tmp_path / "notebook.py"
+    script.write_text(NOTEBOOK)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "r")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("top level ran") == 1
+    (first, second) = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert first[0]["status"] == second[0]["status"] == "ok"
+    assert first[0]["run_id"] != second[0]["run_id"]
+    assert first[1]["value"] is not None  # the probe built the class
+    record = json.loads((tmp_path / "r" / "runs" / f"{first[0]['run_id']}.json").read_text())
+    assert "class:__main__.define.<locals>.Scaled" in record["code_modules"]
+
+
+def test_results_collects_what_is_not_in_the_table_yet(tmp_path):
+    attnbench.run("softmax", "concentration", results_dir=tmp_path, seed=0, **GAUSSIAN)
+    table = tmp_path / "results.parquet"
+    table.unlink()
+    frame = attnbench.results(tmp_path)
+    assert isinstance(frame, pd.DataFrame) and frame.run_id.nunique() >= 1 and table.exists()
+    with pytest.raises(ValueError, match="does not exist"):
+        attnbench.results(tmp_path / "nowhere")
+
+
+def test_the_example_reproduces_a_cell_of_the_reference_board(tmp_path):
+    """examples/from_python.py reruns softmax × concentration (recall model, 300 steps) of the
+    reference board. Identical to 6 digits on the machine that made the board; another CPU's
+    kernels round differently, which moves S(x) far less than 0.01 (0.64 and 0.96 here)."""
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "from_python.py"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("concentration × softmax")]
+    assert len(lines) == 2
+    for line in lines:
+        ours, reference = (float(x.split()[-1]) for x in line.split(",")[1:])
+        assert abs(ours - reference) < 0.01, line
