@@ -119,6 +119,16 @@ def run(cfg: DictConfig) -> Record:
     return _record(cfg.results_dir, job, outcome)
 
 
+def finished_earlier(cfg: DictConfig, job: PreparedJob) -> bool:
+    """Whether a sweep may leave the checked ``job`` out: it has an `ok` or `unsupported`
+    record and ``overwrite`` is off (the `grids` sweeper's ``job_done``; `run` decides the same
+    way for a job it is given)."""
+    if cfg.overwrite:
+        return False
+    statuses = ("ok", "unsupported")
+    return find_finished_record(str(cfg.results_dir), job.run_id, statuses) is not None
+
+
 def _finished_earlier(cfg: DictConfig, ident: dict[str, Any], run_id: str) -> Record | None:
     """The job's existing `ok` (or `unsupported`) record, unless ``overwrite`` asks to run it
     again.

@@ -30,7 +30,8 @@ every job.
 Beyond the basic sweeper, three promises (see ``attnbench --help`` in README.md):
 
 * every job is checked before the first one runs (``job_check``, by default
-  `attnbench.harness.validation.prepare_job`; a ``ValueError`` is one sentence and exit 2);
+  `attnbench.harness.validation.prepare_job`; a ``ValueError`` is one sentence and exit 2), and a
+  job with a finished record is not launched at all (``job_done``);
 * every job's result is checked after its batch, as Hydra's basic sweeper does by reading each
   ``JobReturn.return_value``, but a job that raised does not end the sweep: the other jobs run,
   the callbacks still collect, and the failure is reported through `attnbench.harness.outcome`
@@ -74,6 +75,9 @@ class GridsSweeperConf:
     grids: list[dict[str, Any]] = field(default_factory=list)  # each a basic-sweeper params dict
     # checks one composed job before any runs: a ValueError refuses the sweep; null = no check
     job_check: str | None = "attnbench.harness.validation.prepare_job"
+    # (composed job, job_check's return) -> whether it finished earlier and is not launched;
+    # null = launch every job
+    job_done: str | None = "attnbench.harness.run.finished_earlier"
 
 
 ConfigStore.instance().store(
@@ -102,6 +106,7 @@ class GridsSweeper(BasicSweeper):
         grids: list[dict[str, Any]],
         max_batch_size: int | None = None,
         job_check: str | None = None,
+        job_done: str | None = None,
     ) -> None:
         super().__init__(max_batch_size=max_batch_size, params=None)
         # YAML gives numbers; `run_alone` is the grid's own flag, not an override
@@ -110,6 +115,7 @@ class GridsSweeper(BasicSweeper):
         self.alone_jobs: set[tuple[str, ...]] = set()
         self.in_process: BasicLauncher | None = None  # runs the run_alone jobs
         self.job_check = job_check
+        self.job_done = job_done
         self.guard: GuardedTask | None = None
 
     def setup(
@@ -196,22 +202,37 @@ class GridsSweeper(BasicSweeper):
             f"{'; '.join(offered)}); drop it or choose values a grid has."
         )
 
-    def validate_jobs(self, jobs: list[list[str]]) -> None:
-        """Compose every job and run ``job_check`` on it before the first one runs.
+    def validate_jobs(self, jobs: list[list[str]]) -> list[list[str]]:
+        """Compose every job and run ``job_check`` on it before the first one runs; return the
+        jobs to launch: those ``job_done`` does not call finished.
 
         A bad value anywhere in the sweep prints one sentence and exits with status 2, so a
-        sweep never stops half-way on bad input.
+        sweep never stops half-way on bad input. A job finished earlier is not launched: on a
+        cluster each launch is a scheduled job and an interpreter start, only for the job to
+        find its record (`harness.run` would skip it too).
         """
         if not self.job_check:
-            return
+            return jobs
         check = get_method(self.job_check)
+        done = get_method(self.job_done) if self.job_done else None
         assert self.hydra_context is not None and self.config is not None
         loader = self.hydra_context.config_loader
+        todo = []
         for job in jobs:
+            cfg = loader.load_sweep_config(self.config, list(job))
             try:
-                check(loader.load_sweep_config(self.config, list(job)))
+                checked = check(cfg)
             except ValueError as exc:
                 refuse(f"{exc} (job: {' '.join(job)})")
+            if done is None or not done(cfg, checked):
+                todo.append(job)
+        if len(todo) < len(jobs):
+            log.info(
+                "grids sweeper: %d of %d jobs finished earlier (a record each): not launched",
+                len(jobs) - len(todo),
+                len(jobs),
+            )
+        return todo
 
     # --- running them ----------------------------------------------------------------------
 
@@ -264,8 +285,7 @@ class GridsSweeper(BasicSweeper):
 
     def sweep(self, arguments: list[str]) -> Any:
         assert self.config is not None and self.launcher is not None and self.guard is not None
-        jobs = self.job_overrides(arguments)
-        self.validate_jobs(jobs)
+        jobs = self.validate_jobs(self.job_overrides(arguments))
         self.overrides = self.batches(jobs)
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
