@@ -130,7 +130,7 @@ def test_a_sweep_on_slurm_ends_in_records_resumes_and_builds_the_board(slurm, tm
     again = run_cli(*command, env=env, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     # the finished jobs are not even submitted to Slurm
-    assert "2 of 4 jobs finished earlier (a record each): not launched" in again.stderr
+    assert "2 of 4 jobs finished earlier (a record each): not launched" in again.stdout
     for name, mtime in finished.items():  # the finished jobs were not run again
         assert (results / "runs" / name).stat().st_mtime_ns == mtime
     retried = [p.name for p in (results / "runs").glob("*.*Z*.json")]
