@@ -15,6 +15,7 @@ job ended without a record or the collection failed (one line each on stderr), 1
 
 from __future__ import annotations
 
+import logging
 import signal
 import sys
 import warnings
@@ -149,6 +150,9 @@ def main() -> None:
     its names).
     """
     OUTCOME.reset()
+    # a log handler that cannot write (Hydra's job log on a full disk) must not print a
+    # traceback per line: what failed is reported once, by the outcome
+    logging.raiseExceptions = False
     signal.signal(signal.SIGTERM, terminate_now)
     sys.argv[1:], strict = take_strict_flag(sys.argv[1:])
     try:

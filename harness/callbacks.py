@@ -10,6 +10,7 @@ from omegaconf import DictConfig
 
 from attnbench.harness.collect import collect
 from attnbench.harness.outcome import OUTCOME, one_line
+from attnbench.harness.paths import write_failure
 
 log = logging.getLogger(__name__)
 
@@ -28,9 +29,10 @@ class CollectResults(Callback):
         try:
             summary = collect(results_dir)
         except Exception as exc:  # reported, not raised: Hydra would reduce it to a warning
+            reason = write_failure(exc) if isinstance(exc, OSError) else one_line(exc)
             message = (
                 f"collecting the records in {results_dir} into the table failed "
-                f"({one_line(exc)}); the records are kept: run attnbench-collect {results_dir} "
+                f"({reason}); the records are kept: run attnbench-collect {results_dir} "
                 "to retry."
             )
             log.error("%s", message)

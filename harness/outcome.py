@@ -57,6 +57,8 @@ class Outcome:
     interrupted: bool = False
     not_run: int | None = 0  # jobs a stop left unrun; None when a launcher could not say
     stopped_by: str = "Ctrl-C"  # or "SIGTERM" (`harness.interrupt.terminate_now`)
+    abort_reason: str | None = None  # the sweep could not go on (Hydra could not set a job up)
+    abort_not_run: int | None = 0
 
     def reset(self) -> None:
         """Forget everything (the start of a command)."""
@@ -64,6 +66,7 @@ class Outcome:
         self.failed_jobs, self.collection_error = fresh.failed_jobs, fresh.collection_error
         self.interrupted, self.not_run = fresh.interrupted, fresh.not_run
         self.stopped_by = fresh.stopped_by
+        self.abort_reason, self.abort_not_run = fresh.abort_reason, fresh.abort_not_run
 
     def job_failed(self, overrides: Sequence[str] | None, exc: BaseException) -> JobFailure:
         """Note a job that raised (so wrote no record); returns the failure noted."""
@@ -81,15 +84,28 @@ class Outcome:
         if self.not_run is not None:
             self.not_run = None if not_run is None else self.not_run + not_run
 
+    def aborted(self, exc: BaseException, not_run: int | None) -> None:
+        """Note that the sweep stopped because Hydra could not set a job up (it writes each
+        job's config and log before the job runs: a full disk, a folder removed), leaving
+        ``not_run`` jobs unrun (None: unknown)."""
+        self.abort_reason, self.abort_not_run = one_line(exc), not_run
+
     def exit_status(self) -> int:
         """130 after a Ctrl-C (143 after SIGTERM), 1 after a failed job or collection, else 0."""
         if self.interrupted:
             return TERMINATED if self.stopped_by == "SIGTERM" else INTERRUPTED
-        return 1 if self.failed_jobs or self.collection_error else 0
+        return 1 if self.failed_jobs or self.collection_error or self.abort_reason else 0
 
     def report(self) -> list[str]:
         """One line per thing to tell, without the ``attnbench:`` prefix."""
         lines = [f"job failed without a record: {f.job} ({f.error})" for f in self.failed_jobs]
+        if self.abort_reason:
+            count = "" if self.abort_not_run is None else f"; {self.abort_not_run} job(s) not run"
+            lines.append(
+                f"the sweep stopped: Hydra could not set up a job ({self.abort_reason}){count}. "
+                "The finished jobs keep their records; fix the cause (a full disk?) and run the "
+                "same command again to run the rest."
+            )
         if self.collection_error:
             lines.append(self.collection_error)
         if self.interrupted:

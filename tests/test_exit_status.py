@@ -8,6 +8,7 @@ collected). The sweeper's side of each is tested in-process in test_grids_sweepe
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -49,6 +50,7 @@ def test_outcome_exit_status_and_lines():
 
 
 BLOCK_WRITES = """
+import json
 import os
 run_id = os.environ.get("ATTNBENCH_TEST_BLOCKED_RUN")
 if run_id:  # the record of this run cannot be written: the disk is full
@@ -183,3 +185,47 @@ def test_sigterm_stops_now_and_collects_the_finished_jobs(tmp_path):
     table = pd.read_parquet(results / "results.parquet")
     assert set(table[~table["derived"]].run_id) == records
     assert f"stopped by SIGTERM; {6 - len(records)} job(s) not run." in stderr
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 2 MiB filesystem (tmpfs) with 20 KiB left; skips where it cannot be mounted (not
+    root)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip("a full disk needs a small tmpfs, which only root can mount here")
+    (disk / "fill").write_bytes(b"\0" * (2048 - 20) * 1024)
+    yield disk
+    subprocess.run(["umount", str(disk)], check=False)
+
+
+def test_a_full_disk_stops_the_sweep_with_a_list_and_a_rerun_finishes_it(small_disk):
+    """Hydra writes each job's config and log before the job runs; on a full disk that raised
+    out of the launcher: a traceback, the finished jobs not collected, no list of what failed."""
+    results = small_disk / "results"
+    sweep = [
+        "-m",
+        "variant=softmax,linear,decay,relu2",
+        *FAST,
+        "threads=1",
+        f"results_dir={results}",
+    ]
+    full = run_cli("attnbench", *sweep)
+    assert full.returncode == 1, full.stderr
+    assert "Traceback" not in full.stderr and "Logging error" not in full.stderr
+    ours = [x for x in full.stderr.splitlines() if x.startswith("attnbench: ")]
+    assert any("No space left on device" in x for x in ours), full.stderr
+    assert any(
+        x.startswith("attnbench: the sweep stopped: Hydra could not set up a job")
+        or x.startswith("attnbench: job failed without a record")
+        for x in ours
+    ), full.stderr
+    (small_disk / "fill").unlink()  # space freed: the same command finishes the sweep
+    again = run_cli("attnbench", *sweep)
+    assert again.returncode == 0, again.stderr
+    statuses = [json.loads(p.read_text())["status"] for p in (results / "runs").glob("*.json")]
+    assert sorted(statuses) == ["ok"] * 4

@@ -303,6 +303,9 @@ class GridsSweeper(BasicSweeper):
                 except (StopSweep, KeyboardInterrupt) as exc:
                     self._aborted(batch, exc)
                     return returns
+                except OSError as exc:  # Hydra's own writes for a job: its config, its log
+                    self._launch_failed(batch, exc)
+                    return returns
                 first += len(batch)
                 returns.append(results)
                 skipped = self._check_returns(results)
@@ -310,6 +313,22 @@ class GridsSweeper(BasicSweeper):
                 if stop.requested:
                     OUTCOME.stopped(skipped + (len(jobs) - first))
         return returns
+
+    def _launch_failed(self, batch: Sequence[Sequence[str]], exc: OSError) -> None:
+        """Hydra could not set a job up (before a job runs it writes the job's config and log
+        under the sweep folder: a full disk, a folder removed), and the launch raised. The sweep
+        stops there, since the next job would meet the same wall, but ends through the
+        callbacks, so that what finished is collected; the failures seen, the job Hydra was
+        setting up and the number not run go to the command's outcome (exit 1)."""
+        assert self.guard is not None and self.overrides is not None
+        started, finished, failures = self.guard.take_batch()
+        for overrides, error in failures:
+            OUTCOME.job_failed(overrides, error)
+        later = sum(len(b) for b in self.overrides[self.batch_index :])
+        in_process = isinstance(self._launcher_of(batch), BasicLauncher)
+        if in_process and started < len(batch):
+            OUTCOME.job_failed(batch[started], exc)  # the job whose set-up failed
+        OUTCOME.aborted(exc, later + len(batch) - started - 1 if in_process else None)
 
     def _aborted(self, batch: Sequence[Sequence[str]], exc: BaseException) -> None:
         """A launch that a Ctrl-C cut short: note the stop and the failures seen in this process.
