@@ -34,13 +34,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import logging
 import os
 import sys
 import tempfile
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
@@ -48,7 +49,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from filelock import FileLock
 
-from attnbench.harness.fingerprint import module_digest, module_file
+from attnbench.harness.fingerprint import (
+    DISTRIBUTION,
+    NOT_INSTALLED,
+    module_digest,
+    module_file,
+)
 from attnbench.harness.fit_quality import judged_fit_rows
 from attnbench.harness.metrics import POINT_FIELDS
 from attnbench.harness.outcome import INTERRUPTED
@@ -129,7 +135,11 @@ STATUS_RANK = {"ok": 0, "unsupported": 1, "timeout": 2, "oom": 3, "failed": 4}
 
 @dataclass
 class FileEntry:
-    """What collection remembers of one record file: its stamp and the record's key facts."""
+    """What collection remembers of one record file: its stamp, its content's digest and the
+    record's key facts. The stamp (size, mtime) is the quick check; where it differs, the digest
+    says whether the content did (a clone or a copy gives every file a new mtime, so without it
+    a committed table would look out of date in every checkout). Tables written before the
+    digest was kept have "" there and go by the stamp alone."""
 
     size: int
     mtime_ns: int
@@ -137,6 +147,7 @@ class FileEntry:
     status: str
     created_at: str
     fingerprint: str
+    sha256: str = ""
 
     def as_list(self) -> list:
         return [
@@ -146,7 +157,15 @@ class FileEntry:
             self.status,
             self.created_at,
             self.fingerprint,
+            self.sha256,
         ]
+
+    def unchanged(self, path: Path) -> bool:
+        """Whether ``path`` still holds the content this entry was made from."""
+        size, mtime_ns = _stamp(path)
+        if size != self.size:
+            return False
+        return mtime_ns == self.mtime_ns or (bool(self.sha256) and self.sha256 == _sha256(path))
 
 
 @dataclass
@@ -312,7 +331,7 @@ def uncollected(results_dir: str | os.PathLike) -> int:
         entry = files.get(path.name)
         if entry is None:  # new, unless the last collection saw it and skipped it (not a record)
             changed += path.stat().st_mtime_ns > collected_ns
-        elif (entry.size, entry.mtime_ns) != _stamp(path):
+        elif not entry.unchanged(path):
             changed += 1
     return changed + len(set(files) - present)
 
@@ -320,6 +339,10 @@ def uncollected(results_dir: str | os.PathLike) -> int:
 def _stamp(path: Path) -> tuple[int, int]:
     stat = path.stat()
     return stat.st_size, stat.st_mtime_ns
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _best(names: list[str], files: dict[str, FileEntry]) -> str:
@@ -354,6 +377,8 @@ class _CodeJudge:
             now = self._digest(module)
             if now is None and module_file(module.split(".")[0]) is None:
                 unknown = True  # its package is not installed here: cannot tell
+            elif module.startswith(DISTRIBUTION) and now == NOT_INSTALLED != digest:
+                unknown = True  # a library it wrapped is not installed here: cannot tell
             elif now != digest:
                 return "stale"  # changed, or removed from a package that is installed
         return "unknown" if unknown else "current"
@@ -394,11 +419,11 @@ def results_frame(
             summary.skipped.append(f"{path}: not a regular file")
             warnings.warn(f"skipping {path}: not a regular file", stacklevel=2)
             continue
-        stamp = _stamp(path)
         earlier = old.files.get(path.name)
-        if old_table is not None and earlier and (earlier.size, earlier.mtime_ns) == stamp:
-            meta.files[path.name] = earlier
+        if old_table is not None and earlier and earlier.unchanged(path):
+            meta.files[path.name] = replace(earlier, mtime_ns=_stamp(path)[1])  # a copy's mtime
             continue
+        stamp = _stamp(path)
         try:
             record = read_record(path)
         except NewerSchemaError as exc:
@@ -414,7 +439,12 @@ def results_frame(
             continue
         loaded[path.name] = record
         meta.files[path.name] = FileEntry(
-            *stamp, record.run_id, record.status, record.created_at, record.code_fingerprint
+            *stamp,
+            record.run_id,
+            record.status,
+            record.created_at,
+            record.code_fingerprint,
+            _sha256(path),
         )
         if record.code_fingerprint:
             meta.code[record.code_fingerprint] = record.code_modules

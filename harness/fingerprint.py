@@ -19,7 +19,8 @@ A variant that wraps another project's library (a peer, `AttentionVariant.librar
 on code outside the project: its entry ``dist:<distribution>`` holds the installed version (or
 "not installed"), so a job of another release — or one recorded ``unsupported`` before the
 library was installed — is a different job, and collection marks it stale once the installed
-version differs.
+version differs. Where the library is not installed at all, collection cannot tell (as for a
+plugin package that is missing): the record stays current unless a newer one of its job exists.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import hashlib
 import importlib.metadata
 import importlib.util
 import json
+import types
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -155,6 +157,7 @@ def module_closure(roots: Iterable[str]) -> list[str]:
 
 
 DISTRIBUTION = "dist:"  # prefix of a library's entry among a job's modules (module docstring)
+NOT_INSTALLED = "not installed"  # a library entry's value where the library is missing
 
 
 def distribution_version(distribution: str) -> str:
@@ -162,7 +165,7 @@ def distribution_version(distribution: str) -> str:
     try:
         return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
-        return "not installed"
+        return NOT_INSTALLED
 
 
 def module_digest(name: str) -> str | None:
@@ -202,7 +205,6 @@ def class_digest(cls: type) -> str:
     text (defaults, closure cells), so that a class made by a factory with another value is
     another class too. Values are taken by ``repr``."""
     import inspect
-    import marshal
 
     parts = []
     for klass in cls.__mro__:
@@ -221,11 +223,22 @@ def class_digest(cls: type) -> str:
                 parts.append(b"" if source else repr(value).encode())
                 continue
             if not source:
-                parts.append(marshal.dumps(code))
+                parts.append(_code_bytes(code))
             cells = [c.cell_contents for c in function.__closure__ or () if _filled(c)]
             outside = (function.__defaults__, function.__kwdefaults__, cells)
             parts.append(repr(outside).encode())
     return hashlib.sha256(b"\0".join(parts)).hexdigest()
+
+
+def _code_bytes(code: types.CodeType) -> bytes:
+    """A compiled function's identity: its bytecode, the names it uses and its constants, nested
+    functions' code included (what ``marshal`` would write, without loading anything back)."""
+    consts = [
+        _code_bytes(c) if isinstance(c, types.CodeType) else repr(c).encode()
+        for c in code.co_consts
+    ]
+    names = repr((code.co_names, code.co_varnames, code.co_freevars)).encode()
+    return b"\1".join([code.co_code, names, *consts])
 
 
 def _filled(cell: object) -> bool:

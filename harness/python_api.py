@@ -97,16 +97,30 @@ def _defined_here(names: list[str]) -> dict[str, type]:
     return {n: c for n, c in classes.items() if module_file(c.__module__) is None}
 
 
-def _register_in_probe(payload: bytes) -> None:
-    """The memory probe's start (`harness.memory`) in a run from Python: its own set-up, then
-    the caller's notebook variants, sent by value (cloudpickle), registered under their names."""
-    import pickle
+class _ClassesByValue:
+    """Notebook variant classes on their way to the memory probe. ``multiprocessing`` sends a
+    child's start-up arguments by pickling them, which names a class by module and name; a class
+    from a notebook or ``__main__`` has no module the child could import, so this wrapper asks
+    to be sent by value instead (cloudpickle writes the class's code). Nothing is read from a
+    file: the bytes go from this process to the probe it has just started."""
 
+    def __init__(self, classes: dict[str, type]) -> None:
+        self.classes = classes
+
+    def __reduce__(self) -> tuple[Any, tuple[bytes]]:
+        import cloudpickle
+
+        return cloudpickle.loads, (cloudpickle.dumps(self.classes),)
+
+
+def _register_in_probe(classes: dict[str, type]) -> None:
+    """The memory probe's start (`harness.memory`) in a run from Python: its own set-up, then
+    the caller's notebook variants (sent by value, `_ClassesByValue`), registered by name."""
     from attnbench.harness import memory
     from attnbench.harness.variant_api import VARIANTS, register_variant
 
     memory._init_probe()
-    for name, cls in pickle.loads(payload).items():
+    for name, cls in classes.items():
         if name not in VARIANTS:
             register_variant(name)(cls)
 
@@ -125,8 +139,6 @@ def _probe_knowing(classes: dict[str, type]) -> Iterator[None]:
     import sys
     from concurrent.futures import ProcessPoolExecutor
 
-    import cloudpickle
-
     from attnbench.harness import memory
 
     memory.release_probe()
@@ -138,7 +150,7 @@ def _probe_knowing(classes: dict[str, type]) -> Iterator[None]:
                 1,
                 mp_context=multiprocessing.get_context("spawn"),
                 initializer=_register_in_probe,
-                initargs=(cloudpickle.dumps(classes),),
+                initargs=(_ClassesByValue(classes),),
             )
             memory._probe.submit(int).result()  # started now, while __main__ is hidden
     finally:

@@ -330,3 +330,31 @@ def test_a_killed_collector_s_temporary_table_is_removed_by_the_next(tmp_path):
     other.write_text("")
     collect(tmp_path)
     assert not orphan.exists() and other.exists()
+
+
+def test_a_copied_results_folder_is_still_collected(tmp_path):
+    """A clone or a copy gives every record a new mtime: the table (its content digests) still
+    reflects them, so nothing is collected again, and the committed reference table is not
+    rewritten by reading it; a record whose content changed (same size) is seen."""
+    import os
+    import shutil
+
+    from attnbench.harness.collect import uncollected
+
+    for i in range(3):
+        _write(tmp_path / "a", f"r{i}", metrics=_point(float(i)))
+    collect(tmp_path / "a")
+    shutil.copytree(tmp_path / "a", tmp_path / "b")  # copytree keeps mtimes: change them
+    for path in (tmp_path / "b" / "runs").glob("*.json"):
+        os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
+    assert uncollected(tmp_path / "b") == 0
+    assert collect(tmp_path / "b").n_reused == 3
+
+    path = tmp_path / "b" / "runs" / f"{rid('r1')}.json"
+    text = path.read_text()
+    path.write_text(text.replace('"value": 1.0', '"value": 7.0'))
+    assert len(path.read_text()) == len(text)
+    os.utime(path, ns=(path.stat().st_atime_ns, tmp_path.stat().st_mtime_ns))  # an old mtime
+    assert uncollected(tmp_path / "b") == 1
+    collect(tmp_path / "b")
+    assert 7.0 in _table(tmp_path / "b").value.tolist()

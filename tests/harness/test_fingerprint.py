@@ -108,3 +108,52 @@ def test_a_peer_job_depends_on_its_library_version(monkeypatch):
     assert after != before
     assert code_identity(task, "softmax")[0] == ours  # our variants' jobs are unaffected
     assert _CodeJudge({before: modules}).state(before) == "stale"  # measured without 2.8.3
+
+
+def _sourceless_class(body: str) -> type:
+    """A class as a notebook cell Python kept no source for: compiled from a string."""
+    from attnbench import AttentionVariant
+
+    scope = {"AttentionVariant": AttentionVariant}
+    exec(compile(body, "<cell>", "exec"), scope)
+    return scope["Cell"]
+
+
+def test_class_digest_follows_the_code_of_a_class_without_source():
+    from attnbench.harness.fingerprint import class_digest
+
+    body = "class Cell(AttentionVariant):\n    def forward(self, q, k, v):\n        return {}\n"
+    same = [_sourceless_class(body.format(v)) for v in ("q", "q")]
+    other_code = _sourceless_class(body.format("k"))
+    other_constant = _sourceless_class(body.format("q * 2"))
+    nested = (
+        "class Cell(AttentionVariant):\n    def forward(self, q, k, v):\n"
+        "        f = lambda x: x + {}\n        return f(q)\n"
+    )
+    assert class_digest(same[0]) == class_digest(same[1])
+    assert class_digest(other_code) != class_digest(same[0])
+    assert class_digest(other_constant) != class_digest(same[0])
+    assert class_digest(_sourceless_class(nested.format(1))) != class_digest(
+        _sourceless_class(nested.format(2))
+    )
+
+
+def test_a_peer_record_is_not_stale_where_its_library_is_missing(monkeypatch):
+    """A record measured with flash-attn 2.8.3, read where flash-attn is not installed (the
+    committed reference board in a checkout without the peers): nothing here says its code
+    changed, so it is "unknown" (current unless superseded), as for a missing plugin package.
+    Another installed version is a different job: stale."""
+    from attnbench.harness import fingerprint
+    from attnbench.harness.collect import _CodeJudge
+    from attnbench.harness.task_api import build_task
+    from attnbench.harness.validation import code_identity
+
+    task = type(build_task("throughput", {})).__module__
+    versions = {"flash-attn": "2.8.3"}
+    monkeypatch.setattr(fingerprint, "distribution_version", lambda d: versions.get(d, "0"))
+    measured, modules = code_identity(task, "peer_flash_softmax")
+    assert _CodeJudge({measured: modules}).state(measured) == "current"
+    versions["flash-attn"] = "not installed"
+    assert _CodeJudge({measured: modules}).state(measured) == "unknown"
+    versions["flash-attn"] = "2.8.4"
+    assert _CodeJudge({measured: modules}).state(measured) == "stale"
