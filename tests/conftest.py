@@ -80,3 +80,21 @@ def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None, timeou
 def _deterministic():
     torch.manual_seed(0)
     yield
+
+
+def _reference_state() -> dict[str, tuple[int, int]]:
+    folder = REPO / "results" / "reference"
+    return {
+        str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file()
+    }
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _the_committed_reference_is_only_read():
+    """No test writes into the committed reference board (reading it must not re-collect it):
+    the run fails at its end, naming the files, if one did."""
+    before = _reference_state()
+    yield
+    after = _reference_state()
+    changed = sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
+    assert not changed, f"the tests changed the committed reference: {changed[:5]}"
