@@ -163,6 +163,23 @@ def _check_value(schema: type, field_name: str, value: Any, label: str) -> None:
     if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
         # torch's sizes are 64-bit: it would fail with a C++ stack dump, not a sentence
         raise ConfigError(f"{label}={value} is out of range; give a whole number below 2**63.")
+    if not _finite(value):
+        # a record is JSON, which has no inf or nan: the job could not be reproduced from it
+        raise ConfigError(
+            f"{label}={value} is not finite (a record is JSON, which has no inf or nan); "
+            "give finite numbers."
+        )
+
+
+def _finite(value: Any) -> bool:
+    """Whether no number in ``value`` (a list or a dict of them, too) is inf or nan."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, list | tuple):
+        return all(_finite(v) for v in value)
+    if isinstance(value, dict):
+        return all(_finite(v) for v in value.values())
+    return True
 
 
 def _check_field(schema: type, key: str, values: list[Any], label: str, owner: str) -> None:
