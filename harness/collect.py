@@ -586,8 +586,18 @@ def _main(argv: list[str] | None = None) -> int:
     )
     add_strict_flag(parser, reads_records=True)
     args = parser.parse_args(argv)
+    if not args.results_dir.strip():  # Path("") is the working folder
+        print("attnbench-collect: the results folder is empty; give a folder.", file=sys.stderr)
+        return 2
     if reason := too_long(runs_dir(args.results_dir)):
         print(f"attnbench-collect: {args.results_dir} is too long ({reason}).", file=sys.stderr)
+        return 2
+    if not Path(args.results_dir).is_dir():
+        print(
+            f"attnbench-collect: no results folder {args.results_dir}; give the folder a sweep "
+            "wrote (results_dir=…), or run a sweep first (attnbench -m sweep=quick).",
+            file=sys.stderr,
+        )
         return 2
     if not runs_dir(args.results_dir).is_dir():
         print(

@@ -25,6 +25,7 @@ import tempfile
 import types
 import typing
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -301,6 +302,10 @@ def record_from_data(data: Any, where: str) -> Record:
             _check_type(where, name, data[name], expected)
     if not is_run_id(data["run_id"]):
         raise RecordFieldError(f"{where}: field run_id {data['run_id']!r} is not a run id")
+    if data.get("created_at") and not _is_timestamp(data["created_at"]):
+        raise RecordFieldError(
+            f"{where}: field created_at {data['created_at']!r} is not an ISO 8601 time"
+        )
     if data["status"] not in STATUSES:
         raise RecordFieldError(
             f"{where}: field status {data['status']!r} is not one of {', '.join(STATUSES)}"
@@ -358,6 +363,15 @@ def _check_fields(where: str, name: str, value: Any, hint: Any) -> None:
         _check_type(where, name, value, (int, float) if hint is float else hint)
 
 
+def _is_timestamp(text: str) -> bool:
+    """Whether ``text`` is an ISO 8601 time with its zone, as a record writes it: collection picks
+    the newest attempt by comparing these strings, which another format would break."""
+    try:
+        return datetime.fromisoformat(text).tzinfo is not None
+    except ValueError:
+        return False
+
+
 def read_record(path: Path) -> Record:
     """Read and check one record (see `record_from_data`).
 
@@ -365,7 +379,12 @@ def read_record(path: Path) -> Record:
         RecordSchemaError, RecordFieldError: see `record_from_data`.
         json.JSONDecodeError (a ValueError), OSError, UnicodeDecodeError: the file is unreadable.
     """
-    return record_from_data(json.loads(path.read_text(encoding="utf-8")), str(path))
+    text = path.read_text(encoding="utf-8")
+    try:
+        data = json.loads(text)
+    except RecursionError:  # arrays or objects nested thousands deep: not a record
+        raise RecordSchemaError(f"{path}: JSON nested too deeply to be a record") from None
+    return record_from_data(data, str(path))
 
 
 def find_finished_record(

@@ -36,6 +36,13 @@ REFUSALS = [
     ("attnbench-compare", [LONG, LONG], "is too long"),
     ("attnbench-leaderboard", [LONG], "the results folder /tmp/xxx"),
     ("attnbench-leaderboard", ["results", "-o", LONG], "the site folder /tmp/xxx"),
+    # an empty name is the working folder to pathlib: not what was meant
+    ("attnbench-leaderboard", ["results", "-o", ""], "-o is empty; give a folder."),
+    ("attnbench-leaderboard", [""], "the results folder is empty; give a folder."),
+    ("attnbench-collect", [""], "the results folder is empty; give a folder."),
+    # a folder that is not there, or a file: named as such, like the leaderboard does
+    ("attnbench-collect", ["/nonexistent"], "no results folder /nonexistent; give the folder"),
+    ("attnbench-collect", ["/etc/hostname"], "no results folder /etc/hostname;"),
 ]
 
 

@@ -545,6 +545,10 @@ def _main(argv: list[str] | None = None) -> int:
     )
     add_strict_flag(parser, reads_records=True)
     args = parser.parse_args(argv)
+    for value, what in ((args.results_dir, "the results folder"), (args.out, "-o")):
+        if value is not None and not value.strip():  # Path("") is the working folder
+            print(f"attnbench-leaderboard: {what} is empty; give a folder.", file=sys.stderr)
+            return 2
     try:
         index = build_site(args.results_dir, args.out, include_stale=args.include_stale)
     except (SiteError, TableError) as exc:

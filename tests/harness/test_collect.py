@@ -358,3 +358,26 @@ def test_a_copied_results_folder_is_still_collected(tmp_path):
     assert uncollected(tmp_path / "b") == 1
     collect(tmp_path / "b")
     assert 7.0 in _table(tmp_path / "b").value.tolist()
+
+
+MALFORMED = [  # (what the file holds, a fragment of the warning that skips it)
+    ("[" * 100_000, "nested too deeply"),
+    ('{"a":' * 100_000, "nested too deeply"),
+    ("created_at=yesterday", "field created_at 'yesterday' is not an ISO 8601 time"),
+    ("created_at=2026-01-01T00:00:00", "is not an ISO 8601 time"),  # no zone: not comparable
+]
+
+
+@pytest.mark.parametrize("content, why", MALFORMED, ids=[w for _, w in MALFORMED])
+def test_a_malformed_file_is_skipped_saying_why_and_the_rest_collected(tmp_path, content, why):
+    """Found by the adversarial round of issue #28 (a RecursionError traceback; a timestamp that
+    compares as the newest attempt forever)."""
+    _write(tmp_path, "good", metrics=_point(1.0))
+    if content.startswith("created_at="):
+        path = _write(tmp_path, "bad", metrics=_point(2.0))
+        path.write_text(json.dumps({**json.loads(path.read_text()), "created_at": content[11:]}))
+    else:
+        (tmp_path / "runs" / "bad.json").write_text(content)
+    with pytest.warns(UserWarning, match=why):
+        summary = collect(tmp_path)
+    assert summary.n_records == 1 and _table(tmp_path).run_id.tolist() == [rid("good")]
