@@ -36,6 +36,7 @@ from torch.utils import benchmark
 from attnbench import VariantShape, build_variant, load_plugins
 from attnbench.harness.memory import isolated_cpu_peak, reuse_freed_memory
 from attnbench.harness.strict import add_strict_flag, refuse_broken_plugins
+from attnbench.harness.validation import usable_cores
 from attnbench.tasks.throughput import forward_peak_mib
 
 HEADS, HEAD_DIM = 4, 64
@@ -369,12 +370,22 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of ``attnbench-speed``."""
     parser = argparse.ArgumentParser(prog="attnbench-speed", description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5, help="timing rounds (default 5)")
-    parser.add_argument("--threads", type=int, default=2, help="CPU threads (default 2)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=min(2, usable_cores()),
+        help="CPU threads, at most the cores usable here (default 2, or 1 on one core)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
     add_strict_flag(parser, reads_records=False)
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.threads < 1:
         parser.error(f"--rounds and --threads must be >= 1, got {args.rounds}, {args.threads}.")
+    if args.threads > usable_cores():  # more threads than cores time the scheduler, not a kernel
+        parser.error(
+            f"--threads {args.threads} is more than the {usable_cores()} CPU cores usable here; "
+            f"use --threads {usable_cores()} or fewer."
+        )
     if args.strict and (status := refuse_broken_plugins("attnbench-speed")):
         return status
     outcomes, medians = measure(rounds=args.rounds, threads=args.threads)

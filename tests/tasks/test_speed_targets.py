@@ -84,3 +84,16 @@ def test_sparse_targets_time_the_papers_absolute_sizes():
     for case in sparse:
         assert case.params == speed_targets.PAPER_SIZES[case.variant]
         assert all(value >= 1 for value in case.params.values()), case
+
+
+def test_more_threads_than_cores_is_refused_before_timing(monkeypatch, capsys):
+    """Oversubscribed threads time the scheduler, not the kernels (the adversarial round's
+    ``--threads 1000`` ran for minutes); refused in argparse's way, exit 2, nothing measured."""
+    import pytest
+
+    monkeypatch.setattr(speed_targets, "usable_cores", lambda: 2)
+    monkeypatch.setattr(speed_targets, "measure", lambda **_: pytest.fail("measured"))
+    with pytest.raises(SystemExit) as exit_:
+        speed_targets.main(["--threads", "3"])
+    assert exit_.value.code == 2
+    assert "--threads 3 is more than the 2 CPU cores usable here" in capsys.readouterr().err
