@@ -212,6 +212,12 @@ def run(
             "attnbench.run runs the jobs it is given; run a preset from the shell "
             f"(attnbench -m sweep={overrides['sweep']})."
         )
+    if hydra_keys := [k for k in overrides if k.split(".")[0].split("/")[0] == "hydra"]:
+        raise ValueError(
+            f"{hydra_keys[0]} is a setting of Hydra's command line (its folders, launchers), "
+            "which attnbench.run does not start: it runs the jobs here and writes only their "
+            "records under results_dir; drop it, or use the attnbench command."
+        )
     names = _variant_names(variant)
     tasks = [task] if isinstance(task, str) else list(task)
     store_configs()  # a notebook's variant class becomes variant=<name>

@@ -62,6 +62,10 @@ def test_run_is_the_command_line_s_sweep_same_jobs_same_numbers(tmp_path):
         ({"variant": ["softmax", "linear"], "seed": [0, -1]}, "seed=-1 is out of range"),
         ({"variant": "softmax", "sweep": "quick"}, "run a preset from the shell"),
         ({"variant": 3}, "variant=3 is neither a registered name nor an AttentionVariant"),
+        # Hydra's settings were accepted and ignored: no Hydra command line runs here
+        ({"variant": "softmax", "hydra.run.dir": "/proc"}, "hydra.run.dir is a setting of Hydra"),
+        ({"variant": "softmax", "hydra/launcher": "joblib"}, "hydra/launcher is a setting of"),
+        ({"variant": "softmax", "variant.temperature": float("inf")}, "is not finite"),
     ],
 )
 def test_bad_values_raise_the_command_line_s_sentence_before_any_job(tmp_path, kwargs, message):
