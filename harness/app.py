@@ -35,7 +35,7 @@ from omegaconf.errors import OmegaConfBaseException
 import attnbench.conf
 from attnbench.harness.config import store_configs
 from attnbench.harness.discovery import PluginLoadWarning, failures, load_plugins
-from attnbench.harness.interrupt import terminate_now
+from attnbench.harness.interrupt import quiet_when_the_reader_leaves, terminate_now
 from attnbench.harness.outcome import INTERRUPTED, OUTCOME, TERMINATED
 from attnbench.harness.registry import UnknownNameError
 from attnbench.harness.run import run
@@ -140,6 +140,7 @@ def _done() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+@quiet_when_the_reader_leaves
 def main() -> None:
     """Entry point of the ``attnbench`` console script.
 

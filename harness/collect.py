@@ -56,6 +56,7 @@ from attnbench.harness.fingerprint import (
     module_file,
 )
 from attnbench.harness.fit_quality import judged_fit_rows
+from attnbench.harness.interrupt import quiet_when_the_reader_leaves
 from attnbench.harness.metrics import POINT_FIELDS
 from attnbench.harness.outcome import INTERRUPTED
 from attnbench.harness.paths import too_long, write_failure
@@ -547,6 +548,7 @@ def _remove_orphans(results_dir: Path) -> None:
             log.info("removed %s, left by a collection that was killed", orphan)
 
 
+@quiet_when_the_reader_leaves
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``attnbench-collect`` (see `_main`): Ctrl-C is one line and exit status
     130, not a traceback; every write is atomic, so what it leaves is whole."""

@@ -53,6 +53,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from attnbench.harness.interrupt import quiet_when_the_reader_leaves
 from attnbench.harness.metric_points import (
     POINT,
     declared_steadiness,
@@ -332,6 +333,7 @@ def format_report(result: Comparison, threshold: float) -> str:
     return "\n".join(lines)
 
 
+@quiet_when_the_reader_leaves
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``attnbench-compare``."""
     parser = argparse.ArgumentParser(prog="attnbench-compare", description=__doc__.split("\n")[0])

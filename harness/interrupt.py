@@ -27,8 +27,10 @@ How the stop reaches the jobs depends on where they run:
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -175,3 +177,22 @@ def _job_overrides() -> list[str]:
     with contextlib.suppress(ValueError):
         return list(HydraConfig.get().overrides.task)
     return []
+
+
+def quiet_when_the_reader_leaves(main: Callable[..., Any]) -> Callable[..., Any]:
+    """A console script's ``main`` that ends quietly when the reader of its output has gone
+    (``attnbench-collect | head -1``): Python turns SIGPIPE into ``BrokenPipeError`` at the next
+    print, a traceback about nothing the user did wrong. What the command wrote (records, a
+    table, a site) stays; stdout is pointed at /dev/null so that the interpreter's last flush
+    does not raise again; the status is 141, a shell's for a process ended by SIGPIPE."""
+
+    @functools.wraps(main)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return main(*args, **kwargs)
+        except BrokenPipeError:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            return 128 + signal.SIGPIPE
+
+    return wrapped

@@ -24,6 +24,7 @@ import sys
 import warnings
 
 from attnbench.harness.discovery import failure_for, failures, load_plugins
+from attnbench.harness.interrupt import quiet_when_the_reader_leaves
 from attnbench.harness.strict import PLUGINS_STATUS, add_strict_flag, plugin_errors
 from attnbench.harness.variant_api import VARIANTS, library_version
 
@@ -65,6 +66,7 @@ def variant_table(device: str | None = None) -> list[dict[str, object]]:
     return rows
 
 
+@quiet_when_the_reader_leaves
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``attnbench-variants [--json] [--strict] [PATTERN]``."""
     parser = argparse.ArgumentParser(

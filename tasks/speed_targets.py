@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from torch.utils import benchmark
 
 from attnbench import VariantShape, build_variant, load_plugins
+from attnbench.harness.interrupt import quiet_when_the_reader_leaves
 from attnbench.harness.memory import isolated_cpu_peak, reuse_freed_memory
 from attnbench.harness.strict import add_strict_flag, refuse_broken_plugins
 from attnbench.harness.validation import usable_cores
@@ -366,6 +367,7 @@ def format_table(outcomes: list[Outcome], medians: dict[str, float], rounds: int
     return "\n".join(lines)
 
 
+@quiet_when_the_reader_leaves
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``attnbench-speed``."""
     parser = argparse.ArgumentParser(prog="attnbench-speed", description=__doc__.split("\n")[0])

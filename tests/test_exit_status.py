@@ -229,3 +229,19 @@ def test_a_full_disk_stops_the_sweep_with_a_list_and_a_rerun_finishes_it(small_d
     assert again.returncode == 0, again.stderr
     statuses = [json.loads(p.read_text())["status"] for p in (results / "runs").glob("*.json")]
     assert sorted(statuses) == ["ok"] * 4
+
+
+@pytest.mark.parametrize("command", ["attnbench-variants", "attnbench-collect"])
+def test_a_reader_that_leaves_ends_the_command_quietly(tmp_path, command):
+    """``attnbench-collect | head -1`` printed a BrokenPipeError traceback (found by the
+    adversarial round of issue #28): the reader closing the pipe ends the command with the
+    status a shell gives a process SIGPIPE ends, 141, and nothing on stderr; the table is kept."""
+    run_cli("attnbench", "variant=softmax", f"results_dir={tmp_path}", *FAST, "threads=1")
+    args = [str(BIN / command)] + ([str(tmp_path)] if command == "attnbench-collect" else [])
+    (tmp_path / "results.parquet").unlink()
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # the reader is gone before the first line
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141 and "Traceback" not in err, err
+    if command == "attnbench-collect":
+        assert (tmp_path / "results.parquet").exists()

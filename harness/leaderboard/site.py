@@ -28,6 +28,7 @@ from plotly.offline import get_plotlyjs
 
 from attnbench.harness.collect import COLUMNS, TABLE_NAME, collect, uncollected
 from attnbench.harness.fit_quality import EXPONENT_RANGE, MAX_HALF_WIDTH, RELIABLE_SUFFIX
+from attnbench.harness.interrupt import quiet_when_the_reader_leaves
 from attnbench.harness.leaderboard.charts import (
     Chart,
     CurveExtras,
@@ -507,6 +508,7 @@ def build_site(
     return index
 
 
+@quiet_when_the_reader_leaves
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``attnbench-leaderboard`` (see `_main`): Ctrl-C is one line and exit status
     130, not a traceback; every write is atomic, so what it leaves is whole."""
