@@ -136,25 +136,20 @@ def _probe_knowing(classes: dict[str, type]) -> Iterator[None]:
         yield
         return
     import multiprocessing
-    import sys
     from concurrent.futures import ProcessPoolExecutor
 
     from attnbench.harness import memory
+    from attnbench.harness.run import main_script_hidden
 
     memory.release_probe()
-    main = sys.modules["__main__"]
-    hidden = {k: main.__dict__.pop(k) for k in ("__file__",) if k in main.__dict__}
-    try:
-        with memory._sigint_ignored():
-            memory._probe = ProcessPoolExecutor(
-                1,
-                mp_context=multiprocessing.get_context("spawn"),
-                initializer=_register_in_probe,
-                initargs=(_ClassesByValue(classes),),
-            )
-            memory._probe.submit(int).result()  # started now, while __main__ is hidden
-    finally:
-        main.__dict__.update(hidden)
+    with main_script_hidden(), memory._sigint_ignored():
+        memory._probe = ProcessPoolExecutor(
+            1,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_register_in_probe,
+            initargs=(_ClassesByValue(classes),),
+        )
+        memory._probe.submit(int).result()  # started now, while __main__ is hidden
     try:
         yield
     finally:

@@ -114,9 +114,142 @@ def run(cfg: DictConfig) -> Record:
         return done
     if job.build_error is not None or job.task is None:  # a plugin's constructor raised
         outcome = _Outcome("failed", job.build_error, _settings_before_job())
+    elif float(cfg.timeout_s) > 0 and _importable(job):
+        outcome = _execute_in_own_process(cfg, float(cfg.timeout_s))
     else:
         outcome = _execute(job.task, job.identity, cfg)
     return _record(cfg.results_dir, job, outcome)
+
+
+def hard_deadline(budget_s: float) -> float:
+    """Seconds after which a job with a time budget is ended from outside: the budget, plus a
+    grace (10 %, at least 5 s) for the job to stop itself at its next Python operation and
+    send its own record's contents (with its traceback)."""
+    return budget_s + max(5.0, 0.1 * budget_s)
+
+
+def _importable(job: PreparedJob) -> bool:
+    """Whether a fresh process can build the job by name: its task and variant are entry points
+    (a class registered at run time, in a notebook or a test, is only in the process that
+    registered it, and keeps the in-process budget only)."""
+    from importlib import metadata
+
+    from attnbench.harness.discovery import GROUPS
+    from attnbench.harness.task_api import TASKS
+
+    def entry_point(registry: Any, name: str) -> bool:
+        groups = [g for g, r in GROUPS.items() if r is registry]
+        return any(ep.name == name for g in groups for ep in metadata.entry_points(group=g))
+
+    return entry_point(VARIANTS, job.identity["variant"]) and entry_point(
+        TASKS, job.identity["task"]
+    )
+
+
+def _execute_in_own_process(cfg: DictConfig, budget_s: float) -> _Outcome:
+    """`_execute` in a spawned process that is killed at `hard_deadline`.
+
+    The in-process budget (SIGALRM) is checked between Python operations, so one long kernel
+    (a dense attention over 10^6 tokens on a CPU, a hung collective on a GPU) outlasts it; on
+    a cluster the scheduler's limit then kills the job with no record, and every re-run
+    launches it again. Here the job runs in a child, which still stops itself at its budget
+    when it can (status timeout, with its traceback); past the hard deadline the child is
+    killed and the record says so. A child that dies on its own (the kernel's out-of-memory
+    killer, a crash in native code) becomes a record too, instead of taking the sweep with it.
+    The price is one process start per job (the imports, a few seconds), paid only by jobs
+    with a budget.
+    """
+    from omegaconf import OmegaConf
+
+    context = multiprocessing.get_context("spawn")
+    receive, send = context.Pipe(duplex=False)
+    child = context.Process(
+        target=_child_job,
+        args=(OmegaConf.to_container(cfg, resolve=True), send),
+        name="attnbench-job",
+    )
+    start = time.perf_counter()
+    with main_script_hidden():  # spawn would run a script's top level again in the child
+        child.start()
+    send.close()
+    try:
+        if receive.poll(hard_deadline(budget_s)):
+            try:
+                return receive.recv()
+            except EOFError:  # the child died without a result: let it finish dying
+                child.join(10)
+        alive = child.is_alive()
+        child.kill()
+        child.join()
+        outcome = _Outcome(
+            "timeout" if alive else "failed",
+            (
+                f"job exceeded its time budget of {budget_s:g} s (timeout_s) inside one "
+                f"operation that could not be interrupted; its process was killed at "
+                f"{hard_deadline(budget_s):g} s"
+            )
+            if alive
+            else _death(child.exitcode),
+            _settings_before_job(),
+        )
+        if not alive and child.exitcode == -signal.SIGKILL:
+            outcome.status = "oom"
+        outcome.duration_s = time.perf_counter() - start
+        return outcome
+    finally:  # Ctrl-C or SIGTERM while waiting: the child must not outlive the sweep
+        if child.is_alive():
+            child.kill()
+        child.join()
+        receive.close()
+
+
+def _death(exitcode: int | None) -> str:
+    """The error of a job whose process ended without a result."""
+    if exitcode is not None and exitcode < 0:
+        name = signal.Signals(-exitcode).name
+        likely = " (likely the out-of-memory killer)" if -exitcode == signal.SIGKILL else ""
+        return f"the job's process was ended by {name}{likely} before it wrote a result"
+    return f"the job's process exited with status {exitcode} before it wrote a result"
+
+
+def _child_job(config: dict[str, Any], send: Any) -> None:
+    """The child of `_execute_in_own_process`: build the job by name, run it, send the
+    outcome. Ctrl-C is the parent's to handle (`harness.interrupt`), as in a launcher's
+    worker: the parent kills this process when it stops."""
+    from omegaconf import OmegaConf
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent()
+    cfg = OmegaConf.create(config)
+    load_plugins()
+    job = prepare_job(cfg)
+    send.send(_execute(job.task, job.identity, cfg))
+    send.close()
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to kill this process when its parent dies (a launcher's worker terminated by a
+    second Ctrl-C), so that no job outlives its sweep; elsewhere nothing is done."""
+    import ctypes
+    import sys
+
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+@contextlib.contextmanager
+def main_script_hidden():
+    """Start processes without the caller's ``__main__`` file (a script calling
+    ``attnbench.run``): spawn imports it in the child, which would run its top level again."""
+    import sys
+
+    main = sys.modules["__main__"]
+    hidden = {k: main.__dict__.pop(k) for k in ("__file__",) if k in main.__dict__}
+    try:
+        yield
+    finally:
+        main.__dict__.update(hidden)
 
 
 def finished_earlier(cfg: DictConfig, job: PreparedJob) -> bool:

@@ -282,8 +282,15 @@ class Concentration(Task):
                 f"task.seq_len must be >= 2 and task.head_dim, task.n_batches >= 1; "
                 f"got {p.seq_len}, {p.head_dim}, {p.n_batches}."
             )
-        if not all(0 < s < math.inf for s in self.scale_values()):
-            raise ValueError(f"task.scales must all be finite and > 0, got {self.scale_values()}.")
+        if not all(0 < s < math.inf for s in [*p.scales, p.scale]):
+            raise ValueError(
+                f"task.scale and task.scales must be finite and > 0, got {p.scale} and {p.scales}."
+            )
+        if p.scales and p.scale != 1.0:  # it would be ignored: the sweep over `scales` runs
+            raise ValueError(
+                f"task.scale={p.scale} is used only with task.scales=[] (the default sweeps "
+                f"{list(p.scales)}); give task.scales=[{p.scale}] instead."
+            )
         if p.source == "recall":
             self.require_positive("recall_steps")
 

@@ -80,6 +80,10 @@ REFUSALS = [
     (["task=icl_regression", "task.ridge_lambda=nan"], "task.ridge_lambda=nan is not finite"),
     (["task=concentration", "task.scales=[1,-inf]"], "task.scales=[1, -inf] is not finite"),
     (["-m", "variant.temperature=1,nan"], "variant.temperature=nan is not finite"),
+    # a setting the task would ignore, or one that is no scale (issue #28's adversarial round)
+    (["task=concentration", "task.scale=0.5"], "task.scale=0.5 is used only with task.scales=[]"),
+    (["task=concentration", "task.scale=0"], "task.scale and task.scales must be finite and > 0"),
+    (["task=concentration", "task.scales=[1,-2]"], "got 1.0 and [1.0, -2.0]"),
     # root settings
     (["seed=-1"], "seed=-1 is out of range; use a seed from 0 to 4294967295."),
     (["seed=4294967296"], "seed=4294967296 is out of range; use a seed from 0 to 4294967295."),

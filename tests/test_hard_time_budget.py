@@ -1,0 +1,113 @@
+"""A job whose one operation outlasts its time budget still ends in a record (issue #28).
+
+The budget (``timeout_s``) is first checked between Python operations (SIGALRM); a single long
+kernel outlasts that check, so a job with a budget runs in its own process, which is killed at
+the hard deadline (`harness.run.hard_deadline`). Through the real command, with a variant
+plugin installed the way a user installs one (an entry point), whose forward blocks inside one
+C call (``os.system``), or whose process dies (the out-of-memory killer's SIGKILL, an abort).
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from conftest import run_cli
+
+from attnbench.harness.run import hard_deadline
+
+pytestmark = pytest.mark.slow
+
+BLOCKING = textwrap.dedent(
+    """
+    import os, signal
+    from dataclasses import dataclass
+    from attnbench import AttentionVariant, register_variant
+
+
+    @dataclass
+    class Params:
+        mode: str = "block"  # block | sigkill | abort
+
+
+    @register_variant("planted_blocking")
+    class PlantedBlocking(AttentionVariant):
+        \"\"\"Blocks in one C call (Python's signal handlers wait for it), or dies.\"\"\"
+
+        family = "test"
+        cost = "n²"
+        supports_causal = True
+        Params = Params
+
+        def forward(self, q, k, v, causal=False):
+            if self.params.mode == "block":
+                os.system("sleep 30")
+            elif self.params.mode == "sigkill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            else:
+                os.abort()
+            return v
+    """
+)
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> Path:
+    site = tmp_path / "site"
+    dist = site / "planted_blocking-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: planted-blocking\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(
+        "[attnbench.variants]\nplanted_blocking = planted_blocking\n"
+    )
+    (site / "planted_blocking.py").write_text(BLOCKING)
+    return site
+
+
+def _job(site: Path, results: Path, *overrides: str) -> tuple[dict, float]:
+    start = time.perf_counter()
+    proc = run_cli(
+        "attnbench",
+        "variant=planted_blocking",
+        "task.seq_len=32",
+        "task.backward=false",
+        "task.min_run_time=0.01",
+        "threads=1",
+        f"results_dir={results}",
+        *overrides,
+        env={"PYTHONPATH": str(site)},
+        timeout=300,
+    )
+    elapsed = time.perf_counter() - start
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    (path,) = (results / "runs").glob("*.json")
+    return json.loads(path.read_text()), elapsed
+
+
+def test_one_operation_past_the_budget_is_killed_and_recorded_as_timeout(site, tmp_path):
+    record, elapsed = _job(site, tmp_path / "r", "timeout_s=1")
+    assert record["status"] == "timeout", record["error"]
+    assert "inside one operation that could not be interrupted" in record["error"]
+    assert hard_deadline(1) <= record["duration_s"] < hard_deadline(1) + 5
+    assert elapsed < 30  # the 30 s operation did not run to its end
+
+
+@pytest.mark.parametrize(
+    "mode, status, error",
+    [
+        ("sigkill", "oom", "ended by SIGKILL (likely the out-of-memory killer)"),
+        ("abort", "failed", "ended by SIGABRT"),
+    ],
+)
+def test_a_job_whose_process_dies_is_a_record_and_the_sweep_goes_on(
+    site, tmp_path, mode, status, error
+):
+    record, _ = _job(site, tmp_path / "r", "timeout_s=60", f"variant.mode={mode}")
+    assert record["status"] == status and error in record["error"], record["error"]
+
+
+def test_the_hard_deadline_leaves_the_job_time_to_stop_itself():
+    assert hard_deadline(1) == 6 and hard_deadline(600) == 660
