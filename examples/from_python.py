@@ -26,7 +26,8 @@ board = attnbench.results(REFERENCE)
 def sparsity(table):
     """S(x) of the recall model's attention, per layer, in the job above."""
     rows = table[
-        (table.variant == "softmax")
+        table.current  # the runs of the installed code (older ones stay in the table as history)
+        & (table.variant == "softmax")
         & (table.task == "concentration")
         & table.task_params.str.contains('"source": "recall"')
         & (table.metric == "sparsity_s")
