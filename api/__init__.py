@@ -28,6 +28,11 @@ _EXPORTS: dict[str, str] = {
     "register_variant": "attnbench.harness.variant_api",
     "build_variant": "attnbench.harness.variant_api",
     "COST_CLASSES": "attnbench.harness.variant_api",
+    # the incremental (token-by-token) form of a variant
+    "IncrementalAttention": "attnbench.harness.incremental_api",
+    "register_incremental": "attnbench.harness.incremental_api",
+    "incremental_form": "attnbench.harness.incremental_api",
+    "why_no_incremental_form": "attnbench.harness.incremental_api",
     # tasks
     "Task": "attnbench.harness.task_api",
     "JobContext": "attnbench.harness.task_api",
@@ -55,6 +60,7 @@ __all__ = [
     "AttentionVariant",
     "COST_CLASSES",
     "DuplicateNameError",
+    "IncrementalAttention",
     "JobContext",
     "Metric",
     "MetricPoint",
@@ -71,13 +77,16 @@ __all__ = [
     "build_task",
     "build_variant",
     "check_finite",
+    "incremental_form",
     "list_tasks",
     "list_variants",
     "load_plugins",
+    "register_incremental",
     "register_task",
     "register_variant",
     "results",
     "run",
+    "why_no_incremental_form",
 ]  # the public API (a test checks it against _EXPORTS)
 
 
@@ -100,6 +109,12 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on first use
     from attnbench.harness.discovery import list_tasks, list_variants, load_plugins
+    from attnbench.harness.incremental_api import (
+        IncrementalAttention,
+        incremental_form,
+        register_incremental,
+        why_no_incremental_form,
+    )
     from attnbench.harness.metrics import Metric, MetricPoint, TaskResult
     from attnbench.harness.python_api import results, run
     from attnbench.harness.registry import DuplicateNameError, UnknownNameError

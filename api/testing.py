@@ -35,7 +35,9 @@ import torch
 
 from attnbench import COST_CLASSES, AttentionVariant, UnsupportedError, VariantShape
 from attnbench import build_variant as _build_variant
+from attnbench import incremental_form as _incremental_form
 from attnbench import load_plugins as _load_plugins
+from attnbench import why_no_incremental_form as _why_no_incremental_form
 
 __all__ = ["VariantContractTests", "random_qkv"]
 
@@ -281,3 +283,81 @@ class VariantContractTests:
         ref = _make(variant_name)(*(t.float() for t in (q, k, v)), causal=variant.supports_causal)
         # bf16 has an 8-bit mantissa: agreement to a few percent of the output scale
         assert (out.float() - ref).abs().max() <= 0.05 * ref.abs().max() + 0.05
+
+    # The incremental form (`attnbench.IncrementalAttention`): optional for a plugin, so these
+    # skip, saying why, for a causal variant that registers none. Float64 throughout: the two
+    # paths sum in different orders, and float64 rounding over a few hundred terms (~1e-13)
+    # stays four orders of magnitude under the 1e-9 tolerance, while a wrong weight, a key
+    # dropped from a pattern or a decay off by one step changes outputs at 1e-3 or more.
+    INCREMENTAL_LEN = 151  # no multiple of a chunk (64), block (5 at 1/32) or stride (51)
+
+    @staticmethod
+    def _incremental(variant, max_len, batch=2, dv=5, dtype=torch.float64, device="cpu"):
+        reason = _why_no_incremental_form(variant)
+        if reason:
+            if not variant.supports_causal:  # refused with the sentence, never a crash
+                with pytest.raises(UnsupportedError, match="not causal"):
+                    _incremental_form(variant, batch, max_len, D, dv, device, dtype)
+            pytest.skip(reason)
+        return _incremental_form(variant, batch, max_len, D, dv, device, dtype)
+
+    @pytest.mark.parametrize(
+        "schedule",
+        [(151,), (1,) * 151, (61, 1, 1, 23, 1, 2, 62)],
+        ids=["prefill", "steps", "prefill+steps+prefill"],
+    )
+    def test_incremental_form_equals_causal_forward(self, variant_name, schedule):
+        """Token by token (``step``), all at once (``prefill``) or mixed, with prefills that
+        continue a sequence and cross chunk and block edges: the outputs equal the causal
+        forward over the whole sequence at every position."""
+        variant = _make(variant_name).double()
+        n = self.INCREMENTAL_LEN
+        decoder = self._incremental(variant, n)
+        q, k, v = random_qkv(b=2, h=H, n=n, d=D, dv=5, seed=7, dtype=torch.float64)
+        with torch.no_grad():
+            expected = variant(q, k, v, causal=True)
+            outs, t = [], 0
+            for size in schedule:
+                part = (x[:, :, t : t + size] for x in (q, k, v))
+                outs.append(decoder.step(*part) if size == 1 else decoder.prefill(*part))
+                t += size
+        assert t == n and decoder.position == n
+        torch.testing.assert_close(torch.cat(outs, dim=2), expected, rtol=1e-9, atol=1e-9)
+
+    def test_incremental_state_is_what_it_holds(self, variant_name):
+        """After n tokens the tensors held have ``state_size(n)`` elements per sequence, and
+        their storage is exactly what the full sequence needs (a cache reserved once for
+        ``max_len``, nothing more); past ``max_len`` the decoder refuses, naming it."""
+        variant = _make(variant_name)
+        n = self.INCREMENTAL_LEN
+        decoder = self._incremental(variant, n, dtype=torch.float32)
+        q, k, v = random_qkv(b=2, h=H, n=n, d=D, dv=5, seed=1)
+        t = 0
+        with torch.no_grad():
+            for size in (1, 16, 1, 100, 33):
+                decoder.prefill(*(x[:, :, t : t + size] for x in (q, k, v)))
+                t += size
+                held = sum(x.numel() for x in decoder.state_tensors())
+                assert held == 2 * decoder.state_size(t), f"after {t} tokens"
+                assert decoder.state_bytes() == 4 * decoder.state_size(t)
+        storages = {x.untyped_storage().data_ptr(): x for x in decoder.state_tensors()}
+        reserved = sum(x.untyped_storage().nbytes() for x in storages.values())
+        assert reserved == 2 * 4 * decoder.state_size(n)
+        with pytest.raises(ValueError, match="max_len=151"), torch.no_grad():
+            decoder.step(*(x[:, :, :1] for x in (q, k, v)))
+
+    def test_incremental_state_of_a_linear_cost_variant_does_not_grow(self, variant_name):
+        """A variant of cost "n" holds the same state after 64 tokens as after 4096 (measured,
+        not only declared): the O(1) memory per sequence that makes it cheap to decode."""
+        variant = _make(variant_name, max_len=4096)
+        if variant.cost != "n":
+            pytest.skip(f"cost {variant.cost}: its state may grow with the context")
+        sizes = []
+        for n in (64, 512, 4096):
+            decoder = self._incremental(variant, n, batch=1, dtype=torch.float32)
+            q, k, v = random_qkv(b=1, h=H, n=n, d=D, dv=5)
+            with torch.no_grad():
+                decoder.prefill(q, k, v)
+            assert decoder.state_bytes() == 4 * decoder.state_size(n)
+            sizes.append(decoder.state_bytes())
+        assert sizes[0] == sizes[1] == sizes[2] > 0

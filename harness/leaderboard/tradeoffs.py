@@ -34,15 +34,16 @@ DENSITY_TITLE = "density (fraction of query–key pairs scored)"
 
 
 def _cost_axis(frame: pd.DataFrame, infos: dict[str, TaskInfo]) -> tuple[str, str] | None:
-    """(task, metric) of the cost the quality charts are drawn against: the first task (by name)
-    that declares a cost metric and has results for it."""
+    """(task, metric) of the cost the quality charts are drawn against: of the tasks that declare
+    a cost metric and have results for it, the one measured for the most variants (a cost known
+    for a few variants only, such as decoding, which non-causal variants cannot do, would leave
+    the others off every chart), then the first by name."""
+    measured = []
     for task, info in sorted(infos.items()):
-        if (
-            info.cost_metric
-            and ((frame["task"] == task) & (frame["metric"] == info.cost_metric)).any()
-        ):
-            return task, info.cost_metric
-    return None
+        rows = frame[(frame["task"] == task) & (frame["metric"] == info.cost_metric)]
+        if info.cost_metric and len(rows):
+            measured.append((-rows["variant"].nunique(), task, info.cost_metric))
+    return min(measured)[1:] if measured else None
 
 
 def _latency(

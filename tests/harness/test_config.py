@@ -83,19 +83,24 @@ def _expand(variant_override: str) -> list[str]:
 def test_quick_sweep_covers_every_variant_on_every_task():
     """Every task has a grid; throughput runs every variant, peers included (a peer unavailable
     here is one quick `unsupported` record per size; the sparse ones in grids that pin their
-    papers' sizes), and the quality tasks every variant of ours (a peer trained on them would be
-    mostly `unsupported` records on CPU)."""
+    papers' sizes), decode every variant of ours (sparse ones likewise), and the quality tasks
+    every variant of ours (a peer trained on them would be mostly `unsupported` records on CPU)."""
     cfg = _compose(["sweep=quick"], hydra_cfg=True)
     grids = _grids(cfg.hydra.sweeper)
     assert {grid.task for grid in grids} == set(TASKS.names())
     timed: list[str] = []
     for grid in grids:
-        if grid.task == "throughput":  # the sparse ones in grids of their own (absolute sizes)
+        if grid.task in ("throughput", "decode"):  # the sparse ones in grids of their own
             value = str(grid.variant)
-            timed += _expand(value) if value.startswith("glob(") else value.split(",")
+            names = _expand(value) if value.startswith("glob(") else value.split(",")
+            timed += [(grid.task, name) for name in names]
         else:
             assert grid.variant == OURS, grid.task
-    assert sorted(timed) == sorted(VARIANTS.names())  # each exactly once
+    # each exactly once: throughput every variant, decode ours (a peer has no incremental form)
+    assert sorted(timed) == sorted(
+        [("throughput", name) for name in VARIANTS.names()]
+        + [("decode", name) for name in _expand(OURS)]
+    )
 
 
 def test_quality_grids_exclude_exactly_the_peers():

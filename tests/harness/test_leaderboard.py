@@ -1194,3 +1194,28 @@ def test_a_constant_metric_is_said_in_one_line_not_charted(tmp_path):
     html = build_site(tmp_path).read_text()
     assert "fwd_ms against seq_len is 2 in every run: not charted." in html
     assert 'id="chart-throughput-fwd_ms-seq_len"' not in html
+
+
+def test_the_cost_axis_is_the_cost_measured_for_the_most_variants():
+    """Decoding is measured for the causal variants only, so its cost (declared, and first by
+    name) must not become the axis every quality chart is drawn against: the cost known for
+    the most variants is; a tie goes to the first task by name."""
+    import pandas as pd
+
+    from attnbench.harness.leaderboard.tradeoffs import _cost_axis
+    from attnbench.harness.task_info import TaskInfo
+
+    def info(name, cost):
+        return TaskInfo(name=name, description="", headline=cost, metrics=[], cost_metric=cost)
+
+    infos = {
+        "decode": info("decode", "decode_ratio"),
+        "throughput": info("throughput", "fwd_ratio"),
+    }
+    rows = [("decode", "decode_ratio", v) for v in ("softmax", "linear")]
+    rows += [("throughput", "fwd_ratio", v) for v in ("softmax", "linear", "sinkhorn")]
+    frame = pd.DataFrame(rows, columns=["task", "metric", "variant"])
+    assert _cost_axis(frame, infos) == ("throughput", "fwd_ratio")
+    tied = frame[frame["variant"] != "sinkhorn"]
+    assert _cost_axis(tied, infos) == ("decode", "decode_ratio")
+    assert _cost_axis(frame[frame["task"] == "decode"], infos) == ("decode", "decode_ratio")

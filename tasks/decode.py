@@ -1,0 +1,354 @@
+"""Decode: what a variant costs at inference, one token at a time after a context of n tokens.
+
+A job builds the variant's incremental form (`attnbench.IncrementalAttention`), prefills a
+context of ``seq_len`` random tokens (the time to the first token, ``prefill_ms``), then
+generates ``new_tokens`` more, one ``step`` each: the per-token latency ``decode_ms_per_token``,
+the state one sequence holds after the context (``state_bytes``, counted from the tensors it
+holds), and the peak memory of serving one batch of sequences of that length
+(``decode_peak_mib``). A variant with no incremental form, or one that is not causal, is an
+``unsupported`` record with the reason.
+
+Before anything is timed, the incremental form is checked against the variant's own causal
+forward at a small size (prefill, then steps), in float32 on the job's device: a form that
+computes something else fails the job instead of posting a speed.
+
+**Ranked by a ratio, not by a time** (as throughput): every block of ``new_tokens`` steps
+alternates, in the same process, with a block of bare SDPA calls of one query over the first
+n + i keys of the same cache (what softmax decoding must compute, with no harness around it):
+``decode_ratio`` is the variant's time over that, and is the headline. Softmax's own ratio is
+therefore the overhead of its decoder (writing the cache, the call), and a linear-cost variant's
+ratio falls as the context grows. The prefill alternates with dense causal SDPA over the same
+n tokens (``prefill_ratio``).
+
+**Each timed block starts from the same context**: the decoder's position is set back to n
+before every block, so every sample generates the tokens n … n + m − 1. A KV cache overwrites
+the same slots; a recurrent state keeps folding tokens in, which costs the same; the outputs of
+timed blocks are not used. The prefill is timed only up to ``prefill_max_len`` tokens: beyond,
+one prefill of a quadratic variant on a CPU takes seconds to minutes per sample, and the
+throughput task times the same causal kernel.
+
+Timing and steadiness: `harness.timing`, as in the throughput task (``decode_steady`` and
+``prefill_steady`` cover the metrics `steadiness` lists). The task declares a scaling fit of the
+per-token latency along the context (exponent ≈ 0 for a state that does not grow, ≈ 1 for a KV
+cache) with softmax as the reference: the crossover is the context from which a variant is
+cheaper per token than softmax with a KV cache.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+import attnbench.variants.incremental  # noqa: F401  the built-in forms: in every job's fingerprint
+from attnbench import (
+    JobContext,
+    Metric,
+    MetricPoint,
+    ScalingFit,
+    Task,
+    TaskResult,
+    VariantShape,
+    build_variant,
+    check_finite,
+    incremental_form,
+    register_task,
+)
+from attnbench.harness.discovery import load_plugins
+from attnbench.harness.memory import isolated_cpu_peak, peak_memory_mib
+from attnbench.harness.metrics import DENSITY
+from attnbench.harness.timing import FEWEST_SAMPLES, Timing, time_call
+
+CHECK_LEN = 96  # tokens of the correctness check: several chunks, blocks and window lengths
+CHECK_STEPS = 8  # of which the last ones come one step at a time
+
+
+@dataclass
+class DecodeParams:
+    """Hyperparameters of the `decode` task."""
+
+    seq_len: int = 1024  # n: tokens of context before the generated ones
+    new_tokens: int = 16  # m: tokens generated per timed block (latency per token = block / m)
+    batch_size: int = 1  # B: sequences decoded together
+    n_heads: int = 4  # H
+    head_dim: int = 64  # D = Dv
+    prefill_max_len: int = 8192  # the prefill is timed up to this context (module docstring)
+    min_samples: int = 10  # the smallest window of timing samples judged (>= 4; harness.timing)
+    min_run_time: float = 0.2  # seconds of steady-state timing per autorange round
+    steady_rtol: float = 0.05  # a steady window's halves have medians within this fraction
+    steady_max_rel_iqr: float = 0.25  # and an IQR of at most this fraction of its median
+    max_timing_s: float = 10.0  # seconds a timing samples before it is reported unsteady
+
+
+def _timing_metrics(prefix: str, timing: Timing, per: int = 1) -> dict[str, float]:
+    """The metrics of one timing, its times divided by ``per`` (tokens in a timed block)."""
+    return {
+        f"{prefix}_iqr": timing.iqr_ms / per,
+        f"{prefix}_rel_iqr": timing.rel_iqr,
+        f"{prefix}_samples": timing.n_samples,
+        f"{prefix}_ratio": timing.ratio,
+        f"{prefix}_ref_ms": timing.reference_ms / per,
+        f"{prefix}_probe_drift": timing.probe_drift,
+        f"{prefix}_foreign_cpu": timing.foreign_cpu,
+    }
+
+
+def _timing_details(timing: Timing) -> dict[str, object]:
+    details = {
+        "steady": timing.steady,
+        "samples_judged": timing.n_samples,
+        "samples_taken": timing.n_taken,
+        "sampling_s": round(timing.sampling_s, 4),
+        "rel_iqr": timing.rel_iqr,
+        "unsteady_reasons": list(timing.reasons),
+        "load_avg": timing.load_avg,
+    }
+    return {
+        k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in details.items()
+    }
+
+
+@register_task("decode")
+class Decode(Task):
+    """Per-token latency, prefill time, state size and peak memory of token-by-token decoding."""
+
+    Params = DecodeParams
+    description = "Inference: one token at a time after a context (latency, state, memory)."
+    headline = "decode_ratio"
+    cost_metric = "decode_ratio"
+    charts = ("decode_ms_per_token", "decode_ratio", "state_bytes", "decode_peak_mib", "prefill_ms")
+    scaling_fits = (ScalingFit("decode_ms_per_token", "seq_len", reference_variant="softmax"),)
+    steadiness = {
+        "decode_ms_per_token": "decode_steady",
+        "decode_ratio": "decode_steady",
+        "tokens_per_s": "decode_steady",
+        "prefill_ms": "prefill_steady",
+        "prefill_ratio": "prefill_steady",
+    }
+    metrics = (
+        Metric(
+            "decode_ratio",
+            False,
+            "Per-token decode time / one bare SDPA call of one query over the same cache, "
+            "timed in alternating blocks in the same process (median); a load slows both alike",
+            "× SDPA",
+        ),
+        Metric(
+            "decode_ms_per_token",
+            False,
+            "Latency of one generated token after seq_len tokens of context (median of blocks "
+            "of new_tokens steps, divided by new_tokens)",
+            "ms",
+        ),
+        Metric("decode_iqr", None, "Interquartile range of the per-token latency", "ms"),
+        Metric("decode_ref_ms", None, "The bare SDPA call per token in the same rounds", "ms"),
+        Metric("tokens_per_s", True, "Generated tokens per second (B / per-token latency)"),
+        Metric("prefill_ms", False, "Time to prefill the context (to the first token)", "ms"),
+        Metric("prefill_ratio", False, "Prefill time / dense causal SDPA's, alternating", "×"),
+        Metric("prefill_ref_ms", None, "Dense causal SDPA over the context, same rounds", "ms"),
+        Metric("prefill_iqr", None, "Interquartile range of the prefill samples", "ms"),
+        Metric(
+            "state_bytes",
+            False,
+            "Bytes of state one sequence holds after the context (KV cache, ring or matrix)",
+            "B",
+        ),
+        Metric(
+            "decode_peak_mib",
+            False,
+            "Peak memory of serving the batch: the state, the prefill and the generated tokens",
+            "MiB",
+        ),
+        Metric("decode_steady", None, "1: the decode samples settled and the machine was quiet"),
+        Metric("prefill_steady", None, "1: the prefill samples settled and the machine was quiet"),
+        Metric("decode_samples", None, "Timed blocks behind the median"),
+        Metric("decode_rel_iqr", None, "IQR / median of the decode blocks"),
+        Metric("decode_probe_drift", None, "Calibration GEMM drift over the decode timing"),
+        Metric("decode_foreign_cpu", None, "Other processes' CPU share during the decode timing"),
+        Metric("prefill_samples", None, "Prefill samples behind the median"),
+        Metric("prefill_rel_iqr", None, "IQR / median of the prefill samples"),
+        Metric("prefill_probe_drift", None, "Calibration GEMM drift over the prefill timing"),
+        Metric("prefill_foreign_cpu", None, "Other processes' CPU share during the prefill"),
+        Metric("load_avg", None, "1-minute load average when the decode timing ended"),
+        DENSITY,
+    )
+
+    def check(self) -> None:
+        self.require_positive("seq_len", "new_tokens", "batch_size", "n_heads", "head_dim")
+        self.require_positive("prefill_max_len")
+        if self.params.min_samples < FEWEST_SAMPLES:
+            raise ValueError(
+                f"task.min_samples must be >= {FEWEST_SAMPLES} (the steadiness rule compares "
+                f"two halves of at least two samples), got {self.params.min_samples}."
+            )
+        self.require_finite("min_run_time", "steady_rtol", "steady_max_rel_iqr", above=0)
+        self.require_finite("max_timing_s", at_least=0)
+
+    def density_size(self) -> tuple[int, int, bool]:
+        """The attention a decoded sequence has seen: seq_len queries and keys, causal."""
+        return self.params.seq_len, self.params.seq_len, True
+
+    def run(self, ctx: JobContext) -> TaskResult:
+        p = self.params
+        n, m, b, h, d = p.seq_len, p.new_tokens, p.batch_size, p.n_heads, p.head_dim
+        variant = ctx.build_variant(VariantShape(h, d, n + m))
+        correctness = check_incremental(variant, ctx, h, d)
+        decoder = incremental_form(variant, b, n + m, d, d, ctx.device, ctx.dtype)
+        gen = ctx.generator()
+        q, k, v = (
+            torch.randn(b, h, n + m, d, generator=gen).to(device=ctx.device, dtype=ctx.dtype)
+            for _ in range(3)
+        )
+        context = [x[:, :, :n] for x in (q, k, v)]
+        values: dict[str, float | None] = {}
+        details: dict[str, object] = {"correctness_check": correctness}
+
+        def prefill() -> None:
+            decoder.position = 0  # every sample prefills the same context from the start
+            with torch.no_grad():
+                decoder.prefill(*context)
+
+        with torch.no_grad():
+            check_finite("prefill output", decoder.prefill(*context))
+        if n <= p.prefill_max_len:
+            timing = self._time(
+                prefill,
+                lambda: F.scaled_dot_product_attention(*context, is_causal=True),
+                ctx,
+            )
+            values.update(_timing_metrics("prefill", timing))
+            values["prefill_ms"] = timing.median_ms
+            values["prefill_steady"] = 1.0 if timing.steady else 0.0
+            details["prefill_timing"] = _timing_details(timing)
+        else:
+            details["prefill_timing"] = f"not timed: seq_len {n} > prefill_max_len"
+        decoder.position = n
+        values["state_bytes"] = float(decoder.state_bytes())
+        details["state_elements"] = decoder.state_size(n)
+        new = [[x[:, :, i : i + 1] for x in (q, k, v)] for i in range(n, n + m)]
+
+        def generate() -> None:
+            decoder.position = n  # every block generates the same m tokens (module docstring)
+            with torch.no_grad():
+                for token in new:
+                    decoder.step(*token)
+
+        def bare_sdpa() -> None:  # softmax decoding's attention alone, over the same cache
+            with torch.no_grad():
+                for i in range(m):
+                    F.scaled_dot_product_attention(
+                        new[i][0], k[:, :, : n + i + 1], v[:, :, : n + i + 1]
+                    )
+
+        with torch.no_grad():
+            decoder.position = n
+            check_finite("decoded output", decoder.step(*new[0]))
+        timing = self._time(generate, bare_sdpa, ctx)
+        values.update(_timing_metrics("decode", timing, per=m))
+        values["decode_ms_per_token"] = timing.median_ms / m
+        values["decode_steady"] = 1.0 if timing.steady else 0.0
+        values["tokens_per_s"] = b / (timing.median_ms / m * 1e-3)
+        values["load_avg"] = timing.load_avg
+        details["decode_timing"] = _timing_details(timing)
+        details["decode_block_samples_ms"] = list(timing.samples_ms)
+        if ctx.device.type == "cuda":
+            del decoder
+            values["decode_peak_mib"] = peak_memory_mib(
+                lambda: _serve(variant, q, k, v, n, ctx.device, ctx.dtype), ctx.device
+            )
+        else:  # a fresh variant and inputs in the memory-probe process (harness.memory)
+            values["decode_peak_mib"] = isolated_cpu_peak(
+                decode_peak_mib,
+                ctx.variant_name,
+                ctx.variant_params,
+                (b, h, n, d),
+                m,
+                str(ctx.dtype).removeprefix("torch."),
+                ctx.seed,
+            )
+        values["density"] = variant.density(*self.density_size())
+        points = [
+            MetricPoint(name, float(value), "seq_len", n)
+            for name, value in values.items()
+            if value is not None and not math.isnan(value)
+        ]
+        return TaskResult(points=points, details=details)
+
+    def _time(self, fn, reference, ctx: JobContext) -> Timing:
+        p = self.params
+        return time_call(
+            fn,
+            reference=reference,
+            device=ctx.device,
+            num_threads=ctx.threads,
+            min_samples=p.min_samples,
+            min_run_time=p.min_run_time,
+            rtol=p.steady_rtol,
+            max_rel_iqr=p.steady_max_rel_iqr,
+            max_time_s=p.max_timing_s,
+        )
+
+
+def _serve(variant, q, k, v, n: int, device, dtype) -> None:
+    """Serve one batch: build the state, prefill n tokens, generate the rest one at a time."""
+    b, h, total, d = q.shape
+    decoder = incremental_form(variant, b, total, d, d, device, dtype)
+    with torch.no_grad():
+        decoder.prefill(q[:, :, :n], k[:, :, :n], v[:, :, :n])
+        for i in range(n, total):
+            decoder.step(q[:, :, i : i + 1], k[:, :, i : i + 1], v[:, :, i : i + 1])
+
+
+def decode_peak_mib(
+    variant: str,
+    variant_params: dict,
+    shape: tuple[int, int, int, int],
+    new_tokens: int,
+    dtype: str,
+    seed: int,
+) -> float | None:
+    """Peak memory of `_serve` on CPU, run in the memory-probe process (inputs built outside
+    the measured region)."""
+    load_plugins()
+    b, h, n, d = shape
+    dt = getattr(torch, dtype)
+    module = build_variant(variant, variant_params, VariantShape(h, d, n + new_tokens)).to(dt)
+    gen = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(b, h, n + new_tokens, d, generator=gen).to(dt) for _ in range(3))
+    cpu = torch.device("cpu")
+    return peak_memory_mib(lambda: _serve(module, q, k, v, n, cpu, dt), cpu)
+
+
+def check_incremental(variant, ctx: JobContext, heads: int, head_dim: int) -> str:
+    """Before a speed is recorded: the incremental form (a prefill, then steps) against the
+    variant's causal forward over the same CHECK_LEN tokens, in float32 on the job's device.
+
+    Returns what was checked; raises `ValueError` if they disagree, so the job fails instead of
+    reporting the speed of a wrong result (`UnsupportedError` where there is no form).
+    """
+    n = min(CHECK_LEN, variant.shape.max_len)
+    gen = ctx.generator(7)
+    q, k, v = (torch.randn(1, heads, n, head_dim, generator=gen).to(ctx.device) for _ in range(3))
+    reference = variant.float()
+    try:
+        decoder = incremental_form(reference, 1, n, head_dim, head_dim, ctx.device, torch.float32)
+        split = max(1, n - CHECK_STEPS)
+        with torch.no_grad():
+            expected = reference(q, k, v, causal=True)
+            outs = [decoder.prefill(q[:, :, :split], k[:, :, :split], v[:, :, :split])]
+            outs += [
+                decoder.step(q[:, :, i : i + 1], k[:, :, i : i + 1], v[:, :, i : i + 1])
+                for i in range(split, n)
+            ]
+    finally:
+        variant.to(ctx.dtype)
+    error = float((torch.cat(outs, dim=2) - expected).abs().max())
+    if not error <= 1e-4 * max(1.0, float(expected.abs().max())):
+        raise ValueError(
+            f"the incremental form disagrees with the causal forward at n={n}: max error "
+            f"{error:.3g}; not timing a wrong result."
+        )
+    steps = n - split
+    return f"prefill {split} + {steps} steps == causal forward at n={n} (max error {error:.2g})"

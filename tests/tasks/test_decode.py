@@ -1,0 +1,83 @@
+"""The decode task: what it records, that the state it reports is the state held, that a wrong
+incremental form is not timed, and that a variant without one is unsupported."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnbench import UnsupportedError
+from attnbench.harness.incremental_api import INCREMENTAL, register_incremental
+from attnbench.harness.task_api import JobContext, build_task
+from attnbench.harness.variant_api import VARIANTS, register_variant
+from attnbench.variants.incremental import SoftmaxIncremental
+from attnbench.variants.softmax import SoftmaxAttention
+
+FAST = {"min_run_time": 0.01, "min_samples": 4, "max_timing_s": 0.5}
+
+
+def _run(variant="softmax", variant_params=None, **task_params):
+    ctx = JobContext(variant, variant_params or {}, torch.device("cpu"), torch.float32, 0, 1)
+    task = build_task("decode", {**FAST, **task_params})
+    result = task.run(ctx)
+    return {p.metric: p for p in result.points}, result.details, task
+
+
+def test_records_every_declared_metric_at_the_context_length():
+    points, details, task = _run(seq_len=64, new_tokens=4, n_heads=2, head_dim=16)
+    assert set(points) == {m.name for m in task.metrics}
+    assert all(p.x_name == "seq_len" and p.x_value == 64 for p in points.values())
+    per_token_s = points["decode_ms_per_token"].value / 1e3
+    assert points["tokens_per_s"].value == pytest.approx(1 / per_token_s)
+    assert points["decode_ratio"].value > 0 and points["prefill_ratio"].value > 0
+    assert details["correctness_check"].startswith("prefill 60 + 8 steps == causal forward at n=68")
+
+
+@pytest.mark.parametrize(
+    ("variant", "params", "elements"),
+    [
+        ("softmax", {}, 64 * 2 * (16 + 16)),  # keys and values of the 64 context tokens
+        ("linear", {}, 2 * 16 * (16 + 1)),  # S and the normaliser's key sum, at any length
+        ("decay", {}, 2 * 16 * 16),
+        ("window", {"window": 8}, 8 * 2 * (16 + 16)),  # the ring of the 8 latest
+    ],
+)
+def test_state_bytes_are_the_state_held_after_the_context(variant, params, elements):
+    points, details, _ = _run(variant, params, seq_len=64, new_tokens=2, n_heads=2, head_dim=16)
+    assert details["state_elements"] == elements
+    assert points["state_bytes"].value == 4 * elements
+
+
+def test_the_prefill_is_timed_only_up_to_prefill_max_len():
+    points, details, _ = _run(seq_len=64, new_tokens=2, prefill_max_len=32)
+    assert "prefill_ms" not in points and "decode_ms_per_token" in points
+    assert details["prefill_timing"] == "not timed: seq_len 64 > prefill_max_len"
+
+
+def test_a_variant_without_an_incremental_form_is_unsupported_with_the_reason():
+    with pytest.raises(UnsupportedError, match="not causal"):
+        _run("sinkhorn", seq_len=32, new_tokens=2)
+
+
+def test_an_incremental_form_that_disagrees_with_the_forward_is_not_timed():
+    """A KV cache that drops the oldest key: right shapes, plausible numbers, wrong maths."""
+
+    class Forgetful(SoftmaxIncremental):
+        def _attend(self, q, t, keys, values):
+            if t == 0:
+                return super()._attend(q, t, keys, values)
+            return super()._attend(q, t - 1, keys[:, :, 1:], values[:, :, 1:])
+
+    register_variant("test_forgetful")(type("ForgetfulSoftmax", (SoftmaxAttention,), {}))
+    register_incremental("test_forgetful")(Forgetful)
+    try:
+        with pytest.raises(ValueError, match="incremental form disagrees with the causal"):
+            _run("test_forgetful", seq_len=64, new_tokens=2)
+    finally:
+        VARIANTS.unregister("test_forgetful")
+        INCREMENTAL.unregister("test_forgetful")
+
+
+def test_bad_sizes_are_one_clear_sentence():
+    with pytest.raises(ValueError, match=r"task.new_tokens must be >= 1, got 0"):
+        build_task("decode", {"new_tokens": 0})
