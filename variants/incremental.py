@@ -65,8 +65,10 @@ class KeyValueCache(IncrementalAttention):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         lead = (self.batch, self.heads, self.max_len)
-        self.keys = torch.empty(*lead, self.head_dim, device=self.device, dtype=self.dtype)
-        self.values = torch.empty(*lead, self.value_dim, device=self.device, dtype=self.dtype)
+        # zeros, not empty: a pattern may gather a slot not yet written (masked to −∞, weight
+        # exactly 0), and uninitialised memory could hold NaN, which no mask removes
+        self.keys = torch.zeros(*lead, self.head_dim, device=self.device, dtype=self.dtype)
+        self.values = torch.zeros(*lead, self.value_dim, device=self.device, dtype=self.dtype)
 
     def state_size(self, n: int) -> int:
         return n * self.heads * (self.head_dim + self.value_dim)
@@ -267,8 +269,35 @@ class BlockPatternIncremental(KeyValueCache):
 
     block: int
 
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._plans: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None] = {}
+
     def listed(self, c: int) -> tuple[torch.Tensor, torch.Tensor] | None:
         raise NotImplementedError
+
+    def _plan(self, c: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        """Query block c's keys, computed once: (positions (H, K·b), their rows in the flattened
+        cache, the logit bias with −inf for absent blocks), or None (every key)."""
+        if c not in self._plans:
+            pattern = self.listed(c)
+            if pattern is None:
+                self._plans[c] = None
+            else:
+                blocks, bias = pattern
+                b = self.block
+                offsets = torch.arange(b, device=self.device)
+                idx = (blocks.clamp(min=0)[..., None] * b + offsets).flatten(1)  # (H, K·b)
+                present = (blocks >= 0)[..., None].expand(-1, -1, b).flatten(1)
+                bias = bias[..., None].expand(-1, -1, b).flatten(1).to(self.dtype)
+                base = bias.masked_fill(~present, float("-inf"))
+                # rows of the (B·H·max_len, D) cache: whole rows by index_select, much faster
+                # than an element-wise gather through an expanded index
+                inside = idx.clamp(max=self.max_len - 1)
+                sequences = torch.arange(self.batch * self.heads, device=self.device)
+                rows = sequences.view(self.batch, self.heads, 1) * self.max_len + inside
+                self._plans[c] = idx, rows.flatten(), base
+        return self._plans[c]
 
     def _attend(self, q, t, keys, values):
         b, n, scale = self.block, q.shape[-2], 1 / math.sqrt(q.shape[-1])
@@ -276,22 +305,19 @@ class BlockPatternIncremental(KeyValueCache):
         for c in range(t // b, (t + n - 1) // b + 1):
             s, e = max(t, c * b), min(t + n, (c + 1) * b)  # positions of block c among the new
             rows = q[:, :, s - t : e - t]
-            pattern = self.listed(c)
-            if pattern is None:
+            plan = self._plan(c)
+            if plan is None:
                 outs.append(_masked_sdpa(rows, s, keys[:, :, :e], values[:, :, :e], scale))
                 continue
-            blocks, bias = pattern
-            offsets = torch.arange(b, device=q.device)
-            idx = (blocks.clamp(min=0)[..., None] * b + offsets).flatten(1)  # (H, K·b)
-            ok = (blocks >= 0)[..., None].expand(-1, -1, b).flatten(1) & (idx < e)
+            idx, rows_of_keys, base = plan
             positions = torch.arange(s, e, device=q.device)
-            ok = ok[:, None, :] & (idx[:, None, :] <= positions[None, :, None])  # (H, rows, K·b)
-            logits_bias = bias[..., None].expand(-1, -1, b).flatten(1).to(q.dtype)
-            mask = torch.where(ok, logits_bias[:, None, :], float("-inf"))
-            idx = idx.clamp(max=e - 1)
-            gather = idx[None, :, :, None]
-            k_sel = keys.gather(2, gather.expand(q.shape[0], -1, -1, keys.shape[-1]))
-            v_sel = values.gather(2, gather.expand(q.shape[0], -1, -1, values.shape[-1]))
+            # keys after a row's position (later blocks' slots hold zeros or older tokens) −∞
+            later = idx[:, None, :] > positions[:, None]  # (H, rows, K·b)
+            mask = torch.where(later, float("-inf"), base[:, None, :])
+            lead = (self.batch, self.heads, idx.shape[-1])
+            k_sel = self.keys.view(-1, self.head_dim).index_select(0, rows_of_keys).view(*lead, -1)
+            v_sel = self.values.view(-1, self.value_dim).index_select(0, rows_of_keys)
+            v_sel = v_sel.view(*lead, -1)
             outs.append(
                 F.scaled_dot_product_attention(rows, k_sel, v_sel, attn_mask=mask, scale=scale)
             )
