@@ -7,14 +7,17 @@ interval of −25 to 20, shown without a word):
 1. **Points from unsteady timings.** A timing its task flagged unsteady (`TaskInfo.steadiness`,
    e.g. a loaded machine, `harness.timing`) is left out before fitting, like it is left out of
    every contest; a curve left with fewer than `harness.scaling.MIN_POINTS` points gets no fit.
-2. **An exponent no attention kernel has.** A cost that falls with the sequence length
-   (exponent < 0) or grows faster than cubically (> 3), or one whose 95 % interval is wider than
-   ±`MAX_HALF_WIDTH`, is marked unreliable: the fit row ``<exponent>_reliable`` is 0, the board
-   shows the fit as unreliable and its legend gives no exponent. Why ±0.5: it is the gap between
-   the classes the board exists to tell apart (n, n·log n ≈ n^1.1 at these sizes, n^1.5, n²);
-   an interval wider than that cannot say which class a variant is in. Three points give a t
-   quantile of 12.7 on one degree of freedom, so a 3-length sweep rarely earns a reliable fit:
-   that is the truth about three points, not a defect of the rule.
+2. **An exponent no attention kernel has.** A cost that falls with the sequence length or grows
+   faster than cubically (a 95 % interval entirely below 0 or above 3), or one whose interval is
+   wider than ±`MAX_HALF_WIDTH`, is marked unreliable: the fit row ``<exponent>_reliable`` is 0,
+   the board shows the fit as unreliable and its legend gives no exponent. Why ±0.5: it is the
+   gap between the classes the board exists to tell apart (n, n·log n ≈ n^1.1 at these sizes,
+   n^1.5, n²); an interval wider than that cannot say which class a variant is in. Three points
+   give a t quantile of 12.7 on one degree of freedom, so a 3-length sweep rarely earns a
+   reliable fit: that is the truth about three points, not a defect of the rule. The interval,
+   not the slope alone, is held against [0, 3]: a cost that does not grow (a decoder's fixed
+   state) fits a slope a hair below 0 as often as above it (decay's per-token time: −0.003,
+   interval −0.013 to 0.007), and that is a flat cost measured well, not a falling one.
 
 Kept apart from `harness.scaling` on purpose: that module is in every job's code fingerprint
 (tasks import `ScalingFit`), and the judgement of points is collection's business.
@@ -40,8 +43,8 @@ def reliable(slope: float, low: float, high: float) -> bool:
     """Whether a fitted exponent is believable (module docstring, item 2)."""
     if not all(math.isfinite(v) for v in (slope, low, high)):
         return False
-    inside = EXPONENT_RANGE[0] <= slope <= EXPONENT_RANGE[1]
-    return inside and (high - low) / 2 <= MAX_HALF_WIDTH
+    overlaps = high >= EXPONENT_RANGE[0] and low <= EXPONENT_RANGE[1]
+    return overlaps and low <= slope <= high and (high - low) / 2 <= MAX_HALF_WIDTH
 
 
 def judged_fit_rows(frame: pd.DataFrame, infos: dict[str, TaskInfo]) -> list[dict[str, Any]]:

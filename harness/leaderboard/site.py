@@ -91,8 +91,8 @@ def _metric_info(info: TaskInfo | None) -> dict[str, tuple[str, bool | None]]:
     low, high = EXPONENT_RANGE
     for fit in info.scaling_fits:
         described[fit.name + RELIABLE_SUFFIX] = (
-            f"1: the exponent is believable (in [{low:g}, {high:g}], 95% interval within "
-            f"±{MAX_HALF_WIDTH:g}, steady points only); 0: unreliable, shown in no legend",
+            f"1: the exponent is believable (its 95% interval meets [{low:g}, {high:g}] and is "
+            f"within ±{MAX_HALF_WIDTH:g}, steady points only); 0: unreliable, shown in no legend",
             None,
         )
     return described
@@ -269,8 +269,8 @@ def _fits_note(info: TaskInfo | None) -> str:
     for fit in info.scaling_fits if info else []:
         text = (
             f"log({fit.metric}) against log({fit.axis}), per variant and setting (95% CI), "
-            f"steady points only; an exponent outside [{EXPONENT_RANGE[0]:g}, "
-            f"{EXPONENT_RANGE[1]:g}] or an interval wider than ±{MAX_HALF_WIDTH:g} is unreliable "
+            f"steady points only; an exponent whose interval lies outside [{EXPONENT_RANGE[0]:g}, "
+            f"{EXPONENT_RANGE[1]:g}] or is wider than ±{MAX_HALF_WIDTH:g} is unreliable "
             f"({fit.name}{RELIABLE_SUFFIX} = 0) and stated in no legend"
         )
         if fit.reference_variant:

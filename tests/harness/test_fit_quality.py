@@ -81,8 +81,11 @@ def test_a_negative_exponent_or_a_wide_interval_is_marked_unreliable(tmp_path):
 def test_the_reliability_rule_at_its_edges():
     assert reliable(2.0, 2.0 - MAX_HALF_WIDTH, 2.0 + MAX_HALF_WIDTH)
     assert not reliable(2.0, 1.0, 3.01)  # half-width 1.005
-    assert reliable(0.0, -0.1, 0.1) and not reliable(-0.01, -0.1, 0.08)
-    assert reliable(3.0, 2.9, 3.1) and not reliable(3.01, 2.9, 3.1)
+    # the interval is held against [0, 3]: a flat cost fits a slope a hair below 0 (a decoder's
+    # fixed state) and is believable; an interval entirely below 0 or above 3 is not
+    assert reliable(0.0, -0.1, 0.1) and reliable(-0.01, -0.1, 0.08)
+    assert not reliable(-0.2, -0.3, -0.01) and not reliable(3.2, 3.01, 3.3)
+    assert reliable(3.0, 2.9, 3.1) and reliable(3.01, 2.9, 3.1)
     assert not reliable(2.0, float("nan"), float("nan"))  # two points: no interval
 
 
