@@ -69,7 +69,7 @@ def random_qkv(
     return q, k, v
 
 
-def _make(name: str, max_len: int = MAX_LEN) -> AttentionVariant:
+def _make(name: str, max_len: int = MAX_LEN, heads: int = H) -> AttentionVariant:
     """The variant ``name`` with default hyperparameters, its parameters initialised from seed 0.
 
     Skips the test, with the variant's one sentence, where it is unavailable on CPU here
@@ -82,7 +82,8 @@ def _make(name: str, max_len: int = MAX_LEN) -> AttentionVariant:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         try:
-            variant = _build_variant(name, {}, VariantShape(n_heads=H, head_dim=D, max_len=max_len))
+            shape = VariantShape(n_heads=heads, head_dim=D, max_len=max_len)
+            variant = _build_variant(name, {}, shape)
         except UnsupportedError as exc:  # its library is missing here: skip, with the reason
             pytest.skip(str(exc))
     reason = variant.unavailable("cpu")  # the tests run on CPU; a CUDA-only variant skips
@@ -292,14 +293,19 @@ class VariantContractTests:
     INCREMENTAL_LEN = 151  # no multiple of a chunk (64), block (5 at 1/32) or stride (51)
 
     @staticmethod
-    def _incremental(variant, max_len, batch=2, dv=5, dtype=torch.float64, device="cpu"):
+    def _incremental(
+        variant, max_len, batch=2, dv=5, dtype=torch.float64, device="cpu", kv_heads=None
+    ):
         reason = _why_no_incremental_form(variant)
         if reason:
             if not variant.supports_causal:  # refused with the sentence, never a crash
                 with pytest.raises(UnsupportedError, match="not causal"):
                     _incremental_form(variant, batch, max_len, D, dv, device, dtype)
             pytest.skip(reason)
-        return _incremental_form(variant, batch, max_len, D, dv, device, dtype)
+        try:
+            return _incremental_form(variant, batch, max_len, D, dv, device, dtype, kv_heads)
+        except UnsupportedError as exc:  # grouped-query heads are optional too
+            pytest.skip(str(exc))
 
     @pytest.mark.parametrize(
         "schedule",
@@ -361,3 +367,29 @@ class VariantContractTests:
             assert decoder.state_bytes() == 4 * decoder.state_size(n)
             sizes.append(decoder.state_bytes())
         assert sizes[0] == sizes[1] == sizes[2] > 0
+
+    @pytest.mark.parametrize("kv_heads", [1, 2], ids=["multi-query", "grouped-query"])
+    def test_grouped_query_heads_equal_the_forward_on_repeated_keys_and_values(
+        self, variant_name, kv_heads
+    ):
+        """Fewer key/value heads than query heads (4 query heads; 1 or 2 key/value heads): the
+        outputs equal the causal forward with each key/value head repeated for its group of query
+        heads, and a form that shares them holds no more state than its key/value heads need."""
+        variant = _make(variant_name, heads=4).double()
+        n = self.INCREMENTAL_LEN
+        decoder = self._incremental(variant, n, kv_heads=kv_heads)
+        q, _, _ = random_qkv(b=2, h=4, n=n, d=D, dv=5, seed=11, dtype=torch.float64)
+        _, k, v = random_qkv(b=2, h=kv_heads, n=n, d=D, dv=5, seed=12, dtype=torch.float64)
+        group = 4 // kv_heads
+        with torch.no_grad():
+            expected = variant(
+                q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), causal=True
+            )
+            outs, t = [], 0
+            for size in (61, 1, 1, 23, 1, 2, 62):
+                outs.append(decoder.prefill(*(x[:, :, t : t + size] for x in (q, k, v))))
+                t += size
+        torch.testing.assert_close(torch.cat(outs, dim=2), expected, rtol=1e-9, atol=1e-9)
+        assert sum(x.numel() for x in decoder.state_tensors()) == 2 * decoder.state_size(n)
+        ungrouped = self._incremental(variant, n)
+        assert decoder.state_size(n) <= ungrouped.state_size(n)

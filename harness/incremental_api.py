@@ -11,6 +11,12 @@ sequences::
     out_t = decoder.step(q_t, k_t, v_t)   # (B, H, 1, Dv): the output of the next token
     decoder.state_bytes()                 # bytes held per sequence now (= state_size(position))
 
+Grouped-query heads (``kv_heads`` < H, dividing it): keys and values come with ``kv_heads``
+heads, query head h reads key/value head h // (H / kv_heads) (as ``repeat_interleave`` lays
+them out), and a form that shares them (`IncrementalAttention.grouped_query`) keeps one cache or
+state per key/value head, so its state shrinks by the group factor; its outputs equal the
+variant's causal forward on keys and values repeated to H heads.
+
 The contract (`attnbench.testing.VariantContractTests` checks it for every registered variant):
 after any mix of ``prefill`` and ``step`` calls, the outputs are the variant's causal ``forward``
 over the whole ``max_len`` sequence, position by position; the tensors the decoder holds
@@ -55,9 +61,12 @@ class IncrementalAttention:
         head_dim: Query and key head dimension D.
         value_dim: Value head dimension Dv (default: D).
         device, dtype: Where and in what precision the state is held ("meta" sizes it only).
+        kv_heads: Key/value heads (default: H); must divide H (module docstring).
     """
 
     variant_name: ClassVar[str] = ""  # set by `register_incremental`
+    # whether the form takes fewer key/value heads than query heads (module docstring)
+    grouped_query: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -68,6 +77,7 @@ class IncrementalAttention:
         value_dim: int | None = None,
         device: torch.device | str = "cpu",
         dtype: torch.dtype = torch.float32,
+        kv_heads: int | None = None,
     ) -> None:
         if batch < 1 or max_len < 1 or head_dim < 1:
             raise ValueError(
@@ -77,6 +87,13 @@ class IncrementalAttention:
         self.variant = variant
         self.batch, self.max_len = batch, max_len
         self.heads = variant.shape.n_heads
+        self.kv_heads = kv_heads or self.heads
+        if self.heads % self.kv_heads:
+            raise ValueError(
+                f"kv_heads={self.kv_heads} must divide the {self.heads} query heads; valid: "
+                f"{', '.join(str(d) for d in range(1, self.heads + 1) if self.heads % d == 0)}."
+            )
+        self.group = self.heads // self.kv_heads  # query heads per key/value head
         self.head_dim, self.value_dim = head_dim, value_dim or head_dim
         self.device, self.dtype = torch.device(device), dtype
         self.position = 0
@@ -112,15 +129,27 @@ class IncrementalAttention:
             raise ValueError(f"step takes one token; got {q.shape[-2]}: use prefill.")
         return self.prefill(q, k, v)
 
+    def repeat_kv(self, x: torch.Tensor) -> torch.Tensor:
+        """Keys or values of the key/value heads repeated to one per query head (a copy)."""
+        return x.repeat_interleave(self.group, dim=1) if self.group > 1 else x
+
+    def per_query_head(self, q: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+        """``q @ m`` for q (B, H, n, X) and m (B, kv_heads, X, Y), each query head with its
+        key/value head's matrix, without repeating m: (B, H, n, Y)."""
+        b, h, n, x = q.shape
+        out = q.reshape(b, self.kv_heads, self.group, n, x) @ m.unsqueeze(2)
+        return out.reshape(b, h, n, m.shape[-1])
+
     def _check(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         b, h, d, dv = self.batch, self.heads, self.head_dim, self.value_dim
+        kv = self.kv_heads
         n = q.shape[-2] if q.dim() == 4 else 0
-        expected = [(b, h, n, d), (b, h, n, d), (b, h, n, dv)]
+        expected = [(b, h, n, d), (b, kv, n, d), (b, kv, n, dv)]
         if n < 1 or [tuple(t.shape) for t in (q, k, v)] != expected:
             raise ValueError(
-                f"incremental '{self.variant_name}' expects q, k of shape (B={b}, H={h}, n, "
-                f"D={d}) and v (B, H, n, Dv={dv}) with n >= 1; got {tuple(q.shape)}, "
-                f"{tuple(k.shape)}, {tuple(v.shape)}."
+                f"incremental '{self.variant_name}' expects q of shape (B={b}, H={h}, n, D={d}), "
+                f"k (B, {kv}, n, D) and v (B, {kv}, n, Dv={dv}) with n >= 1; got "
+                f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}."
             )
         if self.position + n > self.max_len:
             raise ValueError(
@@ -174,11 +203,14 @@ def incremental_form(
     value_dim: int | None = None,
     device: torch.device | str = "cpu",
     dtype: torch.dtype = torch.float32,
+    kv_heads: int | None = None,
 ) -> IncrementalAttention:
     """The registered incremental form of ``variant`` (plugins loaded first), built.
 
     Raises:
-        UnsupportedError: the variant has none (`why_no_incremental_form`).
+        UnsupportedError: the variant has none (`why_no_incremental_form`), or fewer key/value
+            heads than query heads were asked of a form that does not share them.
+        ValueError: ``kv_heads`` does not divide the variant's heads.
     """
     from attnbench.harness.discovery import load_plugins  # the built-in forms register there
 
@@ -187,4 +219,16 @@ def incremental_form(
     if reason:
         raise UnsupportedError(reason)
     cls = INCREMENTAL.get(variant.name)
-    return cls(variant, batch, max_len, head_dim, value_dim, device, dtype)
+    heads = variant.shape.n_heads
+    if kv_heads is not None and (kv_heads < 1 or heads % kv_heads):
+        divisors = ", ".join(str(d) for d in range(1, heads + 1) if heads % d == 0)
+        raise ValueError(
+            f"kv_heads={kv_heads} must divide the {heads} query heads; valid: {divisors}."
+        )
+    if kv_heads not in (None, heads) and not cls.grouped_query:
+        raise UnsupportedError(
+            f"the incremental form of '{variant.name}' does not share keys and values across "
+            f"query heads (grouped_query = False): run it with as many key/value heads as "
+            f"query heads ({variant.shape.n_heads})."
+        )
+    return cls(variant, batch, max_len, head_dim, value_dim, device, dtype, kv_heads)

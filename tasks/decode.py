@@ -72,7 +72,10 @@ class DecodeParams:
     seq_len: int = 1024  # n: tokens of context before the generated ones
     new_tokens: int = 16  # m: tokens generated per timed block (latency per token = block / m)
     batch_size: int = 1  # B: sequences decoded together
-    n_heads: int = 4  # H
+    n_heads: int = 4  # H (query heads)
+    # key/value heads (grouped-query: each serves n_heads / n_kv_heads query heads, and the state
+    # shrinks by that factor where the form shares them); None: n_heads. Must divide n_heads
+    n_kv_heads: int | None = None
     head_dim: int = 64  # D = Dv
     prefill_max_len: int = 8192  # the prefill is timed up to this context (module docstring)
     min_samples: int = 10  # the smallest window of timing samples judged (>= 4; harness.timing)
@@ -178,6 +181,9 @@ class Decode(Task):
     def check(self) -> None:
         self.require_positive("seq_len", "new_tokens", "batch_size", "n_heads", "head_dim")
         self.require_positive("prefill_max_len")
+        if self.params.n_kv_heads is not None:
+            self.require_positive("n_kv_heads")
+            self.require_divides("n_kv_heads", "n_heads")
         if self.params.min_samples < FEWEST_SAMPLES:
             raise ValueError(
                 f"task.min_samples must be >= {FEWEST_SAMPLES} (the steadiness rule compares "
@@ -193,14 +199,16 @@ class Decode(Task):
     def run(self, ctx: JobContext) -> TaskResult:
         p = self.params
         n, m, b, h, d = p.seq_len, p.new_tokens, p.batch_size, p.n_heads, p.head_dim
+        kv = p.n_kv_heads or h
         variant = ctx.build_variant(VariantShape(h, d, n + m))
-        correctness = check_incremental(variant, ctx, h, d)
-        decoder = incremental_form(variant, b, n + m, d, d, ctx.device, ctx.dtype)
+        correctness = check_incremental(variant, ctx, h, d, kv)
+        decoder = incremental_form(variant, b, n + m, d, d, ctx.device, ctx.dtype, kv)
         gen = ctx.generator()
         q, k, v = (
-            torch.randn(b, h, n + m, d, generator=gen).to(device=ctx.device, dtype=ctx.dtype)
-            for _ in range(3)
+            torch.randn(b, heads, n + m, d, generator=gen).to(device=ctx.device, dtype=ctx.dtype)
+            for heads in (h, kv, kv)
         )
+        gqa = kv != h  # SDPA's grouped-query path in the references
         context = [x[:, :, :n] for x in (q, k, v)]
         values: dict[str, float | None] = {}
         details: dict[str, object] = {"correctness_check": correctness}
@@ -215,7 +223,7 @@ class Decode(Task):
         if n <= p.prefill_max_len:
             timing = self._time(
                 prefill,
-                lambda: F.scaled_dot_product_attention(*context, is_causal=True),
+                lambda: F.scaled_dot_product_attention(*context, is_causal=True, enable_gqa=gqa),
                 ctx,
             )
             values.update(_timing_metrics("prefill", timing))
@@ -227,6 +235,7 @@ class Decode(Task):
         decoder.position = n
         values["state_bytes"] = float(decoder.state_bytes())
         details["state_elements"] = decoder.state_size(n)
+        details["kv_heads"] = kv
         new = [[x[:, :, i : i + 1] for x in (q, k, v)] for i in range(n, n + m)]
 
         def generate() -> None:
@@ -239,7 +248,7 @@ class Decode(Task):
             with torch.no_grad():
                 for i in range(m):
                     F.scaled_dot_product_attention(
-                        new[i][0], k[:, :, : n + i + 1], v[:, :, : n + i + 1]
+                        new[i][0], k[:, :, : n + i + 1], v[:, :, : n + i + 1], enable_gqa=gqa
                     )
 
         with torch.no_grad():
@@ -256,7 +265,7 @@ class Decode(Task):
         if ctx.device.type == "cuda":
             del decoder
             values["decode_peak_mib"] = peak_memory_mib(
-                lambda: _serve(variant, q, k, v, n, ctx.device, ctx.dtype), ctx.device
+                lambda: _serve(variant, q, k, v, n, ctx.device, ctx.dtype, kv), ctx.device
             )
         else:  # a fresh variant and inputs in the memory-probe process (harness.memory)
             values["decode_peak_mib"] = isolated_cpu_peak(
@@ -264,6 +273,7 @@ class Decode(Task):
                 ctx.variant_name,
                 ctx.variant_params,
                 (b, h, n, d),
+                kv,
                 m,
                 str(ctx.dtype).removeprefix("torch."),
                 ctx.seed,
@@ -291,10 +301,10 @@ class Decode(Task):
         )
 
 
-def _serve(variant, q, k, v, n: int, device, dtype) -> None:
+def _serve(variant, q, k, v, n: int, device, dtype, kv_heads: int) -> None:
     """Serve one batch: build the state, prefill n tokens, generate the rest one at a time."""
     b, h, total, d = q.shape
-    decoder = incremental_form(variant, b, total, d, d, device, dtype)
+    decoder = incremental_form(variant, b, total, d, d, device, dtype, kv_heads)
     with torch.no_grad():
         decoder.prefill(q[:, :, :n], k[:, :, :n], v[:, :, :n])
         for i in range(n, total):
@@ -305,6 +315,7 @@ def decode_peak_mib(
     variant: str,
     variant_params: dict,
     shape: tuple[int, int, int, int],
+    kv_heads: int,
     new_tokens: int,
     dtype: str,
     seed: int,
@@ -316,27 +327,39 @@ def decode_peak_mib(
     dt = getattr(torch, dtype)
     module = build_variant(variant, variant_params, VariantShape(h, d, n + new_tokens)).to(dt)
     gen = torch.Generator().manual_seed(seed)
-    q, k, v = (torch.randn(b, h, n + new_tokens, d, generator=gen).to(dt) for _ in range(3))
+    q, k, v = (
+        torch.randn(b, heads, n + new_tokens, d, generator=gen).to(dt)
+        for heads in (h, kv_heads, kv_heads)
+    )
     cpu = torch.device("cpu")
-    return peak_memory_mib(lambda: _serve(module, q, k, v, n, cpu, dt), cpu)
+    return peak_memory_mib(lambda: _serve(module, q, k, v, n, cpu, dt, kv_heads), cpu)
 
 
-def check_incremental(variant, ctx: JobContext, heads: int, head_dim: int) -> str:
+def check_incremental(variant, ctx: JobContext, heads: int, head_dim: int, kv_heads: int) -> str:
     """Before a speed is recorded: the incremental form (a prefill, then steps) against the
-    variant's causal forward over the same CHECK_LEN tokens, in float32 on the job's device.
+    variant's causal forward over the same CHECK_LEN tokens (keys and values repeated to every
+    query head where they are grouped), in float32 on the job's device.
 
     Returns what was checked; raises `ValueError` if they disagree, so the job fails instead of
     reporting the speed of a wrong result (`UnsupportedError` where there is no form).
     """
     n = min(CHECK_LEN, variant.shape.max_len)
     gen = ctx.generator(7)
-    q, k, v = (torch.randn(1, heads, n, head_dim, generator=gen).to(ctx.device) for _ in range(3))
+    q, k, v = (
+        torch.randn(1, h, n, head_dim, generator=gen).to(ctx.device)
+        for h in (heads, kv_heads, kv_heads)
+    )
     reference = variant.float()
+    group = heads // kv_heads
     try:
-        decoder = incremental_form(reference, 1, n, head_dim, head_dim, ctx.device, torch.float32)
+        decoder = incremental_form(
+            reference, 1, n, head_dim, head_dim, ctx.device, torch.float32, kv_heads
+        )
         split = max(1, n - CHECK_STEPS)
         with torch.no_grad():
-            expected = reference(q, k, v, causal=True)
+            expected = reference(
+                q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), causal=True
+            )
             outs = [decoder.prefill(q[:, :, :split], k[:, :, :split], v[:, :, :split])]
             outs += [
                 decoder.step(q[:, :, i : i + 1], k[:, :, i : i + 1], v[:, :, i : i + 1])

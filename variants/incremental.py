@@ -11,6 +11,11 @@ Every form equals its variant's causal forward over the ``max_len`` sequence at 
   the sum over past tokens of φ(k)vᵀ (decayed by λ per token for decay), the same size at
   every length.
 
+Every form here shares keys and values across query heads (``kv_heads`` < H, grouped-query):
+a cache, ring or state per key/value head, so the state shrinks by the group factor, except
+decay's, whose decay rate is per query head, so heads that share keys and values still
+accumulate different states (one per query head, as without grouping).
+
 A step computes only what the pattern scores: the w ring entries (window), the local and dilated
 keys (strided), the listed key blocks (bigbird, learned_pattern), every key's score then the k
 picked values (topk: finding them scores all). A prefill from the start runs the variant's own
@@ -62,20 +67,31 @@ class KeyValueCache(IncrementalAttention):
     the outputs of the n newest queries over the keys in use.
     """
 
+    grouped_query = True
+
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        lead = (self.batch, self.heads, self.max_len)
+        lead = (self.batch, self.kv_heads, self.max_len)
         # zeros, not empty: a pattern may gather a slot not yet written (masked to −∞, weight
         # exactly 0), and uninitialised memory could hold NaN, which no mask removes
         self.keys = torch.zeros(*lead, self.head_dim, device=self.device, dtype=self.dtype)
         self.values = torch.zeros(*lead, self.value_dim, device=self.device, dtype=self.dtype)
 
     def state_size(self, n: int) -> int:
-        return n * self.heads * (self.head_dim + self.value_dim)
+        return n * self.kv_heads * (self.head_dim + self.value_dim)
 
     def state_tensors(self) -> list[torch.Tensor]:
         p = self.position
         return [self.keys[:, :, :p], self.values[:, :, :p]]
+
+    def grouped_rows(self, q: torch.Tensor) -> torch.Tensor:
+        """(B, H, n, D) queries as (B, kv_heads, group, n, D): each key/value head's queries."""
+        b, _, n, d = q.shape
+        return q.reshape(b, self.kv_heads, self.group, n, d)
+
+    def ungrouped(self, out: torch.Tensor) -> torch.Tensor:
+        """(B, kv_heads, group, n, Dv) back to (B, H, n, Dv)."""
+        return out.reshape(out.shape[0], self.heads, *out.shape[3:])
 
     def _extend(self, q, k, v):
         t, n = self.position, q.shape[-2]
@@ -88,13 +104,17 @@ class KeyValueCache(IncrementalAttention):
         raise NotImplementedError
 
 
-def _masked_sdpa(q, t, keys, values, scale, bias=None):
-    """Softmax of queries at positions t, t+1, … over keys [0, t + n), causal, by row tiles."""
+def _masked_sdpa(q, t, keys, values, scale):
+    """Softmax of queries at positions t, t+1, … over keys [0, t + n), causal, by row tiles
+    (keys and values may have fewer heads than q: SDPA's grouped-query path)."""
     n, total = q.shape[-2], keys.shape[-2]
-    if n == 1 and bias is None:  # the newest query sees every key: no mask
-        return F.scaled_dot_product_attention(q, keys, values, scale=scale)
-    if t == 0 and bias is None:  # a prefill from the start: torch's causal kernels
-        return F.scaled_dot_product_attention(q, keys, values, is_causal=True, scale=scale)
+    gqa = keys.shape[1] != q.shape[1]
+    if n == 1:  # the newest query sees every key: no mask
+        return F.scaled_dot_product_attention(q, keys, values, scale=scale, enable_gqa=gqa)
+    if t == 0:  # a prefill from the start: torch's causal kernels
+        return F.scaled_dot_product_attention(
+            q, keys, values, is_causal=True, scale=scale, enable_gqa=gqa
+        )
     outs, rows = [], _row_chunk(total, q)
     cols = torch.arange(total, device=q.device)
     for s in range(0, n, rows):
@@ -108,6 +128,7 @@ def _masked_sdpa(q, t, keys, values, scale, bias=None):
                 values[:, :, : t + e],
                 attn_mask=mask,
                 scale=scale,
+                enable_gqa=gqa,
             )
         )
     return torch.cat(outs, dim=2)
@@ -131,8 +152,8 @@ class PointwiseIncremental(KeyValueCache):
         if t == 0 and q.shape[-2] > 1:  # from the start: the variant's tiled kernel
             return pointwise_attention(
                 q,
-                keys,
-                values,
+                self.repeat_kv(keys),
+                self.repeat_kv(values),
                 lambda s: variant.weight(s, m),
                 lambda s: variant.weight_(s, m),
                 causal=True,
@@ -141,15 +162,15 @@ class PointwiseIncremental(KeyValueCache):
         scale = 1 / math.sqrt(q.shape[-1])
         outs, rows = [], _row_chunk(total, q)
         cols = torch.arange(total, device=q.device)
+        grouped = self.grouped_rows(q)
         for s in range(0, n, rows):
             e = min(n, s + rows)
-            weights = variant.weight(
-                (q[:, :, s:e] @ keys[:, :, : t + e].transpose(-2, -1)) * scale, m
-            )
+            scores = grouped[..., s:e, :] @ keys[:, :, None, : t + e].transpose(-2, -1)
+            weights = variant.weight(scores * scale, m)
             if e - s > 1:
                 positions = torch.arange(t + s, t + e, device=q.device)
                 weights = weights.masked_fill(~_visible(positions, cols[: t + e]), 0.0)
-            outs.append(weights @ values[:, :, : t + e])
+            outs.append(self.ungrouped(weights @ values[:, :, None, : t + e]))
         return torch.cat(outs, dim=2)
 
 
@@ -174,15 +195,23 @@ class TopKIncremental(KeyValueCache):
         scale = 1 / math.sqrt(q.shape[-1])
         outs, rows = [], _row_chunk(total, q)
         cols = torch.arange(total, device=q.device)
+        grouped = self.grouped_rows(q)
         for s in range(0, n, rows):
             e = min(n, s + rows)
-            scores = q[:, :, s:e] @ keys[:, :, : t + e].transpose(-2, -1)
+            scores = grouped[..., s:e, :] @ keys[:, :, None, : t + e].transpose(-2, -1)
             if e - s > 1:
                 positions = torch.arange(t + s, t + e, device=q.device)
                 scores = scores.masked_fill(~_visible(positions, cols[: t + e]), float("-inf"))
-            top, idx = scores.topk(min(keep, t + e), dim=-1)
+            top, idx = scores.topk(min(keep, t + e), dim=-1)  # (B, kv_heads, group, rows, k)
             weights = (top * scale).softmax(dim=-1)
-            outs.append(self.variant._mix(weights, idx, values[:, :, : t + e], t + e))
+            b, kv, g, r, k = idx.shape  # each key/value head's group of rows, mixed together
+            mixed = self.variant._mix(
+                weights.reshape(b, kv, g * r, k),
+                idx.reshape(b, kv, g * r, k),
+                values[:, :, : t + e],
+                t + e,
+            )
+            outs.append(self.ungrouped(mixed.reshape(b, kv, g, r, -1)))
         return torch.cat(outs, dim=2)
 
 
@@ -207,10 +236,15 @@ class StridedIncremental(KeyValueCache):
             dilated = torch.arange(max(first, -1), -1, -self.stride, device=q.device)
             idx = torch.cat([dilated, local])
             return F.scaled_dot_product_attention(
-                q, keys.index_select(2, idx), values.index_select(2, idx), scale=scale
+                q,
+                keys.index_select(2, idx),
+                values.index_select(2, idx),
+                scale=scale,
+                enable_gqa=self.group > 1,
             )
         # queries of the earlier positions are not kept: zeros in their place, outputs dropped
         padded = torch.cat([q.new_zeros(*q.shape[:2], t, q.shape[-1]), q], dim=2)
+        keys, values = self.repeat_kv(keys), self.repeat_kv(values)
         return self.twin(padded, keys, values, causal=True)[:, :, t:]
 
 
@@ -219,16 +253,18 @@ class WindowIncremental(IncrementalAttention):
     """Sliding window with a ring of the w latest keys and values (slot = position mod w): a key
     leaves every later query's window once w newer ones arrived. w is resolved at ``max_len``."""
 
+    grouped_query = True
+
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.window = self.variant._window(self.max_len)
         self.twin = _pinned(self.variant, window=self.window)
-        lead = (self.batch, self.heads, self.window)
+        lead = (self.batch, self.kv_heads, self.window)
         self.keys = torch.empty(*lead, self.head_dim, device=self.device, dtype=self.dtype)
         self.values = torch.empty(*lead, self.value_dim, device=self.device, dtype=self.dtype)
 
     def state_size(self, n: int) -> int:
-        return min(n, self.window) * self.heads * (self.head_dim + self.value_dim)
+        return min(n, self.window) * self.kv_heads * (self.head_dim + self.value_dim)
 
     def state_tensors(self) -> list[torch.Tensor]:
         held = min(self.position, self.window)
@@ -242,7 +278,11 @@ class WindowIncremental(IncrementalAttention):
             self.values[:, :, t % w] = v[:, :, 0]
             held = min(t + 1, w)
             return F.scaled_dot_product_attention(
-                q, self.keys[:, :, :held], self.values[:, :, :held], scale=scale
+                q,
+                self.keys[:, :, :held],
+                self.values[:, :, :held],
+                scale=scale,
+                enable_gqa=self.group > 1,
             )
         # the w − 1 keys before the new tokens, in order, then the new ones: the window's kernel
         earlier = torch.arange(max(0, t - w + 1), t, device=q.device) % w
@@ -250,7 +290,8 @@ class WindowIncremental(IncrementalAttention):
         values = torch.cat([self.values.index_select(2, earlier), v], dim=2)
         c = len(earlier)
         padded = torch.cat([q.new_zeros(*q.shape[:2], c, q.shape[-1]), q], dim=2)
-        out = self.twin(padded, keys, values, causal=True)[:, :, c:]
+        out = self.twin(padded, self.repeat_kv(keys), self.repeat_kv(values), causal=True)
+        out = out[:, :, c:]
         kept = torch.arange(max(t, t + n - w), t + n, device=q.device)
         self.keys[:, :, kept % w] = keys[:, :, c + kept - t]
         self.values[:, :, kept % w] = values[:, :, c + kept - t]
@@ -294,8 +335,10 @@ class BlockPatternIncremental(KeyValueCache):
                 # rows of the (B·H·max_len, D) cache: whole rows by index_select, much faster
                 # than an element-wise gather through an expanded index
                 inside = idx.clamp(max=self.max_len - 1)
-                sequences = torch.arange(self.batch * self.heads, device=self.device)
-                rows = sequences.view(self.batch, self.heads, 1) * self.max_len + inside
+                # query head h reads key/value head h // group of its sequence
+                batch = torch.arange(self.batch, device=self.device).view(-1, 1) * self.kv_heads
+                head = torch.arange(self.heads, device=self.device).view(1, -1) // self.group
+                rows = (batch + head).unsqueeze(-1) * self.max_len + inside  # (B, H, K·b)
                 self._plans[c] = idx, rows.flatten(), base
         return self._plans[c]
 
@@ -364,13 +407,18 @@ class LearnedPatternIncremental(BlockPatternIncremental):
 
 
 class RecurrentState(IncrementalAttention):
-    """Base of the linear-cost forms: a (B, H, D, Dv) matrix S, the same size at every length."""
+    """Base of the linear-cost forms: a (B, kv_heads, D, Dv) matrix S, the same size at every
+    length (one per key/value head: the query heads of a group read the same S)."""
+
+    grouped_query = True
+    state_heads_are_query_heads = False  # decay: a state per query head (module docstring)
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        self.state_heads = self.heads if self.state_heads_are_query_heads else self.kv_heads
         self.state = torch.zeros(
             self.batch,
-            self.heads,
+            self.state_heads,
             self.head_dim,
             self.value_dim,
             device=self.device,
@@ -378,7 +426,7 @@ class RecurrentState(IncrementalAttention):
         )
 
     def state_size(self, n: int) -> int:
-        return self.heads * self.head_dim * self.value_dim
+        return self.state_heads * self.head_dim * self.value_dim
 
     def state_tensors(self) -> list[torch.Tensor]:
         return [self.state]
@@ -392,16 +440,20 @@ class IdentityIncremental(RecurrentState):
         scale = 1 / (math.sqrt(q.shape[-1]) * self.max_len)
         if q.shape[-2] == 1:  # a step: fold the token in, then read S_t
             self.state.add_(k.transpose(-2, -1) @ v)
-            return (q @ self.state).mul_(scale)
-        out = (q @ self.state) * scale
-        out = out + causal_kernel_sums(q, k, v, self.variant.params.chunk_size, scale=scale)
+            return self.per_query_head(q, self.state).mul_(scale)
+        out = self.per_query_head(q, self.state) * scale
+        chunk = self.variant.params.chunk_size
+        out = out + causal_kernel_sums(q, self.repeat_kv(k), self.repeat_kv(v), chunk, scale=scale)
         self.state += k.transpose(-2, -1) @ v
         return out
 
 
 @register_incremental("decay")
 class DecayIncremental(RecurrentState):
-    """S_t = λ·S_{t−1} + k_t v_tᵀ, out_t = q_t·S_t / √D, with λ per head."""
+    """S_t = λ·S_{t−1} + k_t v_tᵀ, out_t = q_t·S_t / √D, with λ per head: one S per query head,
+    also with grouped keys and values (heads with different λ accumulate different states)."""
+
+    state_heads_are_query_heads = True
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -411,6 +463,7 @@ class DecayIncremental(RecurrentState):
 
     def _extend(self, q, k, v):
         n, scale = q.shape[-2], 1 / math.sqrt(q.shape[-1])
+        k, v = self.repeat_kv(k), self.repeat_kv(v)
         if n == 1:  # a step: S_t = λ·S_{t−1} + k vᵀ, then read it
             self.state.mul_(self.decay).add_(k.transpose(-2, -1) @ v)
             return (q @ self.state).mul_(scale)
@@ -432,11 +485,11 @@ class LinearIncremental(RecurrentState):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.key_sum = torch.zeros(
-            self.batch, self.heads, 1, self.head_dim, device=self.device, dtype=self.dtype
+            self.batch, self.kv_heads, self.head_dim, 1, device=self.device, dtype=self.dtype
         )
 
     def state_size(self, n: int) -> int:
-        return self.heads * self.head_dim * (self.value_dim + 1)
+        return self.kv_heads * self.head_dim * (self.value_dim + 1)
 
     def state_tensors(self) -> list[torch.Tensor]:
         return [self.state, self.key_sum]
@@ -446,16 +499,16 @@ class LinearIncremental(RecurrentState):
         fq, fk = phi(q), phi(k)
         if q.shape[-2] == 1:  # a step: fold the token in, then read
             self.state.add_(fk.transpose(-2, -1) @ v)
-            self.key_sum.add_(fk)
-            return (fq @ self.state) / ((fq * self.key_sum).sum(-1, keepdim=True) + eps)
-        num = fq @ self.state
-        den = (fq * self.key_sum).sum(-1, keepdim=True)
+            self.key_sum.add_(fk.transpose(-2, -1))
+            num = self.per_query_head(fq, self.state)
+            return num / (self.per_query_head(fq, self.key_sum) + eps)
+        num = self.per_query_head(fq, self.state)
+        den = self.per_query_head(fq, self.key_sum)
         # the new tokens among themselves: values with a column of ones give the normaliser
         ones = v.new_ones(*v.shape[:-1], 1)
-        inner = causal_kernel_sums(
-            fq, fk, torch.cat([v, ones], dim=-1), self.variant.params.chunk_size
-        )
+        values = self.repeat_kv(torch.cat([v, ones], dim=-1))
+        inner = causal_kernel_sums(fq, self.repeat_kv(fk), values, self.variant.params.chunk_size)
         num, den = num + inner[..., :-1], den + inner[..., -1:]
         self.state += fk.transpose(-2, -1) @ v
-        self.key_sum += fk.sum(dim=-2, keepdim=True)
+        self.key_sum += fk.sum(dim=-2, keepdim=True).transpose(-2, -1)
         return num / (den + eps)

@@ -81,3 +81,20 @@ def test_an_incremental_form_that_disagrees_with_the_forward_is_not_timed():
 def test_bad_sizes_are_one_clear_sentence():
     with pytest.raises(ValueError, match=r"task.new_tokens must be >= 1, got 0"):
         build_task("decode", {"new_tokens": 0})
+
+
+@pytest.mark.parametrize(("variant", "per_kv_head"), [("softmax", True), ("decay", False)])
+def test_grouped_query_heads_shrink_the_state_by_the_group(variant, per_kv_head):
+    """4 query heads on 1 key/value head: softmax's KV cache is a quarter of the ungrouped one;
+    decay's state is per query head (its λ differs per head), so it does not shrink."""
+    grouped, details, _ = _run(variant, seq_len=64, new_tokens=2, n_kv_heads=1, head_dim=16)
+    full, _, _ = _run(variant, seq_len=64, new_tokens=2, head_dim=16)
+    shrink = 4 if per_kv_head else 1
+    assert grouped["state_bytes"].value * shrink == full["state_bytes"].value
+    assert details["kv_heads"] == 1
+    assert details["correctness_check"].startswith("prefill 58 + 8 steps == causal forward")
+
+
+def test_key_value_heads_must_divide_the_query_heads():
+    with pytest.raises(ValueError, match=r"task.n_kv_heads=3 must divide task.n_heads=4"):
+        build_task("decode", {"n_kv_heads": 3})

@@ -88,7 +88,7 @@ def test_a_step_takes_one_token_and_shapes_are_checked():
     q, k, v = random_qkv(b=2, h=H, n=4, d=D, dv=DV)
     with pytest.raises(ValueError, match="step takes one token"):
         decoder.step(q, k, v)
-    with pytest.raises(ValueError, match=r"expects q, k of shape \(B=2, H=3"):
+    with pytest.raises(ValueError, match=r"expects q of shape \(B=2, H=3"):
         decoder.prefill(q[:1], k[:1], v[:1])
     assert decoder.position == 0
 
