@@ -352,21 +352,22 @@ class VariantContractTests:
         with pytest.raises(ValueError, match="max_len=151"), torch.no_grad():
             decoder.step(*(x[:, :, :1] for x in (q, k, v)))
 
-    def test_incremental_state_of_a_linear_cost_variant_does_not_grow(self, variant_name):
-        """A variant of cost "n" holds the same state after 64 tokens as after 4096 (measured,
-        not only declared): the O(1) memory per sequence that makes it cheap to decode."""
+    def test_incremental_state_over_lengths_and_flat_for_linear_cost(self, variant_name):
+        """After 64, 512 and 4096 tokens the state held is what ``state_size`` says, measured
+        from the tensors; and a variant of cost "n" holds the same state at all three: the O(1)
+        memory per sequence that makes it cheap to decode."""
         variant = _make(variant_name, max_len=4096)
-        if variant.cost != "n":
-            pytest.skip(f"cost {variant.cost}: its state may grow with the context")
         sizes = []
         for n in (64, 512, 4096):
             decoder = self._incremental(variant, n, batch=1, dtype=torch.float32)
             q, k, v = random_qkv(b=1, h=H, n=n, d=D, dv=5)
             with torch.no_grad():
                 decoder.prefill(q, k, v)
-            assert decoder.state_bytes() == 4 * decoder.state_size(n)
+            assert decoder.state_bytes() == 4 * decoder.state_size(n), f"after {n} tokens"
             sizes.append(decoder.state_bytes())
-        assert sizes[0] == sizes[1] == sizes[2] > 0
+        assert sizes[0] > 0
+        if variant.cost == "n":
+            assert sizes[0] == sizes[1] == sizes[2]
 
     @pytest.mark.parametrize("kv_heads", [1, 2], ids=["multi-query", "grouped-query"])
     def test_grouped_query_heads_equal_the_forward_on_repeated_keys_and_values(

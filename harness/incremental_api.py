@@ -88,11 +88,7 @@ class IncrementalAttention:
         self.batch, self.max_len = batch, max_len
         self.heads = variant.shape.n_heads
         self.kv_heads = kv_heads or self.heads
-        if self.heads % self.kv_heads:
-            raise ValueError(
-                f"kv_heads={self.kv_heads} must divide the {self.heads} query heads; valid: "
-                f"{', '.join(str(d) for d in range(1, self.heads + 1) if self.heads % d == 0)}."
-            )
+        check_kv_heads(self.heads, self.kv_heads)
         self.group = self.heads // self.kv_heads  # query heads per key/value head
         self.head_dim, self.value_dim = head_dim, value_dim or head_dim
         self.device, self.dtype = torch.device(device), dtype
@@ -156,6 +152,15 @@ class IncrementalAttention:
                 f"incremental '{self.variant_name}' was built for max_len={self.max_len} tokens; "
                 f"{self.position} seen, {n} more asked: build it with a larger max_len."
             )
+
+
+def check_kv_heads(heads: int, kv_heads: int) -> None:
+    """Refuse key/value heads that do not divide the query heads, in one sentence."""
+    if kv_heads < 1 or heads % kv_heads:
+        divisors = ", ".join(str(d) for d in range(1, heads + 1) if heads % d == 0)
+        raise ValueError(
+            f"kv_heads={kv_heads} must divide the {heads} query heads; valid: {divisors}."
+        )
 
 
 INCREMENTAL: Registry[type[IncrementalAttention]] = Registry(

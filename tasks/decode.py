@@ -61,7 +61,8 @@ from attnbench import (
 from attnbench.harness.discovery import load_plugins
 from attnbench.harness.memory import isolated_cpu_peak, peak_memory_mib
 from attnbench.harness.metrics import DENSITY
-from attnbench.harness.timing import FEWEST_SAMPLES, Timing, time_call
+from attnbench.harness.timing import Timing
+from attnbench.tasks.timed import check_timing_settings, time_against, timing_details
 
 CHECK_LEN = 96  # tokens of the correctness check: several chunks, blocks and window lengths
 CHECK_STEPS = 8  # of which the last ones come one step at a time
@@ -97,21 +98,6 @@ def _timing_metrics(prefix: str, timing: Timing, per: int = 1) -> dict[str, floa
         f"{prefix}_ref_ms": timing.reference_ms / per,
         f"{prefix}_probe_drift": timing.probe_drift,
         f"{prefix}_foreign_cpu": timing.foreign_cpu,
-    }
-
-
-def _timing_details(timing: Timing) -> dict[str, object]:
-    details = {
-        "steady": timing.steady,
-        "samples_judged": timing.n_samples,
-        "samples_taken": timing.n_taken,
-        "sampling_s": round(timing.sampling_s, 4),
-        "rel_iqr": timing.rel_iqr,
-        "unsteady_reasons": list(timing.reasons),
-        "load_avg": timing.load_avg,
-    }
-    return {
-        k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in details.items()
     }
 
 
@@ -186,13 +172,7 @@ class Decode(Task):
         if self.params.n_kv_heads is not None:
             self.require_positive("n_kv_heads")
             self.require_divides("n_kv_heads", "n_heads")
-        if self.params.min_samples < FEWEST_SAMPLES:
-            raise ValueError(
-                f"task.min_samples must be >= {FEWEST_SAMPLES} (the steadiness rule compares "
-                f"two halves of at least two samples), got {self.params.min_samples}."
-            )
-        self.require_finite("min_run_time", "steady_rtol", "steady_max_rel_iqr", above=0)
-        self.require_finite("max_timing_s", at_least=0)
+        check_timing_settings(self)
 
     def density_size(self) -> tuple[int, int, bool]:
         """The attention a decoded sequence has seen: seq_len queries and keys, causal."""
@@ -223,15 +203,16 @@ class Decode(Task):
         with torch.no_grad():
             check_finite("prefill output", decoder.prefill(*context))
         if n <= p.prefill_max_len:
-            timing = self._time(
+            timing = time_against(
                 prefill,
                 lambda: F.scaled_dot_product_attention(*context, is_causal=True, enable_gqa=gqa),
                 ctx,
+                p,
             )
             values.update(_timing_metrics("prefill", timing))
             values["prefill_ms"] = timing.median_ms
             values["prefill_steady"] = 1.0 if timing.steady else 0.0
-            details["prefill_timing"] = _timing_details(timing)
+            details["prefill_timing"] = timing_details(timing)
         else:
             details["prefill_timing"] = f"not timed: seq_len {n} > prefill_max_len"
         decoder.position = n
@@ -256,13 +237,13 @@ class Decode(Task):
         with torch.no_grad():
             decoder.position = n
             check_finite("decoded output", decoder.step(*new[0]))
-        timing = self._time(generate, bare_sdpa, ctx)
+        timing = time_against(generate, bare_sdpa, ctx, p)
         values.update(_timing_metrics("decode", timing, per=m))
         values["decode_ms_per_token"] = timing.median_ms / m
         values["decode_steady"] = 1.0 if timing.steady else 0.0
         values["tokens_per_s"] = b / (timing.median_ms / m * 1e-3)
         values["load_avg"] = timing.load_avg
-        details["decode_timing"] = _timing_details(timing)
+        details["decode_timing"] = timing_details(timing)
         details["decode_block_samples_ms"] = list(timing.samples_ms)
         if ctx.device.type == "cuda":
             del decoder
@@ -295,20 +276,6 @@ class Decode(Task):
             if value is not None and not math.isnan(value)
         ]
         return TaskResult(points=points, details=details)
-
-    def _time(self, fn, reference, ctx: JobContext) -> Timing:
-        p = self.params
-        return time_call(
-            fn,
-            reference=reference,
-            device=ctx.device,
-            num_threads=ctx.threads,
-            min_samples=p.min_samples,
-            min_run_time=p.min_run_time,
-            rtol=p.steady_rtol,
-            max_rel_iqr=p.steady_max_rel_iqr,
-            max_time_s=p.max_timing_s,
-        )
 
 
 def _serve(variant, q, k, v, n: int, device, dtype, kv_heads: int) -> None:

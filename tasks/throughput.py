@@ -52,7 +52,8 @@ from attnbench import (
 from attnbench.harness.discovery import load_plugins
 from attnbench.harness.memory import isolated_cpu_peak, peak_memory_mib
 from attnbench.harness.metrics import DENSITY
-from attnbench.harness.timing import FEWEST_SAMPLES, Timing, time_call
+from attnbench.harness.timing import Timing
+from attnbench.tasks.timed import check_timing_settings, time_against, timing_details
 
 
 @dataclass
@@ -155,13 +156,7 @@ class Throughput(Task):
         """Refuse sizes below 1 and timing settings the steadiness rule cannot use, each with
         one sentence."""
         self.require_positive("seq_len", "batch_size", "n_heads", "head_dim")
-        if self.params.min_samples < FEWEST_SAMPLES:
-            raise ValueError(
-                f"task.min_samples must be >= {FEWEST_SAMPLES} (the steadiness rule compares "
-                f"two halves of at least two samples), got {self.params.min_samples}."
-            )
-        self.require_finite("min_run_time", "steady_rtol", "steady_max_rel_iqr", above=0)
-        self.require_finite("max_timing_s", at_least=0)
+        check_timing_settings(self)
 
     def density_size(self) -> tuple[int, int, bool]:
         """The timed attention: seq_len queries and keys."""
@@ -187,7 +182,7 @@ class Throughput(Task):
 
         check_finite("forward output", forward())
         correctness = check_against_weights(variant, p, ctx)
-        fwd = self._time(forward, dense_forward, ctx)
+        fwd = time_against(forward, dense_forward, ctx, p)
         if ctx.device.type == "cuda":
             peak = peak_memory_mib(forward, ctx.device)
         else:  # a fresh variant and inputs in the memory-probe process (harness.memory)
@@ -214,7 +209,7 @@ class Throughput(Task):
         }
         details = {
             "fwd_samples_ms": list(fwd.samples_ms),
-            "fwd_timing": _timing_details(fwd),
+            "fwd_timing": timing_details(fwd),
             "forward_flops": flops,
             "correctness_check": correctness,
         }
@@ -233,32 +228,16 @@ class Throughput(Task):
                 for t in (qg, kg, vg):
                     t.grad = None
 
-            bwd = self._time(forward_backward, dense_forward_backward, ctx)
+            bwd = time_against(forward_backward, dense_forward_backward, ctx, p)
             values.update(_timing_metrics("fwd_bwd", bwd))
             details["fwd_bwd_samples_ms"] = list(bwd.samples_ms)
-            details["fwd_bwd_timing"] = _timing_details(bwd)
+            details["fwd_bwd_timing"] = timing_details(bwd)
         points = [
             MetricPoint(name, value, "seq_len", p.seq_len)
             for name, value in values.items()
             if value is not None and not math.isnan(value)
         ]
         return TaskResult(points=points, details=details)
-
-    def _time(self, fn, reference, ctx: JobContext) -> Timing:
-        """Time ``fn`` against ``reference`` (dense SDPA on the same inputs) in alternating
-        rounds, with the machine check (`harness.timing`)."""
-        p = self.params
-        return time_call(
-            fn,
-            reference=reference,
-            device=ctx.device,
-            num_threads=ctx.threads,
-            min_samples=p.min_samples,
-            min_run_time=p.min_run_time,
-            rtol=p.steady_rtol,
-            max_rel_iqr=p.steady_max_rel_iqr,
-            max_time_s=p.max_timing_s,
-        )
 
 
 def _timing_metrics(prefix: str, timing: Timing) -> dict[str, float]:
@@ -274,26 +253,6 @@ def _timing_metrics(prefix: str, timing: Timing) -> dict[str, float]:
         f"{prefix}_ref_ms": timing.reference_ms,
         f"{prefix}_probe_drift": timing.probe_drift,
         f"{prefix}_foreign_cpu": timing.foreign_cpu,
-    }
-
-
-def _timing_details(timing: Timing) -> dict[str, object]:
-    """What the record keeps of how a timing went (its samples are kept apart); an unknown
-    reading is null."""
-    details = {
-        "steady": timing.steady,
-        "samples_judged": timing.n_samples,
-        "samples_taken": timing.n_taken,
-        "sampling_s": round(timing.sampling_s, 4),
-        "halves_gap": timing.halves_gap,
-        "rel_iqr": timing.rel_iqr,
-        "unsteady_reasons": list(timing.reasons),
-        "probe_before_ms": timing.probe_before_ms,
-        "probe_after_ms": timing.probe_after_ms,
-        "load_avg": timing.load_avg,
-    }
-    return {
-        k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in details.items()
     }
 
 

@@ -34,7 +34,6 @@ import torch
 import torch.nn.functional as F
 
 from attnbench.harness.incremental_api import IncrementalAttention, register_incremental
-from attnbench.variants.pointwise import pointwise_attention
 from attnbench.variants.prefix_sums import causal_kernel_sums
 
 SCORE_TILE_BYTES = 16 * 1024 * 1024  # rows of scores materialised at once by the dense paths
@@ -93,6 +92,24 @@ class KeyValueCache(IncrementalAttention):
         """(B, kv_heads, group, n, Dv) back to (B, H, n, Dv)."""
         return out.reshape(out.shape[0], self.heads, *out.shape[3:])
 
+    def score_tiles(self, q: torch.Tensor, t: int, keys: torch.Tensor):
+        """Unscaled scores q·k of the queries at positions t … t + n − 1 over keys [0, t + n),
+        by tiles of rows within SCORE_TILE_BYTES: yields (scores (B, kv_heads, group, rows,
+        t + end), the (rows, t + end) mask of keys after each row's position or None for one
+        row, end) per tile."""
+        n, total = q.shape[-2], keys.shape[-2]
+        rows = _row_chunk(total, q)
+        cols = torch.arange(total, device=q.device)
+        grouped = self.grouped_rows(q)
+        for s in range(0, n, rows):
+            e = min(n, s + rows)
+            scores = grouped[..., s:e, :] @ keys[:, :, None, : t + e].transpose(-2, -1)
+            future = None
+            if e - s > 1:
+                positions = torch.arange(t + s, t + e, device=q.device)
+                future = ~_visible(positions, cols[: t + e])
+            yield scores, future, e
+
     def _extend(self, q, k, v):
         t, n = self.position, q.shape[-2]
         self.keys[:, :, t : t + n] = k
@@ -149,27 +166,18 @@ class PointwiseIncremental(KeyValueCache):
 
     def _attend(self, q, t, keys, values):
         m, variant = self.max_len, self.variant
-        if t == 0 and q.shape[-2] > 1:  # from the start: the variant's tiled kernel
-            return pointwise_attention(
-                q,
-                self.repeat_kv(keys),
-                self.repeat_kv(values),
-                lambda s: variant.weight(s, m),
-                lambda s: variant.weight_(s, m),
-                causal=True,
-            )
-        n, total = q.shape[-2], keys.shape[-2]
+        if t == 0 and q.shape[-2] > 1:
+            # from the start: the variant's own tiled kernel over the whole reserved cache, so
+            # that its M is max_len; keys not written yet (zeros) are after every query, causal
+            # masking gives them weight 0 and the kernel skips their tiles
+            whole = self.repeat_kv(self.keys), self.repeat_kv(self.values)
+            return variant(q, *whole, causal=True)
         scale = 1 / math.sqrt(q.shape[-1])
-        outs, rows = [], _row_chunk(total, q)
-        cols = torch.arange(total, device=q.device)
-        grouped = self.grouped_rows(q)
-        for s in range(0, n, rows):
-            e = min(n, s + rows)
-            scores = grouped[..., s:e, :] @ keys[:, :, None, : t + e].transpose(-2, -1)
+        outs = []
+        for scores, future, e in self.score_tiles(q, t, keys):
             weights = variant.weight(scores * scale, m)
-            if e - s > 1:
-                positions = torch.arange(t + s, t + e, device=q.device)
-                weights = weights.masked_fill(~_visible(positions, cols[: t + e]), 0.0)
+            if future is not None:
+                weights = weights.masked_fill(future, 0.0)
             outs.append(self.ungrouped(weights @ values[:, :, None, : t + e]))
         return torch.cat(outs, dim=2)
 
@@ -190,18 +198,12 @@ class TopKIncremental(KeyValueCache):
     all), then mixes the k picked values; k is resolved at ``max_len`` keys, as in the forward."""
 
     def _attend(self, q, t, keys, values):
-        n, total = q.shape[-2], keys.shape[-2]
         keep = self.variant.keep(self.max_len)
         scale = 1 / math.sqrt(q.shape[-1])
-        outs, rows = [], _row_chunk(total, q)
-        cols = torch.arange(total, device=q.device)
-        grouped = self.grouped_rows(q)
-        for s in range(0, n, rows):
-            e = min(n, s + rows)
-            scores = grouped[..., s:e, :] @ keys[:, :, None, : t + e].transpose(-2, -1)
-            if e - s > 1:
-                positions = torch.arange(t + s, t + e, device=q.device)
-                scores = scores.masked_fill(~_visible(positions, cols[: t + e]), float("-inf"))
+        outs = []
+        for scores, future, e in self.score_tiles(q, t, keys):
+            if future is not None:
+                scores = scores.masked_fill(future, float("-inf"))
             top, idx = scores.topk(min(keep, t + e), dim=-1)  # (B, kv_heads, group, rows, k)
             weights = (top * scale).softmax(dim=-1)
             b, kv, g, r, k = idx.shape  # each key/value head's group of rows, mixed together

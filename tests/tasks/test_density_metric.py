@@ -65,6 +65,19 @@ SETTINGS = [
         dict(mode="attention_system", n_dims=2, n_points=20, system_runs=1, steps=2),
         (20, False),  # the history points, as queries and keys
     ),
+    (
+        "decode",
+        dict(
+            seq_len=40,
+            new_tokens=2,
+            n_heads=1,
+            head_dim=8,
+            min_samples=4,
+            min_run_time=1e-3,
+            max_timing_s=0.5,
+        ),
+        (40, True),  # the context the generated tokens attend over, causal
+    ),
     ("concentration", dict(seq_len=30, scales=[1.0], n_batches=1, head_dim=8), (30, False)),
     ("concentration", dict(source="recall", recall_steps=1), (64, True)),
 ]
@@ -99,7 +112,7 @@ def test_density_is_one_for_softmax_and_exact_for_a_window(task, params, size):
     assert build_task(task, params).density_size() == (n, n, causal)
     dense = _density(task, params, "softmax", {})
     assert dense and set(dense.values()) == {1.0}
-    x = ("seq_len", n) if task == "throughput" else (None, None)
+    x = ("seq_len", n) if task in ("throughput", "decode") else (None, None)
     assert ("density", *x) in dense
     window = _density(task, params, "window", {"window": 0.2})
     expected = window_density(n, math.ceil(0.2 * n), causal)

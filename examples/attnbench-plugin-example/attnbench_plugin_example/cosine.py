@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from attnbench import AttentionVariant, register_variant
+from attnbench import AttentionVariant, IncrementalAttention, register_incremental, register_variant
 
 
 @dataclass
@@ -46,3 +46,39 @@ class CosineSoftmax(AttentionVariant):
             visible = torch.ones(n, m, dtype=torch.bool, device=q.device).tril()
             logits = logits.masked_fill(~visible, float("-inf"))
         return logits.softmax(dim=-1)
+
+
+@register_incremental("cosine_softmax")
+class CosineSoftmaxIncremental(IncrementalAttention):
+    """Token by token, for the `decode` task: a KV cache of unit-norm keys (normalised once, as
+    they arrive). Softmax may weigh any earlier key, so every key is kept; the keys and values of
+    a group of query heads are shared (grouped-query heads)."""
+
+    grouped_query = True
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        lead = (self.batch, self.kv_heads, self.max_len)
+        self.keys = torch.zeros(*lead, self.head_dim, device=self.device, dtype=self.dtype)
+        self.values = torch.zeros(*lead, self.value_dim, device=self.device, dtype=self.dtype)
+
+    def state_size(self, n):
+        return n * self.kv_heads * (self.head_dim + self.value_dim)
+
+    def state_tensors(self):
+        return [self.keys[:, :, : self.position], self.values[:, :, : self.position]]
+
+    def _extend(self, q, k, v):
+        t, n = self.position, q.shape[-2]
+        self.keys[:, :, t : t + n] = F.normalize(k, dim=-1)
+        self.values[:, :, t : t + n] = v
+        # query t + i sees keys 0 … t + i
+        visible = torch.ones(n, t + n, dtype=torch.bool, device=q.device).tril(diagonal=t)
+        return F.scaled_dot_product_attention(
+            F.normalize(q, dim=-1),
+            self.keys[:, :, : t + n],
+            self.values[:, :, : t + n],
+            attn_mask=visible,
+            scale=self.variant.params.scale,
+            enable_gqa=self.group > 1,
+        )
