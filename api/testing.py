@@ -21,9 +21,12 @@ Importing this module needs pytest, which is a test-time dependency of a plugin 
 plugin's ``test`` extra), not a dependency of attnbench. Apart from pytest it uses only torch and
 the public API of `attnbench`, so it runs unchanged outside attnbench's own repository.
 
-Every test builds its variant with ``VariantShape(n_heads=3, head_dim=8, max_len=2048)`` and the
-default hyperparameters, on CPU in float32 (plus one bfloat16 test), with parameters initialised
-from a fixed seed so a failure reproduces.
+Every test builds its variant with ``VariantShape(n_heads=3, head_dim=8, max_len=2048)`` (the
+grouped-query test: 4 heads) and the default hyperparameters, on CPU in float32 (plus one
+bfloat16 test; the incremental form's equality tests in float64), with parameters initialised
+from a fixed seed so a failure reproduces. The incremental form's tests skip, saying why, for a
+variant that registers none (it is optional), and the grouped-query test for a form without
+``grouped_query``.
 """
 
 from __future__ import annotations
