@@ -25,6 +25,15 @@ tied embeddings, one head). Our ``n_layers`` counts (convolution, attention) blo
 ``causal=false`` trains a bidirectional model: still a fair recall test, since after a query there
 are only fillers, drawn independently of every value, so looking ahead reveals nothing. It lets
 variants that cannot be causal (``sinkhorn``) be measured here.
+
+**State size** (Zoology's x axis: recall is bought with state). ``state_bytes`` is the memory a
+causal model's attention layers hold per sequence while generating, at the longest test length
+L: each layer's incremental form (`attnbench.incremental_form`: a KV cache, a ring of w, a D×Dv
+matrix) counts its ``state_size(L)`` elements, in the job's dtype, summed over the layers; the
+short convolution's few tokens are not counted, as every variant has the same one.
+``accuracy_by_state_bytes`` is the headline along that axis: across a sweep of widths, one line per
+variant, Zoology's figure. A variant without an incremental form, or a bidirectional model, has
+no state to decode with: no point, and the record's details say why.
 """
 
 from __future__ import annotations
@@ -34,7 +43,18 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from attnbench import JobContext, Metric, MetricPoint, Task, TaskResult, Tuning, register_task
+import attnbench.variants.incremental  # noqa: F401  the built-in forms: in every job's fingerprint
+from attnbench import (
+    JobContext,
+    Metric,
+    MetricPoint,
+    Task,
+    TaskResult,
+    Tuning,
+    UnsupportedError,
+    incremental_form,
+    register_task,
+)
 from attnbench.harness.metrics import DENSITY
 from attnbench.harness.model import ModelConfig, SequenceModel
 from attnbench.harness.task_api import TEST_STREAM, VALIDATION_STREAM
@@ -103,7 +123,7 @@ class Recall(Task):
     )
     headline = "accuracy"
     tuning = Tuning(["lr"], "val_accuracy")
-    charts = ("accuracy_by_pairs", "accuracy_by_d_model")
+    charts = ("accuracy_by_pairs", "accuracy_by_d_model", "accuracy_by_state_bytes")
     chart_references = {
         "accuracy_by_pairs": {"context_guess_by_pairs": "a random value of the sequence (1/pairs)"}
     }
@@ -114,6 +134,18 @@ class Recall(Task):
         Metric("accuracy_trained_sizes", True, "Mean over test configurations within training's"),
         Metric("accuracy_beyond", True, "Mean over test configurations past training's sizes"),
         Metric("accuracy_by_d_model", True, "The headline by model width (one line per variant)"),
+        Metric(
+            "state_bytes",
+            False,
+            "Bytes the attention layers hold per sequence while generating, at the longest test "
+            "length (KV cache, ring or matrix; module docstring)",
+            "B",
+        ),
+        Metric(
+            "accuracy_by_state_bytes",
+            True,
+            "The headline by state size (Zoology's figure: one line per variant across widths)",
+        ),
         Metric("chance_accuracy", None, "Chance level: one over the number of values"),
         Metric(
             "context_guess_by_pairs", None, "Accuracy of answering a random value of the context"
@@ -295,7 +327,34 @@ class Recall(Task):
             points.append(MetricPoint("density_by_pairs", model.density(length), "n_kv_pairs", k))
             points.append(MetricPoint("context_guess_by_pairs", 1 / k, "n_kv_pairs", k))
         details = {"loss_curve": curve, "train_configs": training_mixture(p), "test_configs": tests}
+        longest = max(length for length, _ in tests)
+        try:
+            state = state_bytes(model, longest, ctx.dtype)
+        except UnsupportedError as why:
+            details["state_bytes"] = f"not recorded: {why}"
+        else:
+            points.append(MetricPoint("state_bytes", state))
+            points.append(MetricPoint("accuracy_by_state_bytes", accuracy, "state_bytes", state))
+            details["state_bytes"] = f"at the longest test length, {longest} tokens"
         return TaskResult(points=points, details=details)
+
+
+def state_bytes(model: SequenceModel, n: int, dtype: torch.dtype) -> int:
+    """Bytes of state the attention layers of ``model`` hold per sequence after n tokens when
+    generating: each layer's incremental form sized on the meta device (nothing allocated).
+
+    Raises:
+        UnsupportedError: the model is bidirectional, or a layer's variant has no incremental form.
+    """
+    if not model.cfg.causal:
+        raise UnsupportedError(
+            "a bidirectional model (task.causal=false) does not generate token by token."
+        )
+    total = 0
+    for layer in model.attention_layers():
+        form = incremental_form(layer.attention, 1, n, layer.head_dim, device="meta", dtype=dtype)
+        total += form.state_size(n)
+    return total * torch.empty((), dtype=dtype).element_size()
 
 
 def query_loss(model: SequenceModel, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -382,6 +382,8 @@ def curve_figure(
     vothers = varying(vparams, within=rows["variant"])
     line_keys = ["variant", *vothers, "machine", "dtype", *others]
     rows = key_columns(pd.concat([rows, params[others], vparams[vothers]], axis=1), line_keys)
+    along = along_axis(rows, others, line_keys)
+    line_keys = [k for k in line_keys if k not in along]
     groups = [
         (key if isinstance(key, tuple) else (key,), group)
         for key, group in rows.groupby(line_keys, sort=True)
@@ -412,7 +414,15 @@ def curve_figure(
                 "symbol": [f"{symbol}-open" if x in unsteady else symbol for x in mean.index],
                 "size": [9 if x in unsteady else 7 for x in mean.index],
             },
-            text=["unsteady timing: not ranked" if x in unsteady else "" for x in mean.index],
+            text=[
+                "\n".join(
+                    [
+                        *_along_text(group, along, x),
+                        *(["unsteady timing: not ranked"] * (x in unsteady)),
+                    ]
+                )
+                for x in mean.index
+            ],
         )
         hollow = hollow or bool(unsteady)
         fig.add_trace(line)
@@ -485,6 +495,35 @@ def curve_figure(
     subtitle = "\n".join([subtitle, *notes[1:]]) if subtitle else "\n".join(notes[1:])
     finish_layout(fig, title, subtitle)
     return fig
+
+
+def along_axis(rows: pd.DataFrame, candidates: list[str], line_keys: list[str]) -> list[str]:
+    """The parameters among ``candidates`` that move along the curve axis rather than split
+    lines: within every line they would otherwise split (rows grouped by ``line_keys`` without
+    them), each of their values has one x value and each x value one of theirs, and some such
+    line has two or more of them. E.g. recall's model width along an axis of state size: a
+    variant's state is a function of its width, so its widths make one line (Zoology's figure),
+    not one point per width. Such a parameter is named in each point's hover instead."""
+    found = []
+    for c in candidates:
+        keys = [k for k in line_keys if k != c]
+        spans = False
+        for _, line in rows.groupby(keys, sort=False) if keys else [(None, rows)]:
+            pairs = set(zip(line[c].map(repr), line["x_value"], strict=True))
+            values = {v for v, _ in pairs}
+            if len(values) != len(pairs) or len({x for _, x in pairs}) != len(pairs):
+                break  # a value with two x positions, or an x with two values: not a function
+            spans = spans or len(values) > 1
+        else:
+            if spans:
+                found.append(c)
+    return found
+
+
+def _along_text(line: pd.DataFrame, along: list[str], x: float) -> list[str]:
+    """ "d_model=32"-style lines naming the `along_axis` parameters at curve position x."""
+    at = line[line["x_value"] == x]
+    return [f"{c.split('.', 1)[-1]}={at[c].iloc[0]}" for c in along if len(at)]
 
 
 def _unsteady_xs(everything: pd.DataFrame, line: pd.DataFrame, flag_axis: tuple[str, str]) -> set:

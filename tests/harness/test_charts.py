@@ -208,3 +208,56 @@ def test_scatter_colours_each_variant_and_gives_its_configurations_their_own_sym
     assert by_name["window window=16"].color == by_name["window window=32"].color
     assert by_name["window window=16"].symbol != by_name["window window=32"].symbol
     assert by_name["softmax"].color == colours["softmax"] != colours["window"]
+
+
+def _width_rows(points: dict[str, list[tuple[int, float, float]]], extra: str = "") -> pd.DataFrame:
+    """One run per (variant, width): its accuracy at the state size that width gives."""
+    rows = []
+    for variant, runs in points.items():
+        for width, state, accuracy in runs:
+            rows.append(
+                {
+                    **dict.fromkeys(COLUMNS),
+                    "run_id": f"{variant}{width}{extra}",
+                    "variant": variant,
+                    "variant_params": "{}",
+                    "task_params": json.dumps({"d_model": width, "lr": 0.01}),
+                    "device": "cpu",
+                    "dtype": "float32",
+                    "metric": "accuracy_by_state_bytes",
+                    "value": accuracy,
+                    "x_name": "state_bytes",
+                    "x_value": float(state),
+                }
+            )
+    return pd.DataFrame(rows, columns=COLUMNS).assign(machine="cpu0")
+
+
+def test_a_parameter_that_sets_the_axis_runs_along_one_line_per_variant():
+    """Zoology's figure: a variant's widths give its state sizes, so they are one line (the width
+    named in each point's hover), not one single-point line per width."""
+    frame = _width_rows(
+        {
+            "softmax": [(16, 16384, 0.02), (32, 32768, 0.99), (64, 65536, 1.0)],
+            "linear": [(16, 1088, 0.01), (32, 4224, 0.05), (64, 16640, 0.8)],
+        }
+    )
+    fig = curve_figure(frame, "accuracy_by_state_bytes", "recall")
+    assert sorted(t.name for t in fig.data) == ["linear", "softmax"]
+    softmax = next(t for t in fig.data if t.name == "softmax")
+    assert list(softmax.x) == [16384, 32768, 65536] and list(softmax.y) == [0.02, 0.99, 1.0]
+    assert list(softmax.text) == ["d_model=16", "d_model=32", "d_model=64"]
+    assert fig.layout.xaxis.type == "log"  # 1 KB to 64 KB
+
+
+def test_a_parameter_with_several_positions_per_value_still_splits_lines():
+    """Two widths that each reach two state sizes (another length, say) are not a function of
+    the axis: each width keeps its own line."""
+    frame = pd.concat(
+        [
+            _width_rows({"softmax": [(16, 100, 0.1), (32, 200, 0.2)]}),
+            _width_rows({"softmax": [(16, 300, 0.3), (32, 400, 0.4)]}, extra="b"),
+        ]
+    )
+    fig = curve_figure(frame, "accuracy_by_state_bytes", "recall")
+    assert sorted(t.name for t in fig.data) == ["softmax · d_model=16", "softmax · d_model=32"]

@@ -13,14 +13,17 @@ import pytest
 import torch
 from scipy import stats
 
+from attnbench import UnsupportedError, incremental_form, why_no_incremental_form
+from attnbench.harness.discovery import load_plugins
 from attnbench.harness.task_api import TEST_STREAM, VALIDATION_STREAM, JobContext, build_task
+from attnbench.harness.variant_api import VARIANTS
 from attnbench.tasks.mqar_data import (
     IGNORE,
     gap_probabilities,
     mqar_batch,
     sequence_accuracy,
 )
-from attnbench.tasks.recall import RecallParams, evaluation_ladder, training_mixture
+from attnbench.tasks.recall import RecallParams, evaluation_ladder, state_bytes, training_mixture
 
 
 def _ctx(variant="softmax", seed=0):
@@ -260,5 +263,72 @@ def test_same_config_and_seed_give_the_same_metrics():
 
 def test_non_causal_recall_runs_for_a_variant_that_cannot_be_causal():
     params = dict(SMALL, train_size=200, test_size=50, steps=5, causal=False)
-    points = {p.metric for p in build_task("recall", params).run(_ctx("sinkhorn")).points}
+    result = build_task("recall", params).run(_ctx("sinkhorn"))
+    points = {p.metric for p in result.points}
     assert "accuracy" in points
+    # no state to decode with: no point, and the record says why
+    assert "state_bytes" not in points and "accuracy_by_state_bytes" not in points
+    assert "bidirectional" in result.details["state_bytes"]
+
+
+def _state_model(variant: str, width: int, length: int, layers: int = 2):
+    """The recall model of a job with this variant, width and longest test length."""
+    params = dict(SMALL, d_model=width, n_layers=layers, seq_len=length, n_kv_pairs=length // 4)
+    params.update(tokens_per_pair=8, min_kv_pairs=length // 4, test_doublings=0)
+    task = build_task("recall", params)
+    assert max(n for n, _ in evaluation_ladder(task.params)) == length
+    return task.build_model(_ctx(variant))
+
+
+@pytest.mark.parametrize("variant", ["softmax", "window", "linear", "identity", "decay"])
+def test_state_bytes_is_the_analytic_state_of_each_layer(variant):
+    """Zoology's axis, by formula (one head of width d, float32, 2 layers, L = 64 test tokens):
+    a KV cache keeps 2·L·d, a ring of w keeps 2·w·d, linear a d×d matrix and a d-vector
+    normaliser, identity and decay a d×d matrix."""
+    d, length, layers = 16, 64, 2
+    window = round(0.2 * length)  # window's default: a fifth of the sequence
+    elements = {
+        "softmax": 2 * length * d,
+        "window": 2 * window * d,
+        "linear": d * d + d,
+        "identity": d * d,
+        "decay": d * d,
+    }[variant]
+    model = _state_model(variant, d, length, layers)
+    assert state_bytes(model, length, torch.float32) == layers * elements * 4
+    assert state_bytes(model, length, torch.bfloat16) == layers * elements * 2
+
+
+def test_state_bytes_equals_what_every_registered_decoder_holds():
+    """Over the registry: what the recall task reports is the bytes a real decoder of each layer
+    holds after prefilling the longest test length (the same forms the decode task times)."""
+    load_plugins()
+    length, d = 32, 8
+    checked = []
+    for name in VARIANTS.names():
+        if VARIANTS.get(name).unavailable(torch.device("cpu")):
+            continue  # a library's kernel that cannot run here (recorded unsupported by a job)
+        model = _state_model(name, d, length, layers=1)
+        try:
+            reported = state_bytes(model, length, torch.float32)
+        except UnsupportedError:
+            assert why_no_incremental_form(model.attention_layers()[0].attention)
+            continue
+        layer = model.attention_layers()[0]
+        decoder = incremental_form(layer.attention, 2, length, layer.head_dim)
+        gen = torch.Generator().manual_seed(0)
+        q, k, v = (torch.randn(2, 1, length, d, generator=gen) for _ in range(3))
+        with torch.no_grad():
+            decoder.prefill(q, k, v)
+        assert decoder.state_bytes() == reported, name
+        checked.append(name)
+    assert {"softmax", "linear", "decay", "window"} <= set(checked)
+
+
+def test_a_job_reports_accuracy_against_its_state_size():
+    params = dict(SMALL, train_size=200, test_size=50, steps=5)
+    points = {(p.metric, p.x_name): p for p in build_task("recall", params).run(_ctx()).points}
+    state = points[("state_bytes", None)].value
+    assert state == 2 * 64 * 32 * 4  # softmax's K and V of 64 test tokens at width 32, float32
+    along = points[("accuracy_by_state_bytes", "state_bytes")]
+    assert along.x_value == state and along.value == points[("accuracy", None)].value
