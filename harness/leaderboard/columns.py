@@ -7,6 +7,14 @@ than teaching the ranking about modes, the rows of such a task are relabelled wi
 `harness.leaderboard.ranking.standings`. Contests are per setting anyway, so only the columns'
 values, their win rates and the aggregate over columns change; the quality-against-cost charts
 split the same way. The task sections of the page keep the real task names.
+
+**A cost column is at one stated size.** A cost measured along a curve axis (throughput's ratio
+at each sequence length, decode's at each context) is not averaged over the axis: a mean of
+per-token costs at 1k and 32k tokens of context describes neither, and it would change with
+whichever sizes a sweep happened to run. The column keeps the rows at one position,
+`stated_position` (the one measured for the most variants, the largest of ties: 4096 tokens on
+the reference board's throughput, 32k on its decode), names it in its header, and the
+quality-against-cost charts use the same position.
 """
 
 from __future__ import annotations
@@ -51,6 +59,32 @@ def _values(task_params: pd.Series, key: str) -> pd.Series:
     return task_params.map(parsed)
 
 
+def stated_position(rows: pd.DataFrame) -> tuple[str, float] | None:
+    """(axis, value) of the curve position at which the most variants have ok rows among
+    ``rows`` (one metric's), the largest value of ties; None for a metric without a curve axis."""
+    along = rows[rows["x_value"].notna() & (rows["status"] == "ok")]
+    if "derived" in along:
+        along = along[~along["derived"].astype(bool)]
+    if along.empty:
+        return None
+    x_name = along["x_name"].iloc[0]
+    counts = along[along["x_name"] == x_name].groupby("x_value")["variant"].nunique()
+    return x_name, float(counts[counts == counts.max()].index.max())
+
+
+def _at_stated_position(frame: pd.DataFrame, task: str, metric: str) -> tuple[pd.DataFrame, str]:
+    """``frame`` without the rows of ``task`` at other positions of ``metric``'s curve axis
+    than `stated_position` (rows of other tasks and the task's scalars kept), and the position
+    as "seq_len=4096" ("" when the metric has no axis)."""
+    mine = frame["task"] == task
+    position = stated_position(frame[mine & (frame["metric"] == metric)])
+    if position is None:
+        return frame, ""
+    x_name, x_value = position
+    elsewhere = mine & (frame["x_name"] == x_name) & (frame["x_value"] != x_value)
+    return frame[~elsewhere], f"{x_name}={x_value:g}"
+
+
 def _headline(
     task: str, info: TaskInfo, metric_name: str, where: str = "", group: str = ""
 ) -> Headline:
@@ -83,7 +117,11 @@ def overview_columns(frame: pd.DataFrame, infos: dict[str, TaskInfo]) -> Columns
             continue
         if not info.column_by:
             if info.headline:
-                result.headlines.append(_headline(task, info, info.headline))
+                headline = _headline(task, info, info.headline)
+                if headline.cost:
+                    frame, headline.at = _at_stated_position(frame, task, info.headline)
+                    task_col = task_col.loc[frame.index]
+                result.headlines.append(headline)
                 result.task_of[task] = task
             continue
         mine = frame["task"] == task

@@ -92,12 +92,18 @@ def overview(
             what += "; a cost: ranked on its own, never averaged into the quality rank"
         if h.steady_flag:
             what += f"; {UNSTEADY_MARK}: unsteady timings left out (hover the cell)"
+        where = (
+            f"at {h.at} (the size measured for the most variants), mean over the task's other "
+            "settings"
+            if h.at
+            else "mean over the task's settings"
+        )
         columns.append(
             Column(
                 h.task,
-                f"{h.task}: {h.metric}",
-                f"{h.description} — mean over the task's settings (± spread over seeds or IQR), "
-                f"#rank within the task; {what}",
+                f"{h.task}: {h.metric}" + (f" @ {h.at}" if h.at else ""),
+                f"{h.description} — {where} (± spread over seeds or IQR), #rank within the "
+                f"task; {what}",
                 h.higher_is_better,
             )
         )
@@ -184,7 +190,9 @@ def _rule(computed: Standings, cost: list[Headline]) -> str:
         )
     if cost:
         text += (
-            " Cost (" + ", ".join(f"{h.task}: {h.metric}" for h in cost) + ") is ranked in its "
+            " Cost ("
+            + ", ".join(f"{h.task}: {h.metric}" + (f" at {h.at}" if h.at else "") for h in cost)
+            + ") is ranked in its "
             "own column and never averaged with quality: one number would have to invent an "
             "exchange rate between them. Quality against cost is drawn below, for you to judge."
         )

@@ -105,6 +105,7 @@ class Headline:
     steady_flag: str = ""
     cost: bool = False  # the task's declared cost metric: ranked apart from quality
     group: str = ""  # the task a column belongs to ("": ``task``); a task's columns share one vote
+    at: str = ""  # the one curve position the column is at, e.g. "seq_len=4096" (`columns`)
 
 
 def uncertainty(points: pd.DataFrame) -> pd.Series:

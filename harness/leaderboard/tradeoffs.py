@@ -23,7 +23,7 @@ import re
 import pandas as pd
 
 from attnbench.harness.leaderboard.charts import Chart, chart, scatter_figure, variant_colours
-from attnbench.harness.leaderboard.columns import Columns
+from attnbench.harness.leaderboard.columns import Columns, stated_position
 from attnbench.harness.leaderboard.ranking import MACHINE, THREADS, Headline
 from attnbench.harness.leaderboard.tables import differing_keys
 from attnbench.harness.metric_points import declared_steadiness, unsteady_rows
@@ -63,14 +63,12 @@ def _latency(
     # one machine, dtype and thread count for every variant's cost; quality from that machine
     machine, dtype, threads = cost.groupby([MACHINE, "dtype", THREADS]).size().idxmax()
     cost = cost[(cost[MACHINE] == machine) & (cost["dtype"] == dtype) & (cost[THREADS] == threads)]
-    x_name = cost["x_name"].dropna().iloc[0] if cost["x_name"].notna().any() else None
-    if x_name is not None:
-        lengths = cost.groupby("x_value")["variant"].nunique()
-        length = lengths[lengths == lengths.max()].index.max()
-        cost = cost[cost["x_value"] == length]
+    position = stated_position(cost)
+    where = ""
+    if position is not None:
+        x_name, length = position
+        cost = cost[(cost["x_name"] == x_name) & (cost["x_value"] == length)]
         where = f" at {x_name}={length:g}"
-    else:
-        where = ""
     declared = infos[cost_task].metric(cost_metric)
     unit = f" ({declared.unit})" if declared and declared.unit else ""
     title = f"{cost_task} {cost_metric}{where}{unit}"

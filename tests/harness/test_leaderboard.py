@@ -1095,15 +1095,41 @@ def test_unsteady_timings_are_marked_counted_and_left_out_of_ranks(tmp_path):
     assert [s for s, _ in marked] == ["0.25", "1.0", "100.0"]
     assert all("never settled" in note for _, note in marked)
     assert '<td data-sort="2.0" class="best">2</td>' in section  # softmax is the best at 64
-    # the overview: linear's 64 is in no contest, so softmax wins both lengths; throughput is
-    # a cost, ranked in its own column and never a quality rank
-    cells = _overview_cells(html)
-    assert "· #1</td>" in cells["softmax"] and "· #3</td>" in cells["linear"]
-    assert '<td data-sort="inf">–</td>' in cells["softmax"]  # no quality column, no quality rank
-    assert 'class="unsteady" title="1 unsteady timing left out' in cells["linear"]
-    assert "unsteady" not in cells["softmax"]
     # the chart draws it hollow
     assert '"circle-open"' in html and "hollow: unsteady timing" in html
+
+
+def test_the_overview_leaves_an_unsteady_cost_out_of_its_rank(tmp_path):
+    """The cost column is at 128 tokens (`stated_position`): linear's only timing there is
+    unsteady, so it is shown marked and unranked; softmax and window compete."""
+    for i, (variant, n, ms) in enumerate(TIMINGS):
+        steady = 0.0 if (variant, n) == ("linear", 128) else 1.0
+        _write_timed(tmp_path, f"t{i}", variant, n, ms, steady)
+    collect(tmp_path)
+    cells = _overview_cells(build_site(tmp_path).read_text())
+    # throughput is a cost, ranked in its own column and never a quality rank
+    assert "· #1</td>" in cells["softmax"] and "· #2</td>" in cells["window"]
+    assert '<td data-sort="inf">–</td>' in cells["softmax"]  # no quality column, no quality rank
+    assert 'class="unsteady" title="only 1 unsteady timing here' in cells["linear"]
+    assert "· #" not in cells["linear"].split('class="unsteady"')[1].split("</td>")[0]
+    assert "unsteady" not in cells["softmax"]
+
+
+def test_a_cost_column_is_at_the_size_measured_for_the_most_variants(tmp_path):
+    """Not a mean over sizes: the cost at 64 and at 128 tokens are not one number. 64 and 128
+    were measured for all three variants, 256 for softmax alone: the column is at 128 (the
+    largest of the tied), says so in its header and in the rule, and holds the values there."""
+    for i, (variant, n, ms) in enumerate([*TIMINGS, ("softmax", 256, 16.0)]):
+        _write_timed(tmp_path, f"t{i}", variant, n, ms, 1.0)
+    collect(tmp_path)
+    html = build_site(tmp_path).read_text().replace("<wbr>", "")  # break hints in long names
+    assert "throughput: fwd_ratio @ seq_len=128" in html.split('id="overview-table"')[1]
+    assert "Cost (throughput: fwd_ratio at seq_len=128)" in html
+    cells = _overview_cells(html)
+    # at 128: softmax 4/4, window 6/4, linear 8/4 (a mean over sizes would put linear second)
+    assert ">1 · #1</td>" in cells["softmax"]
+    assert ">1.5 · #2</td>" in cells["window"]
+    assert ">2 · #3</td>" in cells["linear"]
 
 
 def test_unsteady_marks_keep_names_escaped(tmp_path):
