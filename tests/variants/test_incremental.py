@@ -104,3 +104,38 @@ def test_strided_forward_with_a_value_dim_other_than_the_key_dim():
     variant = build_variant("strided", {}, VariantShape(H, D, 150))
     q, k, v = random_qkv(b=1, h=H, n=150, d=D, dv=DV)
     assert variant(q, k, v, causal=True).shape == (1, H, 150, DV)
+
+
+def test_state_at_64k_tokens_is_the_analytic_size_and_what_is_held():
+    """Issue #26's numbers at a 64k context, B=1, H=4, D=64, float32: linear holds a D×D matrix
+    and a D-vector per head, identity and decay a D×D matrix, softmax 2·n·D per key/value head,
+    a window of 256 2·w·D; the same for 2 key/value heads under grouped-query heads, except
+    decay's per-query-head state. Sized on the meta device (nothing allocated); then the O(1)
+    and ring states are prefilled for real at 64k (H=2, D=16) and hold exactly that."""
+    n, h, d = 65536, 4, 64
+    analytic = {
+        ("linear", 4): h * d * (d + 1),
+        ("identity", 4): h * d * d,
+        ("decay", 4): h * d * d,
+        ("softmax", 4): 2 * n * d * h,
+        ("window", 4): 2 * 256 * d * h,
+        ("linear", 2): 2 * d * (d + 1),
+        ("softmax", 2): 2 * n * d * 2,
+        ("window", 2): 2 * 256 * d * 2,
+        ("decay", 2): h * d * d,  # λ differs per query head: a state per query head
+    }
+    for (name, kv), elements in analytic.items():
+        params = {"window": 256} if name == "window" else {}
+        variant = build_variant(name, params, VariantShape(h, d, n))
+        decoder = incremental_form(variant, 1, n, d, device="meta", kv_heads=kv)
+        assert decoder.state_size(n) == elements, (name, kv)
+        if name != "softmax":  # the others do not grow with the context past 4k tokens
+            assert decoder.state_size(n // 16) == elements, (name, kv)
+    for name in ("linear", "identity", "decay", "window"):
+        params = {"window": 256} if name == "window" else {}
+        variant = build_variant(name, params, VariantShape(2, 16, n))
+        decoder = incremental_form(variant, 1, n, 16)
+        with torch.no_grad():
+            decoder.prefill(*random_qkv(b=1, h=2, n=n, d=16, dv=16))
+        expected = {"linear": 2 * 16 * 17, "window": 2 * 256 * 16 * 2}.get(name, 2 * 16 * 16)
+        assert decoder.state_bytes() == expected * 4, name
