@@ -2,7 +2,9 @@
 
 Builds the board of a results folder (``attnbench-leaderboard``'s `build_site`, into a temporary
 folder), opens it in headless Chromium at 1400 px wide and saves PNGs into ``docs/img/``:
-``overview.png``, ``chart-curve.png``, ``chart-bar.png``, ``chart-scatter.png``.
+``overview.png``, ``chart-curve.png``, ``chart-bar.png``, ``chart-scatter.png``, and the two
+state-size figures the README shows, ``recall-state.png`` (recall against the state a sequence
+holds: Zoology's figure) and ``decode-latency.png`` (the time per generated token against context).
 
     .venv/bin/python docs/screenshots.py results/reference
 
@@ -31,6 +33,8 @@ SHOTS = {  # file name → CSS selectors: the shot holds the first match of each
     "chart-curve.png": 'div.chart[id^="chart-throughput-"]:not([id*="-bars"])',
     "chart-bar.png": 'div.chart[id*="-bars"]',
     "chart-scatter.png": 'div.chart[id^="chart-cost-"]',
+    "recall-state.png": 'div.chart[id^="chart-recall-accuracy_by_state_bytes-"]',
+    "decode-latency.png": 'div.chart[id^="chart-decode-decode_ms_per_token-"]',
 }
 
 

@@ -163,6 +163,8 @@ def integer_ticks(values: pd.Series, log: bool = False) -> dict:
     if values.empty or not values.map(lambda v: math.isfinite(v) and v.is_integer()).all():
         return {}
     distinct = sorted(values.unique())
+    if log and len(distinct) > 1:
+        distinct = _spread_on_log_axis(distinct)
     if len(distinct) <= MAX_TICKS:
         return {
             "tickmode": "array",
@@ -175,6 +177,24 @@ def integer_ticks(values: pd.Series, log: bool = False) -> dict:
     magnitude = 10 ** math.floor(math.log10(raw)) if raw >= 1 else 1
     step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw)
     return {"tickmode": "linear", "tick0": distinct[0], "dtick": step, "tickformat": "d"}
+
+
+def _spread_on_log_axis(values: list[float]) -> list[float]:
+    """The values that get a tick on a log axis: none closer than 1/MAX_TICKS of the axis's
+    span to another, round ones (powers of 2 or 10) chosen first, so that labels never overlap
+    (recall's state sizes: 1024 B beside 1088 B, 4096 beside 4224)."""
+    logs = {v: math.log10(v) for v in values}
+    gap = (logs[values[-1]] - logs[values[0]]) / MAX_TICKS
+
+    def round_first(v: float) -> tuple[int, float]:
+        power = v >= 1 and (math.log2(v).is_integer() or math.log10(v).is_integer())
+        return (0 if power else 1, v)
+
+    kept: list[float] = []
+    for v in sorted(values, key=round_first):
+        if all(abs(logs[v] - logs[k]) >= gap for k in kept):
+            kept.append(v)
+    return sorted(kept)
 
 
 def wrap(text: str, width: int) -> str:
@@ -518,6 +538,20 @@ def along_axis(rows: pd.DataFrame, candidates: list[str], line_keys: list[str]) 
             if spans:
                 found.append(c)
     return found
+
+
+def axis_parameters(rows: pd.DataFrame, x_name: str) -> list[str]:
+    """The task parameters (plain names) that move along the ``x_name`` axis in ``rows`` (one
+    metric's points on that axis, with their ``machine``): `along_axis` over the lines
+    `curve_figure` would draw. The page keeps such a parameter within one chart, not one chart
+    per value."""
+    params = expand_params(rows, "task_params", "task")
+    others = [c for c in varying(params) if c != f"task.{x_name}"]
+    if not others:
+        return []
+    keys = ["variant", "variant_params", "machine", "dtype", *others]
+    framed = key_columns(pd.concat([rows, params[others]], axis=1), keys)
+    return [c.removeprefix("task.") for c in along_axis(framed, others, keys)]
 
 
 def _along_text(line: pd.DataFrame, along: list[str], x: float) -> list[str]:

@@ -32,6 +32,7 @@ from attnbench.harness.interrupt import quiet_when_the_reader_leaves
 from attnbench.harness.leaderboard.charts import (
     Chart,
     CurveExtras,
+    axis_parameters,
     bar_figure,
     chart,
     curve_figure,
@@ -122,19 +123,24 @@ def _fit_notes(rows: pd.DataFrame, info: TaskInfo | None, metric: str, x_name: s
     return notes
 
 
-def _setting_key(task_params: pd.Series, x_name: str) -> pd.Series:
-    """Each run's task parameters other than the curve axis ``x_name``, as canonical JSON."""
+def _setting_key(task_params: pd.Series, x_name: str, along: tuple[str, ...] = ()) -> pd.Series:
+    """Each run's task parameters other than the curve axis ``x_name`` and the parameters that
+    move along it (``along``, `charts.axis_parameters`), as canonical JSON."""
+    skip = {x_name, *along}
     return task_params.map(
         lambda text: json.dumps(
-            {k: v for k, v in json.loads(text).items() if k != x_name}, sort_keys=True
+            {k: v for k, v in json.loads(text).items() if k not in skip}, sort_keys=True
         )
     )
 
 
-def _settings(rows: pd.DataFrame, x_name: str) -> list[tuple[str, str, pd.DataFrame]]:
-    """``rows`` split by task setting (parameters other than ``x_name``): (setting key, label of
-    the parameters that differ between settings, rows); the label is empty when there is one."""
-    keys = _setting_key(rows["task_params"], x_name)
+def _settings(
+    rows: pd.DataFrame, x_name: str, along: tuple[str, ...] = ()
+) -> list[tuple[str, str, pd.DataFrame]]:
+    """``rows`` split by task setting (parameters other than ``x_name`` and ``along``): (setting
+    key, label of the parameters that differ between settings, rows); the label is empty when
+    there is one."""
+    keys = _setting_key(rows["task_params"], x_name, along)
     groups = list(rows.groupby(keys, sort=True))
     params = [json.loads(key) for key, _ in groups]
     differing = differing_keys(params)
@@ -158,7 +164,9 @@ def _constant_note(metric: str, where: str, value: float) -> str:
     return f"{metric}{where} is {value:g} in every run: not charted."
 
 
-def _failures(frame: pd.DataFrame, task: str, x_name: str) -> pd.DataFrame:
+def _failures(
+    frame: pd.DataFrame, task: str, x_name: str, along: tuple[str, ...] = ()
+) -> pd.DataFrame:
     """Unfinished runs of ``task`` with their ``x_name`` task parameter as curve position, and
     their setting key (see `_setting_key`)."""
     marked = frame["status"].isin(["oom", "timeout", "failed"])  # not `unsupported`: by design
@@ -171,7 +179,7 @@ def _failures(frame: pd.DataFrame, task: str, x_name: str) -> pd.DataFrame:
             "variant": bad["variant"],
             "status": bad["status"],
             "x": xs[keep],
-            "setting": _setting_key(bad["task_params"], x_name),
+            "setting": _setting_key(bad["task_params"], x_name, along),
         }
     )
 
@@ -201,8 +209,9 @@ def _task_charts(
             if value is not None:
                 notes.append(_constant_note(metric, f" against {x_name}", value))
                 continue
-            failures = _failures(frame, task, x_name)
-            for i, (setting, label, group) in enumerate(_settings(on_axis, x_name)):
+            along = tuple(axis_parameters(curve[curve["x_name"] == x_name], x_name))
+            failures = _failures(frame, task, x_name, along)
+            for i, (setting, label, group) in enumerate(_settings(on_axis, x_name, along)):
                 points = group[(group["metric"] == metric) & group["x_value"].notna()]
                 if points["x_value"].nunique() < 2:
                     continue  # a curve over one x value says nothing the task table does not

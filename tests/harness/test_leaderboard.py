@@ -27,6 +27,16 @@ def _point(metric, value, x, hib):
     }
 
 
+def _point_at(metric, value, x_name, x):
+    return {
+        "metric": metric,
+        "value": value,
+        "x_name": x_name,
+        "x_value": x,
+        "higher_is_better": True,
+    }
+
+
 def _write(tmp_path, run_id, variant, seq_len, fwd_ms, status="ok", error=None):
     metrics = (
         []
@@ -745,7 +755,56 @@ def test_integer_axes_get_integer_ticks_only():
     many = integer_ticks(pd.Series(range(40), dtype=float))  # 39 / 12 → a step of 5
     assert many == {"tickmode": "linear", "tick0": 0.0, "dtick": 5, "tickformat": "d"}
     assert integer_ticks(pd.Series(range(1, 400), dtype=float))["dtick"] == 50
-    assert integer_ticks(pd.Series(range(1, 40), dtype=float), log=True) == {"tickformat": "d"}
+    # on a log axis, ticks at most 1/12 of the span apart, powers of two first
+    ticks = integer_ticks(pd.Series(range(1, 40), dtype=float), log=True)["tickvals"]
+    assert ticks == [1.0, 2.0, 4.0, 8.0, 11.0, 16.0, 22.0, 32.0]
+    # a log axis never puts two labels on top of each other: 1088 B beside 1024 B, 4224 beside
+    # 4096 are dropped, powers of two kept first (recall's state sizes)
+    sizes = [1024.0, 1088.0, 3328.0, 4096.0, 4224.0, 6656.0, 13312.0, 16384.0, 65536.0]
+    assert integer_ticks(pd.Series(sizes), log=True)["tickvals"] == [
+        1024.0,
+        4096.0,
+        6656.0,
+        16384.0,
+        65536.0,
+    ]
+
+
+def test_widths_along_the_state_axis_are_one_chart_with_a_line_per_variant(tmp_path):
+    """Zoology's figure from a width sweep: recall's accuracy against the state a sequence holds
+    is one chart, each variant's widths one line (not one chart per width)."""
+    from attnbench.tasks.recall import Recall
+
+    info = Recall.describe().to_dict()
+    states = {"softmax": 1024, "linear": 17}  # bytes per unit of width² (made up)
+    for variant, per in states.items():
+        for width in (16, 32, 64):
+            for seed in (0, 1):
+                accuracy = width / 64 - 0.01 * seed
+                write_record(
+                    tmp_path,
+                    make_record(
+                        f"{variant}{width}{seed}",
+                        task="recall",
+                        variant=variant,
+                        seed=seed,
+                        task_params={"d_model": width, "lr": 0.01},
+                        metrics=[
+                            _point_at(
+                                "accuracy_by_state_bytes", accuracy, "state_bytes", per * width
+                            ),
+                            _point_at("accuracy", accuracy, None, None),
+                        ],
+                        task_info=info,
+                    ),
+                )
+    collect(tmp_path)
+    figures = _figures(build_site(tmp_path).read_text())
+    (state,) = [f for k, f in figures.items() if "accuracy_by_state_bytes" in k]
+    lines = {t["name"]: t for t in state["data"]}
+    assert set(lines) == {"softmax", "linear"}
+    assert lines["linear"]["x"] == [17 * 16, 17 * 32, 17 * 64]
+    assert lines["linear"]["text"] == ["d_model=16", "d_model=32", "d_model=64"]
 
 
 def _curve_rows(x_name, xs, variants=("softmax",)):
