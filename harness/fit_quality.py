@@ -17,7 +17,12 @@ interval of −25 to 20, shown without a word):
    reliable fit: that is the truth about three points, not a defect of the rule. The interval,
    not the slope alone, is held against [0, 3]: a cost that does not grow (a decoder's fixed
    state) fits a slope a hair below 0 as often as above it (decay's per-token time: −0.003,
-   interval −0.013 to 0.007), and that is a flat cost measured well, not a falling one.
+   interval −0.013 to 0.007), and that is a flat cost measured well, not a falling one. So
+   is a slope within ±`FLAT_SLOPE` of 0 whose tight interval ends just below 0 (linear's
+   per-token time over 1k–64k: −0.012, interval −0.022 to −0.002: 5 % over a 64× longer
+   context, within the spread of one timing from run to run).
+   A crossover (where a variant's line meets its reference's) is dropped when either fit is
+   unreliable: the meeting point of two unbelievable lines is not a finding.
 
 Kept apart from `harness.scaling` on purpose: that module is in every job's code fingerprint
 (tasks import `ScalingFit`), and the judgement of points is collection's business.
@@ -36,6 +41,9 @@ from attnbench.harness.task_info import TaskInfo
 
 EXPONENT_RANGE = (0.0, 3.0)  # exponents outside this are no attention kernel's cost
 MAX_HALF_WIDTH = 0.5  # a wider 95 % interval cannot tell n from n^1.5 from n²
+# a slope this close to 0 is a flat cost, even where a tight interval lies just below 0: 2^-0.05
+# is 3 % per doubling of the length, inside the spread of one timing from run to run
+FLAT_SLOPE = 0.05
 RELIABLE_SUFFIX = "_reliable"
 
 
@@ -44,7 +52,8 @@ def reliable(slope: float, low: float, high: float) -> bool:
     if not all(math.isfinite(v) for v in (slope, low, high)):
         return False
     overlaps = high >= EXPONENT_RANGE[0] and low <= EXPONENT_RANGE[1]
-    return overlaps and low <= slope <= high and (high - low) / 2 <= MAX_HALF_WIDTH
+    flat = abs(slope) <= FLAT_SLOPE
+    return (overlaps or flat) and low <= slope <= high and (high - low) / 2 <= MAX_HALF_WIDTH
 
 
 def judged_fit_rows(frame: pd.DataFrame, infos: dict[str, TaskInfo]) -> list[dict[str, Any]]:
@@ -56,8 +65,31 @@ def judged_fit_rows(frame: pd.DataFrame, infos: dict[str, TaskInfo]) -> list[dic
     for task, info in sorted(infos.items()):
         for fit in info.scaling_fits:
             rows = fit_rows(steady, task, fit)
-            out += rows + _reliability_rows(rows, fit)
+            marks = _reliability_rows(rows, fit)
+            out += _believable_crossovers(rows, marks, fit) + marks
     return out
+
+
+def _believable_crossovers(
+    rows: list[dict[str, Any]], marks: list[dict[str, Any]], fit: ScalingFit
+) -> list[dict[str, Any]]:
+    """``rows`` without the crossovers that rest on an unreliable fit, the variant's own or its
+    reference's in the same setting: where two lines meet says nothing when either slope is not
+    to be believed (top-k's per-token decode time fitted over 1k–64k crossed softmax's at
+    3.8·10^55 tokens)."""
+    believed = {m["run_id"] for m in marks if m["value"] == 1.0}
+    setting = ("device", "hardware", "threads", "dtype", "task_params")
+    reference_ok = {
+        tuple(m[k] for k in setting): m["value"] == 1.0
+        for m in marks
+        if m["variant"] == fit.reference_variant
+    }
+    return [
+        row
+        for row in rows
+        if row["metric"] != fit.crossover_name
+        or (row["run_id"] in believed and reference_ok.get(tuple(row[k] for k in setting), False))
+    ]
 
 
 def _reliability_rows(rows: list[dict[str, Any]], fit: ScalingFit) -> list[dict[str, Any]]:

@@ -6,7 +6,7 @@ import pytest
 from conftest import make_record
 
 from attnbench.harness.collect import collect, read_table
-from attnbench.harness.fit_quality import MAX_HALF_WIDTH, reliable
+from attnbench.harness.fit_quality import FLAT_SLOPE, MAX_HALF_WIDTH, reliable
 from attnbench.harness.records import write_record
 from attnbench.harness.scaling import ScalingFit
 from attnbench.harness.task_info import TaskInfo
@@ -20,7 +20,7 @@ DECLARED = TaskInfo(
 LENGTHS = (256, 512, 1024, 2048, 4096)
 
 
-def _write(tmp_path, variant, length, ms, steady=1.0):
+def _write(tmp_path, variant, length, ms, steady=1.0, info=DECLARED):
     metrics = [
         {"metric": "cost_ms", "value": ms, "x_name": "length", "x_value": length},
         {"metric": "cost_steady", "value": steady, "x_name": "length", "x_value": length},
@@ -33,7 +33,7 @@ def _write(tmp_path, variant, length, ms, steady=1.0):
             task="speedtask",
             variant=variant,
             task_params={"length": length},
-            task_info=DECLARED.to_dict(),
+            task_info=info.to_dict(),
             variant_params={},
             seed=0,
             device="cpu",
@@ -85,6 +85,10 @@ def test_the_reliability_rule_at_its_edges():
     # fixed state) and is believable; an interval entirely below 0 or above 3 is not
     assert reliable(0.0, -0.1, 0.1) and reliable(-0.01, -0.1, 0.08)
     assert not reliable(-0.2, -0.3, -0.01) and not reliable(3.2, 3.01, 3.3)
+    # a flat cost measured tightly: its interval may end just below 0 (linear's decoding over
+    # 1k-64k), while a slope past ±FLAT_SLOPE with an interval below 0 is a falling cost
+    assert reliable(-0.012, -0.022, -0.002) and reliable(FLAT_SLOPE, 0.04, 0.06)
+    assert not reliable(-FLAT_SLOPE - 0.01, -0.07, -0.05)
     assert reliable(3.0, 2.9, 3.1) and reliable(3.01, 2.9, 3.1)
     assert not reliable(2.0, float("nan"), float("nan"))  # two points: no interval
 
@@ -108,3 +112,31 @@ def test_the_board_states_no_unreliable_exponent(tmp_path):
     assert any("falling" in n and "fit unreliable" in n for n in names), names
     assert any("linear" in n and "∝ length^1.00" in n for n in names), names
     assert not any("falling" in n and "∝" in n for n in names), names
+
+
+def test_a_crossover_is_stated_only_between_two_reliable_fits(tmp_path):
+    """linear meets the quadratic reference at 1000 (1e-3·n = 1e-6·n²); the ragged curve's
+    crossover, from a fit marked unreliable, is not stated at all."""
+    declared = TaskInfo(
+        name="speedtask",
+        headline="cost_ms",
+        scaling_fits=[ScalingFit("cost_ms", "length", reference_variant="dense")],
+        steadiness={"cost_ms": "cost_steady"},
+    )
+    for n in LENGTHS:
+        _write(tmp_path, "dense", n, 1e-6 * n**2, info=declared)
+        _write(tmp_path, "linear", n, 1e-3 * n, info=declared)
+    for n, ms in zip(LENGTHS, (1.0, 9.0, 0.2, 40.0, 0.6), strict=True):
+        _write(tmp_path, "ragged", n, ms, info=declared)
+    table = read_table(collect(tmp_path).path)[0]
+    assert _fit(table, "linear")["crossover_length"] == pytest.approx(1000.0, rel=1e-6)
+    assert _fit(table, "ragged")["scaling_exponent_reliable"] == 0.0
+    assert "crossover_length" not in _fit(table, "ragged")
+    # with an unreliable reference, no variant gets a crossover against it
+    other = tmp_path / "ragged_reference"
+    for n, ms in zip(LENGTHS, (1.0, 90.0, 2.0, 400.0, 6.0), strict=True):
+        _write(other, "dense", n, ms, info=declared)
+        _write(other, "linear", n, 1e-3 * n, info=declared)
+    table = read_table(collect(other).path)[0]
+    assert _fit(table, "dense")["scaling_exponent_reliable"] == 0.0
+    assert "crossover_length" not in _fit(table, "linear")
