@@ -13,7 +13,7 @@ at each sequence length, decode's at each context) is not averaged over the axis
 per-token costs at 1k and 32k tokens of context describes neither, and it would change with
 whichever sizes a sweep happened to run. The column keeps the rows at one position,
 `stated_position` (the one measured for the most variants, the largest of ties: 4096 tokens on
-the reference board's throughput, 32k on its decode), names it in its header, and the
+the reference board's throughput, 64k on its decode), names it in its header, and the
 quality-against-cost charts use the same position.
 """
 

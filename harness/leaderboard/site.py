@@ -117,7 +117,7 @@ def _fit_notes(rows: pd.DataFrame, info: TaskInfo | None, metric: str, x_name: s
                 note = (
                     " · fit unreliable"
                     if r["run_id"] in unreliable
-                    else f" · ∝ {x_name}^{r['value']:.2f}"
+                    else f" · ∝ {x_name}^{round(r['value'], 2) + 0.0:.2f}"  # no "-0.00"
                 )
                 notes[str(r["variant"])] = note
     return notes
