@@ -10,7 +10,8 @@ from conftest import random_qkv
 from references import dense_masked_softmax, naive_softmax
 
 from attnbench.harness.variant_api import VariantShape, build_variant
-from attnbench.variants.sparse_adaptive import DENSE_MIX_MAX_KEYS
+from attnbench.variants import sparse_adaptive
+from attnbench.variants.sparse_adaptive import DENSE_MIX_MAX_KEYS, GATHER_MAX_SHARE
 
 
 def _learned(h=2, max_len=64, **params):
@@ -78,9 +79,11 @@ def test_topk_with_k_at_least_n_is_softmax(causal):
 
 
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("n", [50, DENSE_MIX_MAX_KEYS + 30])  # both ways of mixing the values
-def test_topk_equals_dense_reference(causal, n):
-    keep = 5
+@pytest.mark.parametrize(
+    ("n", "keep"),  # each way of mixing the values: few keys; many keys, few picks; many picks
+    [(50, 5), (DENSE_MIX_MAX_KEYS + 30, 5), (DENSE_MIX_MAX_KEYS + 30, 300)],
+)
+def test_topk_equals_dense_reference(causal, n, keep):
     q, k, v = random_qkv(b=1, h=2, n=n, d=16, seed=9)
     scores = q @ k.transpose(-2, -1)
     if causal:
@@ -92,3 +95,31 @@ def test_topk_equals_dense_reference(causal, n):
         pattern[idx][[j for j in order if row[j] > float("-inf")]] = True
     out = build_variant("topk", {"k": keep})(q, k, v, causal=causal)
     torch.testing.assert_close(out, dense_masked_softmax(q, k, v, pattern), rtol=1e-5, atol=1e-5)
+
+
+def test_topk_picks_its_mixing_path_by_k():
+    """Past DENSE_MIX_MAX_KEYS keys, few picks gather and many picks mask the scores (issue #27:
+    the gather of 20 % of 8192 keys took 46× dense SDPA); up to it, neither."""
+    m = 8192
+    assert not build_variant("topk", {"k": 32}).masks_scores(m)
+    assert build_variant("topk", {"k": 0.2}).masks_scores(m)
+    assert build_variant("topk", {"k": int(GATHER_MAX_SHARE * m) + 1}).masks_scores(m)
+    assert not build_variant("topk", {"k": int(GATHER_MAX_SHARE * m)}).masks_scores(m)
+    assert not build_variant("topk", {"k": 0.5}).masks_scores(DENSE_MIX_MAX_KEYS)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("keep", [1, 7, 64, 400])
+def test_topk_paths_agree(monkeypatch, causal, keep):
+    """The masked dense mix and the gather of the picks give the same output for every k (in
+    float64, scores without ties), each path forced on the same inputs."""
+    n = DENSE_MIX_MAX_KEYS + 77  # past the few-keys rule, and no multiple of a query chunk
+    q, k, v = random_qkv(b=1, h=2, n=n, d=16, seed=3, dtype=torch.float64)
+    variant = build_variant("topk", {"k": keep})
+    monkeypatch.setattr(sparse_adaptive, "GATHER_MAX_SHARE", 1.0)  # always gather
+    assert not variant.masks_scores(n)
+    gathered = variant(q, k, v, causal=causal)
+    monkeypatch.setattr(sparse_adaptive, "GATHER_MAX_SHARE", 0.0)  # always mask
+    assert variant.masks_scores(n)
+    dense = variant(q, k, v, causal=causal)
+    torch.testing.assert_close(dense, gathered, rtol=1e-10, atol=1e-10)
