@@ -28,6 +28,8 @@ _EXPORTS: dict[str, str] = {
     "register_variant": "attnbench.harness.variant_api",
     "build_variant": "attnbench.harness.variant_api",
     "COST_CLASSES": "attnbench.harness.variant_api",
+    "per_query_head": "attnbench.harness.variant_api",
+    "repeat_kv_heads": "attnbench.harness.variant_api",
     # the incremental (token-by-token) form of a variant
     "IncrementalAttention": "attnbench.harness.incremental_api",
     "register_incremental": "attnbench.harness.incremental_api",
@@ -81,9 +83,11 @@ __all__ = [
     "list_tasks",
     "list_variants",
     "load_plugins",
+    "per_query_head",
     "register_incremental",
     "register_task",
     "register_variant",
+    "repeat_kv_heads",
     "results",
     "run",
     "why_no_incremental_form",
@@ -135,5 +139,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on f
         UnsupportedError,
         VariantShape,
         build_variant,
+        per_query_head,
         register_variant,
+        repeat_kv_heads,
     )

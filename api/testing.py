@@ -22,7 +22,7 @@ plugin's ``test`` extra), not a dependency of attnbench. Apart from pytest it us
 the public API of `attnbench`, so it runs unchanged outside attnbench's own repository.
 
 Every test builds its variant with ``VariantShape(n_heads=3, head_dim=8, max_len=2048)`` (the
-grouped-query test: 4 heads) and the default hyperparameters, on CPU in float32 (plus one
+grouped-query tests: 4 heads) and the default hyperparameters, on CPU in float32 (plus one
 bfloat16 test; the incremental form's equality tests in float64), with parameters initialised
 from a fixed seed so a failure reproduces. The incremental form's tests skip, saying why, for a
 variant that registers none (it is optional), and the grouped-query test for a form without
@@ -371,6 +371,42 @@ class VariantContractTests:
         assert sizes[0] > 0
         if variant.cost == "n":
             assert sizes[0] == sizes[1] == sizes[2]
+
+    @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+    @pytest.mark.parametrize("kv_heads", [1, 2], ids=["multi-query", "grouped-query"])
+    def test_forward_with_fewer_key_value_heads_equals_repeated_heads(
+        self, variant_name, kv_heads, causal
+    ):
+        """Keys and values with 1 or 2 heads for 4 query heads (``VariantShape.n_kv_heads``):
+        the outputs equal the forward on keys and values repeated for each query head's group
+        (query head h reads key/value head h // group), in float64 to 1e-9 (the two differ
+        only in the order of their sums). A variant that shares them natively
+        (``grouped_query``) computes this itself; for any other, calling the variant repeats
+        them first. 77 positions: no multiple of a chunk (64) or of a block."""
+        variant = _make(variant_name, heads=4).double()
+        if causal and not variant.supports_causal:
+            pytest.skip(f"variant '{variant_name}' is not causal")
+        q, _, _ = random_qkv(b=2, h=4, n=77, d=D, dv=5, seed=21, dtype=torch.float64)
+        _, k, v = random_qkv(b=2, h=kv_heads, n=77, d=D, dv=5, seed=22, dtype=torch.float64)
+        group = 4 // kv_heads
+        with torch.no_grad():
+            grouped = variant(q, k, v, causal=causal)
+            repeated = variant(
+                q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), causal=causal
+            )
+        assert grouped.shape == (2, 4, 77, 5)
+        torch.testing.assert_close(grouped, repeated, rtol=1e-9, atol=1e-9)
+
+    def test_key_value_heads_that_do_not_divide_the_query_heads_are_refused(self, variant_name):
+        """3 key/value heads for 4 query heads: refused in one sentence naming both counts, in
+        the shape and in the call, never a broadcast error from deep inside a kernel."""
+        with pytest.raises(ValueError, match="n_kv_heads=3 must divide the 4 query heads"):
+            VariantShape(n_heads=4, head_dim=D, max_len=64, n_kv_heads=3)
+        variant = _make(variant_name, heads=4)
+        q, _, _ = random_qkv(b=1, h=4, n=16)
+        _, k, v = random_qkv(b=1, h=3, n=16)
+        with pytest.raises(ValueError, match="3 .*heads|must divide"):
+            variant(q, k, v)
 
     @pytest.mark.parametrize("kv_heads", [1, 2], ids=["multi-query", "grouped-query"])
     def test_grouped_query_heads_equal_the_forward_on_repeated_keys_and_values(

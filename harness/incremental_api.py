@@ -43,7 +43,12 @@ from typing import ClassVar
 import torch
 
 from attnbench.harness.registry import Registry
-from attnbench.harness.variant_api import AttentionVariant, UnsupportedError
+from attnbench.harness.variant_api import (
+    AttentionVariant,
+    UnsupportedError,
+    check_kv_heads,
+    per_query_head,
+)
 
 
 class IncrementalAttention:
@@ -132,9 +137,7 @@ class IncrementalAttention:
     def per_query_head(self, q: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
         """``q @ m`` for q (B, H, n, X) and m (B, kv_heads, X, Y), each query head with its
         key/value head's matrix, without repeating m: (B, H, n, Y)."""
-        b, h, n, x = q.shape
-        out = q.reshape(b, self.kv_heads, self.group, n, x) @ m.unsqueeze(2)
-        return out.reshape(b, h, n, m.shape[-1])
+        return per_query_head(q, m)
 
     def _check(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         b, h, d, dv = self.batch, self.heads, self.head_dim, self.value_dim
@@ -152,15 +155,6 @@ class IncrementalAttention:
                 f"incremental '{self.variant_name}' was built for max_len={self.max_len} tokens; "
                 f"{self.position} seen, {n} more asked: build it with a larger max_len."
             )
-
-
-def check_kv_heads(heads: int, kv_heads: int) -> None:
-    """Refuse key/value heads that do not divide the query heads, in one sentence."""
-    if kv_heads < 1 or heads % kv_heads:
-        divisors = ", ".join(str(d) for d in range(1, heads + 1) if heads % d == 0)
-        raise ValueError(
-            f"kv_heads={kv_heads} must divide the {heads} query heads; valid: {divisors}."
-        )
 
 
 INCREMENTAL: Registry[type[IncrementalAttention]] = Registry(
@@ -225,11 +219,8 @@ def incremental_form(
         raise UnsupportedError(reason)
     cls = INCREMENTAL.get(variant.name)
     heads = variant.shape.n_heads
-    if kv_heads is not None and (kv_heads < 1 or heads % kv_heads):
-        divisors = ", ".join(str(d) for d in range(1, heads + 1) if heads % d == 0)
-        raise ValueError(
-            f"kv_heads={kv_heads} must divide the {heads} query heads; valid: {divisors}."
-        )
+    if kv_heads is not None:
+        check_kv_heads(heads, kv_heads)
     if kv_heads not in (None, heads) and not cls.grouped_query:
         raise UnsupportedError(
             f"the incremental form of '{variant.name}' does not share keys and values across "

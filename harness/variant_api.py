@@ -4,6 +4,14 @@ A variant mixes per-head tensors: ``forward(q, k, v, causal=False) -> out`` with
 q: (B, H, N, D), k: (B, H, M, D), v: (B, H, M, Dv) and out: (B, H, N, Dv). Projections, heads and
 the output projection live in `harness.layer`, not in the variant.
 
+Grouped-query heads: k and v may have fewer heads than q (``VariantShape.n_kv_heads``, dividing H;
+query head h reads key/value head h // (H / H_kv), as ``repeat_interleave`` lays them out). A
+variant that shares each key/value head across its group natively sets ``grouped_query = True``
+(softmax through SDPA's grouped-query path; linear-cost states computed once per key/value head);
+for any other variant, calling it repeats k and v to H heads first (`AttentionVariant.__call__`),
+so every variant accepts grouped inputs and gives the outputs of the repeated heads, and only the
+native ones save the work.
+
 Causal convention (all variants): query i may see key j iff j <= i (top-left aligned; with N == M
 this is the usual autoregressive mask).
 
@@ -55,6 +63,17 @@ def allowed_pairs(n: int, m: int, causal: bool) -> int:
     return full * (full + 1) // 2 + (n - full) * m
 
 
+def per_query_head(q: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """``q @ m`` for q (B, H, N, X) and m (B, H_kv, X, Y) with H_kv dividing H: each query head
+    times its key/value head's matrix (module docstring), without repeating m: (B, H, N, Y)."""
+    b, h, n, x = q.shape
+    kv = m.shape[1]
+    if kv == h:
+        return q @ m
+    out = q.reshape(b, kv, h // kv, n, x) @ m.unsqueeze(2)
+    return out.reshape(b, h, n, m.shape[-1])
+
+
 class UnsupportedError(RuntimeError):
     """A variant was asked for something it cannot do (e.g. causal masking)."""
 
@@ -64,14 +83,45 @@ class VariantShape:
     """The shape a variant instance will see.
 
     Attributes:
-        n_heads: Number of heads H (per-head parameters are sized by it).
+        n_heads: Number of (query) heads H (per-head parameters are sized by it).
         head_dim: Query/key head dimension D.
         max_len: Longest sequence the instance will be called with (for fixed patterns).
+        n_kv_heads: Key/value heads H_kv, dividing H (None: H). Grouped-query attention when
+            1 < H_kv < H, multi-query when H_kv = 1 (module docstring).
     """
 
     n_heads: int
     head_dim: int
     max_len: int
+    n_kv_heads: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.n_kv_heads is not None:
+            check_kv_heads(self.n_heads, self.n_kv_heads)
+
+    @property
+    def kv_heads(self) -> int:
+        """H_kv: ``n_kv_heads``, or H when it is not set."""
+        return self.n_kv_heads or self.n_heads
+
+
+def check_kv_heads(heads: int, kv_heads: int) -> None:
+    """Refuse key/value heads that do not divide the query heads, in one sentence."""
+    if kv_heads < 1 or heads % kv_heads:
+        divisors = ", ".join(str(d) for d in range(1, heads + 1) if heads % d == 0)
+        raise ValueError(
+            f"n_kv_heads={kv_heads} must divide the {heads} query heads; valid: {divisors}."
+        )
+
+
+def repeat_kv_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
+    """Keys or values (B, H_kv, M, ·) repeated to (B, heads, M, ·), each key/value head once per
+    query head of its group (a copy; ``x`` itself when H_kv = heads)."""
+    kv = x.shape[1]
+    if kv == heads:
+        return x
+    check_kv_heads(heads, kv)
+    return x.repeat_interleave(heads // kv, dim=1)
 
 
 @dataclass
@@ -94,6 +144,9 @@ class AttentionVariant(nn.Module):
             own variants). The board sets the two side by side.
         library: The PyPI distribution providing the implementation ("" for our own code); the
             records name it with its installed version.
+        grouped_query: Whether ``forward`` takes keys and values with fewer heads than queries
+            and shares each across its group (module docstring); False: calling the variant
+            repeats them to H heads first, so ``forward`` always sees H.
 
     A variant whose library or device may be missing overrides `unavailable`; building or
     running it where it is unavailable raises `UnsupportedError` with that sentence, so a job
@@ -108,6 +161,7 @@ class AttentionVariant(nn.Module):
     Params: ClassVar[type] = NoParams
     peer_of: ClassVar[str] = ""  # our variant with the same maths, for a wrapped library's
     library: ClassVar[str] = ""  # PyPI distribution of the implementation; "" = attnbench
+    grouped_query: ClassVar[bool] = False  # forward shares k, v across query heads natively
 
     @classmethod
     def unavailable(cls, device: str) -> str:
@@ -124,6 +178,16 @@ class AttentionVariant(nn.Module):
         super().__init__()
         self.params = params
         self.shape = shape
+
+    def __call__(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False
+    ) -> torch.Tensor:
+        """``forward``, with keys and values of fewer heads than the queries repeated to one per
+        query head first unless the variant shares them itself (``grouped_query``): so a
+        plugin that never heard of grouped-query heads still gives the right outputs."""
+        if not self.grouped_query and k.dim() == 4 and q.dim() == 4:
+            k, v = repeat_kv_heads(k, q.shape[1]), repeat_kv_heads(v, q.shape[1])
+        return super().__call__(q, k, v, causal=causal)
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False
@@ -197,10 +261,16 @@ class AttentionVariant(nn.Module):
                 f"variant '{self.name}' expects q, k, v of shape (B, H, N, D); got "
                 f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}."
             )
-        if q.shape[:2] != k.shape[:2] or k.shape[:3] != v.shape[:3] or q.shape[-1] != k.shape[-1]:
+        if q.shape[0] != k.shape[0] or k.shape[:3] != v.shape[:3] or q.shape[-1] != k.shape[-1]:
             raise ValueError(
                 f"variant '{self.name}': inconsistent shapes q {tuple(q.shape)}, "
                 f"k {tuple(k.shape)}, v {tuple(v.shape)}."
+            )
+        if q.shape[1] != k.shape[1] and (not self.grouped_query or q.shape[1] % k.shape[1]):
+            raise ValueError(
+                f"variant '{self.name}': {k.shape[1]} key/value heads for {q.shape[1]} query "
+                "heads; key/value heads must equal the query heads, or divide them (call the "
+                "variant, not its forward, to have them repeated)."
             )
         if self.requires_equal_lengths and q.shape[-2] != k.shape[-2]:
             raise UnsupportedError(

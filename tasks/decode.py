@@ -182,7 +182,7 @@ class Decode(Task):
         p = self.params
         n, m, b, h, d = p.seq_len, p.new_tokens, p.batch_size, p.n_heads, p.head_dim
         kv = p.n_kv_heads or h
-        variant = ctx.build_variant(VariantShape(h, d, n + m))
+        variant = ctx.build_variant(VariantShape(h, d, n + m, p.n_kv_heads))
         correctness = check_incremental(variant, ctx, h, d, kv)
         decoder = incremental_form(variant, b, n + m, d, d, ctx.device, ctx.dtype, kv)
         gen = ctx.generator()
@@ -302,7 +302,8 @@ def decode_peak_mib(
     load_plugins()
     b, h, n, d = shape
     dt = getattr(torch, dtype)
-    module = build_variant(variant, variant_params, VariantShape(h, d, n + new_tokens)).to(dt)
+    shape_of_variant = VariantShape(h, d, n + new_tokens, kv_heads)
+    module = build_variant(variant, variant_params, shape_of_variant).to(dt)
     gen = torch.Generator().manual_seed(seed)
     q, k, v = (
         torch.randn(b, heads, n + new_tokens, d, generator=gen).to(dt)

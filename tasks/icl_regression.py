@@ -232,6 +232,7 @@ class IclRegression(Task):
             self.require_positive("d_model", "n_layers", "n_heads", "bootstrap")
             self.require_divides("n_heads", "d_model")
             self.require_finite("lr", above=0)
+            self.curriculum()  # refuses an impossible curriculum (before w_sparsity reads it)
             if not 0 <= p.w_sparsity <= (p.curriculum_dims or p.n_dims):
                 raise ValueError(
                     f"task.w_sparsity={p.w_sparsity} is not valid; use 0 (dense weights) or a "
@@ -239,7 +240,6 @@ class IclRegression(Task):
                     f"({p.curriculum_dims or p.n_dims}, the curriculum's first if it has one)."
                 )
             self.require_finite("lasso_alpha", above=0)
-            self.curriculum()  # refuses an impossible curriculum
             self.shift_names()  # refuses an unknown shift
         elif p.mode == "one_layer":
             self.require_positive("layer_batch_size")

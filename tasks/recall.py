@@ -354,7 +354,7 @@ def state_bytes(model: SequenceModel, n: int, dtype: torch.dtype) -> int:
     for layer in model.attention_layers():
         form = incremental_form(layer.attention, 1, n, layer.head_dim, device="meta", dtype=dtype)
         total += form.state_size(n)
-    return total * torch.empty((), dtype=dtype).element_size()
+    return total * dtype.itemsize
 
 
 def query_loss(model: SequenceModel, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

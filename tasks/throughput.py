@@ -4,9 +4,15 @@ Before anything is timed, the forward is checked against the variant's own mater
 (out == A·V) at n = min(seq_len, 512): a variant that computes the wrong thing fails the job
 rather than posting a speed.
 
-The variant core alone is timed on random q, k, v of shape (B, H, N, D), built outside the timed
-region. Timing method: `harness.timing`; memory method: `harness.memory`. FLOPs follow each
-variant's `forward_flops` (the FlashAttention convention for dense attention); a backward pass is
+The variant core alone is timed on random q of shape (B, H, N, D) and k, v of (B, H_kv, N, D),
+built outside the timed region. ``n_kv_heads`` < H times grouped-query (multi-query at 1)
+attention: a variant that shares keys and values natively (``grouped_query``) gets them so, any
+other has them repeated to H heads when called (`harness.variant_api`), and dense SDPA, the
+reference of the ratio, takes its grouped-query path. FLOPs do not change with H_kv (every
+query head still scores its keys); memory and key/value traffic do.
+
+Timing method: `harness.timing`; memory method: `harness.memory`. FLOPs follow each variant's
+`forward_flops` (the FlashAttention convention for dense attention); a backward pass is
 counted as 2.5× the forward, as in the FlashAttention benchmarks.
 
 **Ranked by a ratio, not by a time.** Every timing alternates rounds of the variant with rounds
@@ -48,6 +54,7 @@ from attnbench import (
     build_variant,
     check_finite,
     register_task,
+    repeat_kv_heads,
 )
 from attnbench.harness.discovery import load_plugins
 from attnbench.harness.memory import isolated_cpu_peak, peak_memory_mib
@@ -62,7 +69,9 @@ class ThroughputParams:
 
     seq_len: int = 512  # N = M, tokens per sequence
     batch_size: int = 1  # B
-    n_heads: int = 4  # H
+    n_heads: int = 4  # H (query heads)
+    # key/value heads (grouped-query; 1: multi-query), dividing n_heads; None: n_heads
+    n_kv_heads: int | None = None
     head_dim: int = 64  # D = Dv
     causal: bool = False  # time the causal form
     backward: bool = (
@@ -156,6 +165,9 @@ class Throughput(Task):
         """Refuse sizes below 1 and timing settings the steadiness rule cannot use, each with
         one sentence."""
         self.require_positive("seq_len", "batch_size", "n_heads", "head_dim")
+        if self.params.n_kv_heads is not None:
+            self.require_positive("n_kv_heads")
+            self.require_divides("n_kv_heads", "n_heads")
         check_timing_settings(self)
 
     def density_size(self) -> tuple[int, int, bool]:
@@ -164,13 +176,17 @@ class Throughput(Task):
 
     def run(self, ctx: JobContext) -> TaskResult:
         p = self.params
-        variant = ctx.build_variant(VariantShape(p.n_heads, p.head_dim, p.seq_len))
+        variant = ctx.build_variant(VariantShape(p.n_heads, p.head_dim, p.seq_len, p.n_kv_heads))
+        kv = variant.shape.kv_heads
         gen = ctx.generator()
         shape = (p.batch_size, p.n_heads, p.seq_len, p.head_dim)
         q, k, v = (
-            torch.randn(shape, generator=gen).to(device=ctx.device, dtype=ctx.dtype)
-            for _ in range(3)
+            torch.randn(p.batch_size, heads, p.seq_len, p.head_dim, generator=gen).to(
+                device=ctx.device, dtype=ctx.dtype
+            )
+            for heads in (p.n_heads, kv, kv)
         )
+        gqa = kv != p.n_heads  # dense SDPA's grouped-query path
 
         def forward() -> torch.Tensor:
             with torch.no_grad():
@@ -178,7 +194,7 @@ class Throughput(Task):
 
         def dense_forward() -> torch.Tensor:
             with torch.no_grad():
-                return F.scaled_dot_product_attention(q, k, v, is_causal=p.causal)
+                return F.scaled_dot_product_attention(q, k, v, is_causal=p.causal, enable_gqa=gqa)
 
         check_finite("forward output", forward())
         correctness = check_against_weights(variant, p, ctx)
@@ -194,6 +210,8 @@ class Throughput(Task):
                 str(ctx.dtype).removeprefix("torch."),
                 ctx.seed,
                 p.causal,
+                False,  # forward only
+                kv,
             )
         flops = variant.forward_flops(
             p.batch_size, p.n_heads, p.seq_len, p.seq_len, p.head_dim, p.head_dim, p.causal
@@ -212,6 +230,7 @@ class Throughput(Task):
             "fwd_timing": timing_details(fwd),
             "forward_flops": flops,
             "correctness_check": correctness,
+            "kv_heads": kv,
         }
         if p.backward:
             qg, kg, vg = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
@@ -224,7 +243,9 @@ class Throughput(Task):
                     t.grad = None
 
             def dense_forward_backward() -> None:
-                F.scaled_dot_product_attention(qg, kg, vg, is_causal=p.causal).backward(grad)
+                F.scaled_dot_product_attention(
+                    qg, kg, vg, is_causal=p.causal, enable_gqa=gqa
+                ).backward(grad)
                 for t in (qg, kg, vg):
                     t.grad = None
 
@@ -264,10 +285,11 @@ def forward_peak_mib(
     seed: int,
     causal: bool,
     backward: bool = False,
+    kv_heads: int | None = None,
 ) -> float | None:
-    """Peak memory of one forward call of ``variant`` on CPU inputs of ``shape`` (B, H, N, D),
-    or with ``backward`` of one forward+backward call (what training at this length holds:
-    activations and gradients).
+    """Peak memory of one forward call of ``variant`` on CPU inputs of ``shape`` (B, H, N, D)
+    (keys and values with ``kv_heads`` heads, default H), or with ``backward`` of one
+    forward+backward call (what training at this length holds: activations and gradients).
 
     Runs in the memory-probe process: the variant and inputs are built there, outside the
     measured region.
@@ -275,9 +297,13 @@ def forward_peak_mib(
     load_plugins()
     b, h, n, d = shape
     dt = getattr(torch, dtype)
-    module = build_variant(variant, variant_params, VariantShape(h, d, n)).to(dt)
+    kv = kv_heads or h
+    module = build_variant(variant, variant_params, VariantShape(h, d, n, kv_heads)).to(dt)
     gen = torch.Generator().manual_seed(seed)
-    q, k, v = (torch.randn(shape, generator=gen).to(dt).requires_grad_(backward) for _ in range(3))
+    q, k, v = (
+        torch.randn(b, heads, n, d, generator=gen).to(dt).requires_grad_(backward)
+        for heads in (h, kv, kv)
+    )
     grad = torch.randn(shape, generator=gen).to(dt) if backward else None
 
     def call() -> None:
@@ -305,14 +331,17 @@ def check_against_weights(variant, p: ThroughputParams, ctx: JobContext) -> str:
     """
     n = min(p.seq_len, CHECK_LEN)
     gen = ctx.generator(7)
+    kv = variant.shape.kv_heads
     q, k, v = (
-        torch.randn(1, p.n_heads, n, p.head_dim, generator=gen).to(ctx.device) for _ in range(3)
+        torch.randn(1, heads, n, p.head_dim, generator=gen).to(ctx.device)
+        for heads in (p.n_heads, kv, kv)
     )
     reference = variant.float()
     try:
         with torch.no_grad():
+            out = reference(q, k, v, causal=p.causal)  # grouped, as timed
+            k, v = repeat_kv_heads(k, p.n_heads), repeat_kv_heads(v, p.n_heads)
             weights = reference.attention_weights(q, k, causal=p.causal)
-            out = reference(q, k, v, causal=p.causal)
     except NotImplementedError:
         return "skipped: the variant cannot materialise its weights"
     finally:

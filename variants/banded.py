@@ -35,9 +35,11 @@ _CPU_FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cp
 
 
 def lse_available(*inputs: torch.Tensor) -> bool:
-    """Whether `attention_with_lse` can run on these inputs: CPU, and no autograd to record."""
+    """Whether `attention_with_lse` can run on these inputs (q, k, v): CPU, no autograd to
+    record, and values of the keys' head size (the flash op refuses Dv ≠ D)."""
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in inputs)
-    return _CPU_FLASH is not None and inputs[0].device.type == "cpu" and not grad
+    same_dims = len({t.shape[-1] for t in inputs}) == 1
+    return _CPU_FLASH is not None and inputs[0].device.type == "cpu" and not grad and same_dims
 
 
 def attention_with_lse(

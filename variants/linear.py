@@ -6,6 +6,9 @@ sequence length: keys and values are summarised in a (D, Dv) state; the causal f
 
 `identity`: attention with h = identity, (QKᵀ/√d)·V / M (theory.md §3: least squares is this
 attention with whitened features). Computed as Q·(KᵀV) — the same linear-cost association.
+
+Both take grouped-query heads natively: the state KᵀV (and Σφ(k)) is computed once per key/value
+head and read by the query heads of its group, so fewer key/value heads save that work.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from attnbench import AttentionVariant, VariantShape, register_variant
+from attnbench import AttentionVariant, VariantShape, per_query_head, register_variant
 from attnbench.variants.masking import causal_pattern
 from attnbench.variants.prefix_sums import causal_kernel_sums
 
@@ -51,6 +54,7 @@ class LinearAttention(AttentionVariant):
     family = "linear"
     cost = "n"
     supports_causal = True
+    grouped_query = True  # one state per key/value head (module docstring)
     Params = LinearParams
 
     def __init__(self, params: LinearParams, shape: VariantShape) -> None:
@@ -62,6 +66,8 @@ class LinearAttention(AttentionVariant):
             )
         if params.chunk_size < 1:
             raise ValueError(f"linear chunk_size must be >= 1, got {params.chunk_size}.")
+        if not params.eps >= 0:  # a negative eps can cancel the normaliser: a division by ~0
+            raise ValueError(f"linear eps must be >= 0, got {params.eps}; try 1e-6.")
         self.phi = FEATURE_MAPS[params.feature_map]
 
     def forward(
@@ -73,8 +79,8 @@ class LinearAttention(AttentionVariant):
                 q, k, v, self.params.chunk_size, feature_map=self.phi, eps=self.params.eps
             )
         fq, fk = self.phi(q), self.phi(k)
-        num = fq @ (fk.transpose(-2, -1) @ v)
-        den = fq @ fk.sum(dim=-2).unsqueeze(-1)
+        num = per_query_head(fq, fk.transpose(-2, -1) @ v)
+        den = per_query_head(fq, fk.sum(dim=-2).unsqueeze(-1))
         return num / (den + self.params.eps)
 
     def attention_weights(
@@ -104,6 +110,7 @@ class IdentityAttention(AttentionVariant):
     family = "unnormalised"
     cost = "n"
     supports_causal = True
+    grouped_query = True  # one state per key/value head (module docstring)
     Params = IdentityParams
 
     def forward(
@@ -113,7 +120,7 @@ class IdentityAttention(AttentionVariant):
         scale = 1.0 / (math.sqrt(q.shape[-1]) * k.shape[-2])
         if causal:
             return causal_kernel_sums(q, k, v, self.params.chunk_size, scale=scale)
-        return (q * scale) @ (k.transpose(-2, -1) @ v)
+        return per_query_head(q * scale, k.transpose(-2, -1) @ v)
 
     def attention_weights(
         self, q: torch.Tensor, k: torch.Tensor, causal: bool = False

@@ -36,6 +36,7 @@ class SoftmaxAttention(AttentionVariant):
     family = "softmax"
     cost = "n²"
     supports_causal = True
+    grouped_query = True  # SDPA's grouped-query path reads each key/value head for its group
     Params = SoftmaxParams
 
     def __init__(self, params: SoftmaxParams, shape: VariantShape) -> None:
@@ -65,7 +66,10 @@ class SoftmaxAttention(AttentionVariant):
     ) -> torch.Tensor:
         self.check_inputs(q, k, v, causal)
         q, scale = self._scaled_queries(q)
-        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+        gqa = k.shape[1] != q.shape[1]
+        return F.scaled_dot_product_attention(
+            q, k, v, is_causal=causal, scale=scale, enable_gqa=gqa
+        )
 
     def attention_weights(
         self, q: torch.Tensor, k: torch.Tensor, causal: bool = False

@@ -243,3 +243,10 @@ def test_sparse_prompts_get_the_lasso_baseline_and_dense_ones_do_not():
     assert {p.x_value for p in sparse if p.metric == "mse_lasso"} == set(range(5))
     dense = build_task("icl_regression", params).run(_ctx()).points
     assert not any(p.metric == "mse_lasso" for p in dense)
+
+
+def test_a_negative_curriculum_start_is_named_not_w_sparsity():
+    """curriculum_dims=-1 is refused in a sentence that names curriculum_dims (it used to reach
+    the w_sparsity check first, whose bound it sets, and name w_sparsity)."""
+    with pytest.raises(ValueError, match=r"task.curriculum_dims=-1 is not valid"):
+        build_task("icl_regression", {"mode": "prompt", "n_dims": 8, "curriculum_dims": -1})

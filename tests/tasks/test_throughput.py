@@ -118,3 +118,25 @@ def test_steadiness_flags_are_declared_metrics_and_survive_the_record():
     assert TaskInfo.from_dict(info.to_dict()).steadiness == info.steadiness
     older = {k: v for k, v in info.to_dict().items() if k != "steadiness"}  # an older record
     assert TaskInfo.from_dict(older).steadiness == {}
+
+
+@pytest.mark.parametrize("variant", ["softmax", "linear", "window", "decay", "topk"])
+def test_grouped_query_heads_are_checked_then_timed(variant):
+    """4 query heads on 1 key/value head (multi-query): the job checks the grouped forward
+    against the weights on repeated keys and values before timing it, records every declared
+    metric and names the key/value heads; natively grouped (softmax, linear, window) or
+    repeated by the call (decay, topk), the job is the same."""
+    task = build_task(
+        "throughput",
+        {"min_run_time": 0.01, "seq_len": 96, "n_heads": 4, "n_kv_heads": 1, "head_dim": 16}
+        | {"causal": True},
+    )
+    result = task.run(_ctx(variant))
+    assert {p.metric for p in result.points} == {m.name for m in task.metrics}
+    assert result.details["kv_heads"] == 1
+    assert result.details["correctness_check"].startswith("forward == weights·V at n=96")
+
+
+def test_key_value_heads_must_divide_the_query_heads():
+    with pytest.raises(ValueError, match=r"task.n_kv_heads=3 must divide task.n_heads=4"):
+        build_task("throughput", {"n_kv_heads": 3})

@@ -53,3 +53,9 @@ def test_unknown_feature_map_is_refused_with_the_valid_ones():
         ValueError, match="feature_map 'elu' is not known; valid: elu1, identity, relu"
     ):
         build_variant("linear", {"feature_map": "elu"})
+
+
+def test_a_negative_eps_is_refused():
+    """eps is added to the normaliser; a negative one can cancel it (a division by about 0)."""
+    with pytest.raises(ValueError, match=r"linear eps must be >= 0, got -0.1"):
+        build_variant("linear", {"eps": -0.1})
