@@ -217,6 +217,19 @@ class AttentionVariant(nn.Module):
         flops = 2.0 * batch * heads * n * m * (d + dv)
         return flops / 2 if causal else flops
 
+    def backward_flops(
+        self, batch: int, heads: int, n: int, m: int, d: int, dv: int, causal: bool
+    ) -> float:
+        """Floating-point operations of one backward call (gradients of q, k and v).
+
+        Default: twice `forward_flops`: each forward matrix product C = A·B has two of the same
+        size in the backward (dA = dC·Bᵀ, dB = Aᵀ·dC), and autograd keeps the forward's
+        results instead of recomputing them. A kernel that recomputes its scores in the
+        backward (the flash kernels behind SDPA) does one score product more, which
+        FlashAttention's benchmarks count as 2.5× the forward; such a variant overrides this.
+        """
+        return 2.0 * self.forward_flops(batch, heads, n, m, d, dv, causal)
+
     def scored_pairs(self, n: int, m: int, causal: bool) -> float:
         """How many (query, key) pairs the variant scores for n queries and m keys.
 

@@ -71,6 +71,11 @@ class SoftmaxAttention(AttentionVariant):
             q, k, v, is_causal=causal, scale=scale, enable_gqa=gqa
         )
 
+    def backward_flops(self, batch, heads, n, m, d, dv, causal) -> float:
+        """2.5× the forward: SDPA's flash backward recomputes the scores (one product more than
+        autograd's two per forward product), FlashAttention's convention."""
+        return 2.5 * self.forward_flops(batch, heads, n, m, d, dv, causal)
+
     def attention_weights(
         self, q: torch.Tensor, k: torch.Tensor, causal: bool = False
     ) -> torch.Tensor:

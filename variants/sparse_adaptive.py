@@ -289,4 +289,3 @@ def _masked_mix(scores: torch.Tensor, picks: int, scale: float, v: torch.Tensor)
         threshold = scores.topk(picks, dim=-1, sorted=False).values.amin(dim=-1, keepdim=True)
         scores.masked_fill_(scores < threshold, float("-inf"))
     return (scores.mul_(scale)).softmax(dim=-1) @ v
-

@@ -64,4 +64,3 @@ def test_banded_builds_its_masks_once_per_shape():
     misses = banded._band_mask.cache_info().misses
     banded_attention(q, q, q, 20, 0, 1.0, block=16)
     assert banded._band_mask.cache_info().misses == misses
-

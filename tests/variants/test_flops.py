@@ -1,0 +1,69 @@
+"""Each variant's declared FLOPs (`forward_flops`, `backward_flops`) against what
+`torch.utils.flop_counter` counts its kernel doing, over the registry.
+
+The counter sees matrix products (mm, bmm, baddbmm, einsum's products, SDPA's math path), not
+torch's CPU flash kernel: a variant whose products run there counts 0 and is skipped, saying so.
+The counter runs on the autograd path (inputs that require gradients), whose products are all
+out of place; a no-autograd path that accumulates into an output (``bmm(out=)``) is partly
+invisible to it.
+
+Two claims, so that an achieved GFLOP/s is never inflated by the count behind it:
+- the declared count never exceeds the products the kernel runs (a sparse kernel may run more,
+  masked, than the pairs it scores: that waste is not credited);
+- for a variant that scores every pair (density 1) without a causal mask, the two agree within
+  5% (the O(N·D) extras: normalisers, chunk-state hand-overs).
+Peers are left out: their kernels are their libraries' (performer's causal state is a cumulative
+sum, which the counter does not see).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from attnbench.harness.discovery import load_plugins
+from attnbench.harness.variant_api import VARIANTS, VariantShape, build_variant
+
+load_plugins()
+OURS = sorted(name for name in VARIANTS.names() if not VARIANTS.get(name).library)
+B, H, N, D = 1, 2, 1024, 32  # N: past the 1024-key switch of topk, several tiles and chunks
+
+
+def _counted(variant, causal: bool, backward: bool) -> tuple[float, float]:
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(B, H, N, D, generator=gen).requires_grad_(True) for _ in range(3))
+    with FlopCounterMode(display=False) as forward_count:
+        out = variant(q, k, v, causal=causal)
+    if not backward:
+        return forward_count.get_total_flops(), 0.0
+    with FlopCounterMode(display=False) as backward_count:
+        out.backward(torch.ones_like(out))
+    return forward_count.get_total_flops(), backward_count.get_total_flops()
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("name", OURS)
+def test_declared_forward_flops_are_the_products_the_kernel_runs(name, causal):
+    variant = build_variant(name, {}, VariantShape(H, D, N))
+    if causal and not variant.supports_causal:
+        pytest.skip(f"variant '{name}' is not causal")
+    counted, _ = _counted(variant, causal, backward=False)
+    if counted == 0:
+        pytest.skip(f"variant '{name}' runs its products in torch's CPU flash kernel (uncounted)")
+    declared = variant.forward_flops(B, H, N, N, D, D, causal)
+    assert declared <= counted * (1 + 1e-9), f"declares {declared / counted:.3f}× its products"
+    if not causal and variant.density(N, N, False) == 1.0:
+        assert counted <= 1.05 * declared, f"runs {counted / declared:.3f}× what it declares"
+
+
+@pytest.mark.parametrize("name", OURS)
+def test_declared_backward_flops_are_the_products_autograd_runs(name):
+    """Non-causal, where the forward's products are all counted: the backward's products are
+    within 5% of `backward_flops` (autograd: two per forward product)."""
+    variant = build_variant(name, {}, VariantShape(H, D, N))
+    forward, backward = _counted(variant, False, backward=True)
+    if forward == 0 or variant.density(N, N, False) < 1.0:
+        pytest.skip(f"variant '{name}': its products are not all counted, or it is sparse")
+    declared = variant.backward_flops(B, H, N, N, D, D, False)
+    assert declared == pytest.approx(backward, rel=0.05)
