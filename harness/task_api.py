@@ -86,6 +86,8 @@ class Task:
     column_headlines: ClassVar[dict[str, str]] = {}  # value of column_by → its column's headline
     # timed metric → its run's 0/1 metric saying the timing was steady (TaskInfo.steadiness)
     steadiness: ClassVar[dict[str, str]] = {}
+    # metric → its run's 0/1 metric saying the kernel was within its error (TaskInfo.accuracy)
+    accuracy: ClassVar[dict[str, str]] = {}
 
     def __init__(self, params: Any) -> None:
         self.params = params
@@ -162,6 +164,7 @@ class Task:
             column_by=cls.column_by,
             column_headlines=dict(cls.column_headlines),
             steadiness=dict(cls.steadiness),
+            accuracy=dict(cls.accuracy),
         )
 
     @classmethod

@@ -72,6 +72,11 @@ class TaskInfo:
             "fwd_steady"}``; `harness.timing`). A value whose flag is 0 is marked on the
             leaderboard and enters no contest; a run without the flag (an older record) counts
             as unknown, which is not unsteady. Empty: nothing is judged.
+        accuracy: metric → the 0/1 metric of the same run and curve position that says whether
+            the kernel behind it computed within its declared error (e.g. ``{"fwd_ms":
+            "fwd_accurate"}``; `AttentionVariant.within_tolerance`). Like an unsteady timing, a
+            value whose flag is 0 is marked on the leaderboard and enters no contest: the time
+            of a wrong result is no time. Empty: nothing is judged.
     """
 
     name: str
@@ -89,6 +94,7 @@ class TaskInfo:
     column_by: str = ""
     column_headlines: dict[str, str] = field(default_factory=dict)
     steadiness: dict[str, str] = field(default_factory=dict)
+    accuracy: dict[str, str] = field(default_factory=dict)
 
     def all_metrics(self) -> list[Metric]:
         """The declared metrics, then those the scaling fits add at collection."""

@@ -67,3 +67,12 @@ def test_declared_backward_flops_are_the_products_autograd_runs(name):
         pytest.skip(f"variant '{name}': its products are not all counted, or it is sparse")
     declared = variant.backward_flops(B, H, N, N, D, D, False)
     assert declared == pytest.approx(backward, rel=0.05)
+
+
+def test_within_tolerance_judges_by_the_declared_error_of_the_dtype():
+    variant = build_variant("softmax", {}, VariantShape(H, D, N))
+    assert variant.within_tolerance(9e-6, torch.float32)
+    assert not variant.within_tolerance(2e-5, torch.float32)
+    assert variant.within_tolerance(4e-2, torch.bfloat16)
+    assert not variant.within_tolerance(float("nan"), torch.float32)
+    assert variant.within_tolerance(1.0, torch.int8)  # no declared tolerance: not judged
