@@ -22,6 +22,22 @@ causal flag), in the same process (`harness.timing`, step 7): ``fwd_ratio`` (and
 machine slows both alike, so the ratio survives it where an absolute time does not; the absolute
 median (``fwd_ms``) is recorded and shown beside it, and feeds the scaling fits of one machine.
 
+**Accuracy beside every timing.** Before timing, the forward runs at n = min(seq_len, 512) with the
+same parameters in the timed dtype and in float64 (the reference): ``max_abs_error`` and
+``rms_error`` on unit-normal inputs, ``outlier_max_abs_error`` on FlashAttention-3's outlier
+inputs (N(0, 1) plus N(0, 100) at a random 0.1 % of the entries). ``fwd_accurate`` says whether
+the normal-input error, over max(1, max |reference|), is within the variant's declared tolerance
+for the dtype (`AttentionVariant.error_tolerance`); the task declares it for every timed metric
+(`accuracy`), so a fast wrong kernel is marked on the board and enters no contest.
+
+**FLOPs and the machine's peak.** ``gflops_fwd`` is the variant's declared forward FLOPs
+(`AttentionVariant.forward_flops`: the pairs it scores, the FlashAttention convention for dense
+attention) over the median time. ``peak_gflops`` is the machine's matmul rate measured in the
+same process beside the timing: the calibration GEMM of `harness.timing` (1024² float32 on CPU,
+4096² bfloat16 on CUDA), its fastest call before or after the forward samples; a busy machine
+slows it as it slows the variant, so ``peak_fraction`` = gflops_fwd / peak_gflops survives the
+load as the ratio does.
+
 **A busy machine is flagged.** Each timing is bracketed by the calibration GEMM and by the CPU
 time other processes used meanwhile (`harness.timing`, step 6): ``fwd_probe_drift``,
 ``fwd_foreign_cpu`` and ``load_avg`` are recorded, and a reading over its threshold sets the
@@ -59,7 +75,7 @@ from attnbench import (
 from attnbench.harness.discovery import load_plugins
 from attnbench.harness.memory import isolated_cpu_peak, peak_memory_mib
 from attnbench.harness.metrics import DENSITY
-from attnbench.harness.timing import Timing
+from attnbench.harness.timing import PROBE_SIZE, Timing
 from attnbench.tasks.timed import check_timing_settings, time_against, timing_details
 
 
@@ -101,11 +117,14 @@ class Throughput(Task):
     steadiness = {
         "fwd_ms": "fwd_steady",
         "fwd_ratio": "fwd_steady",
-        "gflops": "fwd_steady",
+        "gflops_fwd": "fwd_steady",
+        "peak_fraction": "fwd_steady",
         "tokens_per_s": "fwd_steady",
         "fwd_bwd_ms": "fwd_bwd_steady",
         "fwd_bwd_ratio": "fwd_bwd_steady",
     }
+    # each timed metric → the 0/1 metric saying the timed kernel computed within its tolerance
+    accuracy = {metric: "fwd_accurate" for metric in steadiness}
     metrics = (
         Metric(
             "fwd_ratio",
@@ -127,7 +146,44 @@ class Throughput(Task):
         Metric("fwd_bwd_ref_ms", None, "Dense SDPA's forward+backward time, median", "ms"),
         Metric("fwd_bwd_ms_iqr", None, "IQR of the forward+backward latency samples", "ms"),
         Metric("peak_mem_mib", False, "Peak extra memory of one forward call", "MiB"),
-        Metric("gflops", True, "Achieved forward GFLOP/s (variant's own FLOP count)", "GFLOP/s"),
+        Metric(
+            "gflops_fwd",
+            True,
+            "Achieved forward GFLOP/s: the variant's declared forward FLOPs (the pairs it scores) "
+            "over the median time",
+            "GFLOP/s",
+        ),
+        Metric(
+            "peak_gflops",
+            None,
+            "The machine's matmul rate beside the timing: the calibration GEMM's fastest call "
+            "(1024² float32 on CPU, 4096² bfloat16 on CUDA)",
+            "GFLOP/s",
+        ),
+        Metric(
+            "peak_fraction",
+            True,
+            "gflops_fwd / peak_gflops: the share of the machine's matmul rate the kernel reaches",
+        ),
+        Metric(
+            "max_abs_error",
+            False,
+            "Largest |error| of the forward in the timed dtype against float64, unit-normal "
+            "inputs, n = min(seq_len, 512)",
+        ),
+        Metric("rms_error", False, "Root-mean-square error of the same forward against float64"),
+        Metric(
+            "outlier_max_abs_error",
+            False,
+            "Largest |error| against float64 on FlashAttention-3's outlier inputs (N(0, 1) plus "
+            "N(0, 100) at 0.1 % of the entries)",
+        ),
+        Metric(
+            "fwd_accurate",
+            None,
+            "1: max_abs_error / max(1, max |reference|) is within the variant's declared "
+            "tolerance for the dtype; 0: not (its timings are marked and enter no contest)",
+        ),
         Metric("tokens_per_s", True, "Forward tokens per second (B·N / latency)", "tokens/s"),
         Metric("first_call_ms", False, "Latency of the very first call (init, compile)", "ms"),
         Metric("fwd_samples", None, "Number of forward timing samples behind the median"),
@@ -198,6 +254,8 @@ class Throughput(Task):
 
         check_finite("forward output", forward())
         correctness = check_against_weights(variant, p, ctx)
+        errors = kernel_errors(variant, p, ctx)
+        error_scale = errors.pop("scale")
         fwd = time_against(forward, dense_forward, ctx, p)
         if ctx.device.type == "cuda":
             peak = peak_memory_mib(forward, ctx.device)
@@ -216,10 +274,19 @@ class Throughput(Task):
         flops = variant.forward_flops(
             p.batch_size, p.n_heads, p.seq_len, p.seq_len, p.head_dim, p.head_dim, p.causal
         )
+        achieved = flops / (fwd.median_ms * 1e-3) / 1e9
+        fastest_probe_ms = min(fwd.probe_before_ms, fwd.probe_after_ms)
+        machine_peak = gemm_gflops(ctx.device, fastest_probe_ms)
         values: dict[str, float | None] = {
             **_timing_metrics("fwd", fwd),
+            **errors,
+            "fwd_accurate": 1.0
+            if variant.within_tolerance(errors["max_abs_error"] / error_scale, ctx.dtype)
+            else 0.0,
             "peak_mem_mib": peak,
-            "gflops": flops / (fwd.median_ms * 1e-3) / 1e9,
+            "gflops_fwd": achieved,
+            "peak_gflops": machine_peak,
+            "peak_fraction": achieved / machine_peak,
             "tokens_per_s": p.batch_size * p.seq_len / (fwd.median_ms * 1e-3),
             "first_call_ms": fwd.first_call_ms,
             "density": variant.density(*self.density_size()),
@@ -229,6 +296,11 @@ class Throughput(Task):
             "fwd_samples_ms": list(fwd.samples_ms),
             "fwd_timing": timing_details(fwd),
             "forward_flops": flops,
+            "backward_flops": variant.backward_flops(
+                p.batch_size, p.n_heads, p.seq_len, p.seq_len, p.head_dim, p.head_dim, p.causal
+            ),
+            "error_scale": error_scale,
+            "error_tolerance": variant.error_tolerance.get(str(ctx.dtype).removeprefix("torch.")),
             "correctness_check": correctness,
             "kv_heads": kv,
         }
@@ -353,3 +425,57 @@ def check_against_weights(variant, p: ThroughputParams, ctx: JobContext) -> str:
             f"max error {error:.3g}; not timing a wrong result."
         )
     return f"forward == weights·V at n={n} (max error {error:.2g})"
+
+
+OUTLIER_RATE, OUTLIER_STD = 1e-3, 10.0  # FlashAttention-3's outliers: N(0, 100) at 0.1 %
+
+
+def outlier_inputs(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """``x`` plus FlashAttention-3's outliers: N(0, 100) added at a random 0.1 % of the entries
+    (their paper's test of low-precision attention on inputs with large, rare values)."""
+    spikes = torch.randn(x.shape, generator=generator, dtype=x.dtype) * OUTLIER_STD
+    hit = torch.rand(x.shape, generator=generator, dtype=x.dtype) < OUTLIER_RATE
+    return x + spikes * hit
+
+
+def kernel_errors(variant, p: ThroughputParams, ctx: JobContext) -> dict[str, float]:
+    """The forward's error in the timed dtype against the same forward in float64, at
+    n = min(seq_len, CHECK_LEN) with the job's shape and causal flag (module docstring).
+
+    Returns ``max_abs_error``, ``rms_error`` (normal inputs), ``outlier_max_abs_error`` and
+    ``scale`` = max(1, max |reference|) on the normal inputs, by which the declared tolerance is
+    relative. The variant is converted to float64 for the reference and back to the timed dtype
+    (exact both ways: float64 holds every value of a narrower float).
+    """
+    n = min(p.seq_len, CHECK_LEN)
+    gen = ctx.generator(11)
+    kv = variant.shape.kv_heads
+    normal = [
+        torch.randn(1, heads, n, p.head_dim, generator=gen, dtype=torch.float64)
+        for heads in (p.n_heads, kv, kv)
+    ]
+    outliers = [outlier_inputs(x, gen) for x in normal]
+    results: dict[str, float] = {}
+    try:
+        with torch.no_grad():
+            for name, inputs in (("", normal), ("outlier_", outliers)):
+                on_device = [x.to(ctx.device) for x in inputs]
+                reference = variant.double()(*on_device, causal=p.causal)
+                timed = variant.to(ctx.dtype)(
+                    *(x.to(ctx.dtype) for x in on_device), causal=p.causal
+                )
+                error = (timed.double() - reference).abs()
+                results[f"{name}max_abs_error"] = float(error.max())
+                if not name:
+                    results["rms_error"] = float(error.square().mean().sqrt())
+                    results["scale"] = max(1.0, float(reference.abs().max()))
+    finally:
+        variant.to(ctx.dtype)
+    return results
+
+
+def gemm_gflops(device: torch.device, probe_ms: float) -> float:
+    """GFLOP/s of the calibration GEMM (`harness.timing.calibration_probe`: square, PROBE_SIZE
+    of the device type) that took ``probe_ms``: 2·n³ products and sums."""
+    n = PROBE_SIZE.get(device.type, PROBE_SIZE["cpu"])
+    return 2.0 * n**3 / (probe_ms * 1e-3) / 1e9

@@ -33,7 +33,7 @@ def test_metrics_are_consistent(causal):
     fwd_s = points["fwd_ms"].value / 1e3
     assert points["tokens_per_s"].value == pytest.approx(2 * 128 / fwd_s)
     flops = 4 * 2 * 2 * 128**2 * 16 / (2 if causal else 1)  # FlashAttention convention
-    assert points["gflops"].value == pytest.approx(flops / fwd_s / 1e9)
+    assert points["gflops_fwd"].value == pytest.approx(flops / fwd_s / 1e9)
     # a forward+backward call contains a forward and a backward of about twice its cost: its
     # median is clearly above the forward's (not merely positive)
     assert points["fwd_bwd_ms"].value > 1.2 * points["fwd_ms"].value
@@ -48,7 +48,7 @@ def test_backward_can_be_switched_off():
 def test_linear_reports_its_own_flop_count():
     points, _ = _run("linear", seq_len=256, n_heads=1, head_dim=32)
     fwd_s = points["fwd_ms"].value / 1e3
-    assert points["gflops"].value == pytest.approx(2 * 2 * 256 * 32 * 32 / fwd_s / 1e9)
+    assert points["gflops_fwd"].value == pytest.approx(2 * 2 * 256 * 32 * 32 / fwd_s / 1e9)
 
 
 def test_bad_size_is_one_clear_sentence():
@@ -140,3 +140,77 @@ def test_grouped_query_heads_are_checked_then_timed(variant):
 def test_key_value_heads_must_divide_the_query_heads():
     with pytest.raises(ValueError, match=r"task.n_kv_heads=3 must divide task.n_heads=4"):
         build_task("throughput", {"n_kv_heads": 3})
+
+
+class HalfPrecisionSoftmax:
+    """A planted wrong kernel: softmax whose float32 path silently rounds q and k to bfloat16
+    (in its weights too, so it passes the weights·V check); float64 is left exact. Its error
+    in float32 is ~10⁻³, a hundred times the declared 10⁻⁵."""
+
+    @staticmethod
+    def register() -> str:
+        from attnbench.harness.variant_api import register_variant
+        from attnbench.variants.softmax import SoftmaxAttention
+
+        def rounded(x):
+            return x.bfloat16().float() if x.dtype == torch.float32 else x
+
+        class Planted(SoftmaxAttention):
+            def forward(self, q, k, v, causal=False):
+                return super().forward(rounded(q), rounded(k), v, causal=causal)
+
+            def attention_weights(self, q, k, causal=False):
+                return super().attention_weights(rounded(q), rounded(k), causal=causal)
+
+        register_variant("test_planted_half")(Planted)
+        return "test_planted_half"
+
+
+@pytest.fixture
+def planted():
+    from attnbench.harness.variant_api import VARIANTS
+
+    name = HalfPrecisionSoftmax.register()
+    yield name
+    VARIANTS.unregister(name)
+
+
+def test_a_kernel_outside_its_tolerance_is_timed_and_flagged(planted, monkeypatch):
+    """The planted kernel passes the weights check (it is self-consistent), so it is timed; its
+    error against float64 exceeds the declared tolerance: fwd_accurate is 0. Softmax, the same
+    maths computed in float32, stays within it. (The memory probe's process would not know the
+    test's variant: its reading is stubbed.)"""
+    import attnbench.tasks.throughput as throughput
+
+    monkeypatch.setattr(throughput, "isolated_cpu_peak", lambda *args: 1.0)
+    wrong, task = _run(planted, seq_len=96)
+    right, _ = _run("softmax", seq_len=96)
+    assert wrong["fwd_accurate"].value == 0.0 and right["fwd_accurate"].value == 1.0
+    assert wrong["max_abs_error"].value > 1e-4 > 1e-5 > right["max_abs_error"].value
+    assert 0 < right["rms_error"].value <= right["max_abs_error"].value
+    assert right["outlier_max_abs_error"].value > 0
+    assert set(task.accuracy.values()) == {"fwd_accurate"}
+    assert set(task.accuracy) == set(task.steadiness)  # every timed value is judged
+
+
+def test_peak_fraction_is_the_declared_flops_over_the_measured_gemm_rate():
+    points, _ = _run(seq_len=128, n_heads=2, head_dim=16)
+    fwd_s = points["fwd_ms"].value / 1e3
+    assert points["gflops_fwd"].value == pytest.approx(4 * 2 * 128**2 * 16 / fwd_s / 1e9)
+    assert points["peak_gflops"].value > 0
+    assert points["peak_fraction"].value == pytest.approx(
+        points["gflops_fwd"].value / points["peak_gflops"].value
+    )
+
+
+def test_outlier_inputs_are_flashattention3s():
+    """N(0, 100) added at 0.1 % of the entries: over 10⁶ entries the count of changed entries is
+    Binomial(10⁶, 10⁻³), 1000 ± 32 (five standard deviations allowed), and the added values have
+    a standard deviation of 10 (±5 % at ~1000 samples: its standard error is ~2.2 %)."""
+    from attnbench.tasks.throughput import outlier_inputs
+
+    x = torch.zeros(1000, 1000, dtype=torch.float64)
+    spikes = outlier_inputs(x, torch.Generator().manual_seed(0))
+    changed = spikes[spikes != 0]
+    assert abs(changed.numel() - 1000) <= 5 * 32
+    assert float(changed.std()) == pytest.approx(10.0, rel=0.1)
