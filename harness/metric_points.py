@@ -12,8 +12,10 @@ rest of it: ``fwd_ms_rel_iqr`` (IQR / median) would otherwise read as the spread
 ``fwd_ms_rel``.
 
 Steadiness (`steadiness_flags`): a task may declare, per timed metric, a 0/1 metric of the same
-run saying whether the timing settled (`harness.task_info.TaskInfo.steadiness`). Each row gets
-its flag; a run that did not record it (an older record) is unknown, never unsteady.
+run saying whether the timing settled (`harness.task_info.TaskInfo.steadiness`), and one saying
+whether the timed kernel computed within its declared error (`TaskInfo.accuracy`). Each row gets
+the lowest of its flags: a value is judged only when every flag is 1 (or unknown); a run that did
+not record a flag (an older record) is unknown there, never unsteady.
 """
 
 from __future__ import annotations
@@ -73,23 +75,23 @@ def point_stats(table: pd.DataFrame, point: list[str] = POINT) -> pd.DataFrame:
 
 
 def declared_steadiness(infos: dict[str, TaskInfo]) -> list[tuple[str, str, str]]:
-    """(task, metric, flag metric) for every pair the task descriptions ``infos`` (task →
-    `TaskInfo`) declare."""
+    """(task, metric, flag metric) for every flag the task descriptions ``infos`` (task →
+    `TaskInfo`) declare: its steadiness and its accuracy flags, both of which a value must pass
+    to enter a contest."""
     return [
         (task, metric, flag)
         for task, info in sorted(infos.items())
-        for metric, flag in sorted(info.steadiness.items())
+        for metric, flag in sorted([*info.steadiness.items(), *info.accuracy.items()])
     ]
 
 
 def steadiness_flags(table: pd.DataFrame, pairs: Iterable[tuple[str, str, str]]) -> pd.Series:
     """Each row's steadiness, index aligned with ``table``: the value of the flag metric that
     ``pairs`` ((task, metric, flag metric), see `declared_steadiness`) name for the row's task and
-    metric, from the same run (run_id) and curve position; 1.0 steady, 0.0 not. NaN (unknown)
-    where the row's metric has no flag or its run did not record one (an older record)."""
-    pairs = pd.DataFrame(list(pairs), columns=["task", "metric", "flag"]).drop_duplicates(
-        ["task", "metric"]
-    )
+    metric, from the same run (run_id) and curve position; 1.0 steady, 0.0 not; the lowest where
+    several flags judge the metric. NaN (unknown) where the row's metric has no flag or its run
+    recorded none (an older record)."""
+    pairs = pd.DataFrame(list(pairs), columns=["task", "metric", "flag"]).drop_duplicates()
     if table.empty or pairs.empty:
         return pd.Series(np.nan, index=table.index, dtype=float)
     keys = ["run_id", "x_name", "x_value"]
@@ -103,8 +105,9 @@ def steadiness_flags(table: pd.DataFrame, pairs: Iterable[tuple[str, str, str]])
     flags["value"] = pd.to_numeric(table.loc[is_flag, "value"], errors="coerce").to_numpy()
     flags = flags.groupby([*keys, "task", "flag"])["value"].min()
     found = wanted.merge(flags.reset_index(), on=[*keys, "task", "flag"], how="left")
+    lowest = found.groupby("row")["value"].min()  # NaN only where every flag is unknown
     out = np.full(len(table), np.nan)
-    out[found["row"].to_numpy()] = found["value"].to_numpy(dtype=float)
+    out[lowest.index.to_numpy()] = lowest.to_numpy(dtype=float)
     return pd.Series(out, index=table.index, dtype=float)
 
 

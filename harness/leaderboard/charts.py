@@ -357,6 +357,8 @@ class CurveExtras:
         steady_flag: The 0/1 metric saying whether the timing behind a value was steady
             (`TaskInfo.steadiness`): a point any of whose runs has it at 0 is drawn hollow,
             and its hover says so. Empty: nothing is judged.
+        accuracy_flag: The 0/1 metric saying whether the timed kernel computed within its
+            declared error (`TaskInfo.accuracy`): drawn hollow too, with its own hover line.
     """
 
     notes: dict[str, str] = field(default_factory=dict)
@@ -365,6 +367,7 @@ class CurveExtras:
     references: dict[str, str] = field(default_factory=dict)  # metric → legend label
     companions: dict[str, str] = field(default_factory=dict)  # metric → label (hover, title)
     steady_flag: str = ""
+    accuracy_flag: str = ""
 
 
 def curve_figure(
@@ -422,6 +425,8 @@ def curve_figure(
         style = styles[key]
         symbol = MARKER_SYMBOLS[style % len(MARKER_SYMBOLS)]
         unsteady = _unsteady_xs(everything, group, (extras.steady_flag, x_name))
+        inaccurate = _unsteady_xs(everything, group, (extras.accuracy_flag, x_name))
+        untrusted = unsteady | inaccurate
         line = go.Scatter(
             x=mean.index.tolist(),
             y=mean.tolist(),
@@ -431,20 +436,21 @@ def curve_figure(
             line={"color": colour, "dash": CONFIG_DASHES[style % len(CONFIG_DASHES)]},
             marker={
                 "color": colour,
-                "symbol": [f"{symbol}-open" if x in unsteady else symbol for x in mean.index],
-                "size": [9 if x in unsteady else 7 for x in mean.index],
+                "symbol": [f"{symbol}-open" if x in untrusted else symbol for x in mean.index],
+                "size": [9 if x in untrusted else 7 for x in mean.index],
             },
             text=[
                 "\n".join(
                     [
                         *_along_text(group, along, x),
                         *(["unsteady timing: not ranked"] * (x in unsteady)),
+                        *(["kernel error above its tolerance: not ranked"] * (x in inaccurate)),
                     ]
                 )
                 for x in mean.index
             ],
         )
-        hollow = hollow or bool(unsteady)
+        hollow = hollow or bool(untrusted)
         fig.add_trace(line)
         if extras.band is not None:
             _add_band(fig, everything, group, extras.band, (label, colour))
@@ -492,7 +498,7 @@ def curve_figure(
     if drawn:
         notes.append("dashed, in a line's colour: " + ", ".join(drawn))
     if hollow:
-        notes.append("hollow: unsteady timing (not ranked)")
+        notes.append("hollow: unsteady timing or inaccurate kernel (not ranked)")
     y_type = axis_type(rows["value"])
     yaxis = {"title": f"{metric} ({unit})" if unit else metric, "type": y_type}
     log = y_type == "log"

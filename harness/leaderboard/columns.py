@@ -96,6 +96,7 @@ def _headline(
         metric.higher_is_better if metric else None,
         f"{description} ({where})" if where else description,
         steady_flag=info.steadiness.get(metric_name, ""),
+        accuracy_flag=info.accuracy.get(metric_name, ""),
         cost=bool(info.cost_metric) and metric_name == info.cost_metric,
         group=group,
     )

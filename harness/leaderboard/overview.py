@@ -90,8 +90,9 @@ def overview(
         )
         if h.cost:
             what += "; a cost: ranked on its own, never averaged into the quality rank"
-        if h.steady_flag:
-            what += f"; {UNSTEADY_MARK}: unsteady timings left out (hover the cell)"
+        if h.steady_flag or h.accuracy_flag:
+            judged = "unsteady or inaccurate" if h.accuracy_flag else "unsteady"
+            what += f"; {UNSTEADY_MARK}: {judged} timings left out (hover the cell)"
         where = (
             f"at {h.at} (the size measured for the most variants), mean over the task's other "
             "settings"
@@ -146,7 +147,7 @@ def overview(
                 text += f" ± {s:.2g}"  # a spread needs two figures, and the column less width
             if not math.isnan(r):
                 text += f" · #{int(r)}"
-            note = _unsteady_note(computed, h.task, key)
+            note = _unsteady_note(computed, h, key)
             if note:
                 text = UNSTEADY_MARK + text
             # sorting by a task column sorts by its rank (values of different settings do not
@@ -224,21 +225,22 @@ def _unranked_note(computed: Standings, key: tuple) -> str:
     return f"no quality rank: not ranked in {missing}; the rank compares rows ranked in all of them"
 
 
-def _unsteady_note(computed: Standings, task: str, key: tuple) -> str:
-    """The hover note of an entry's cell in a task column that had unsteady timings, else ""."""
+def _unsteady_note(computed: Standings, h: Headline, key: tuple) -> str:
+    """The hover note of an entry's cell in a task column that had timings left out (unsteady,
+    or of a kernel outside its error tolerance where the task judges that), else ""."""
+    task = h.task
     left_out = int(computed.unsteady.get(task, pd.Series(dtype=int)).get(key, 0))
     if not left_out:
         return ""
-    timings = f"{left_out} unsteady timing{'s' if left_out != 1 else ''}"
+    kind = "untrusted" if h.accuracy_flag else "unsteady"
+    timings = f"{left_out} {kind} timing{'s' if left_out != 1 else ''}"
+    why = "their samples never settled, or the machine was busy"
+    if h.accuracy_flag:
+        why += ", or the kernel erred beyond its declared tolerance"
+    why += ": the records say which"
     if computed.steady_values.get(task, pd.Series(dtype=int)).get(key, 0):
-        return (
-            f"{timings} left out of this value and its rank (their samples never settled, or "
-            "the machine was busy: the records say which)"
-        )
-    return (
-        f"only {timings} here (their samples never settled, or the machine was busy): "
-        "shown, not ranked"
-    )
+        return f"{timings} left out of this value and its rank ({why})"
+    return f"only {timings} here ({why}): shown, not ranked"
 
 
 def _rank_text(rank: float) -> str:

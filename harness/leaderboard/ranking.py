@@ -53,7 +53,9 @@ quality tasks it was ranked in, and it gets a quality rank only with the full se
 position is left out of that point before seeds are averaged: its value enters neither a contest
 nor the entry's value, and the entry counts it (`Standings.unsteady`) so that the overview can
 mark it. An entry left with no steady value in a task shows the mean of its unsteady ones,
-unranked. A run without the flag (an older record) is unknown, which is not unsteady.
+unranked. A run without the flag (an older record) is unknown, which is not unsteady. A value
+whose kernel computed outside its declared error (`TaskInfo.accuracy`, `Headline.accuracy_flag`)
+is left out the same way: the time of a wrong result is no time.
 
 This module computes (`standings`); `harness.leaderboard.overview` turns the result into cells.
 """
@@ -96,13 +98,15 @@ def with_machine(frame: pd.DataFrame) -> pd.DataFrame:
 @dataclass
 class Headline:
     """A task's headline metric: name, direction (None: not ranked), description, and the 0/1
-    metric of the same run that says whether its timing was steady ("": none declared)."""
+    metrics of the same run that say whether its timing was steady and whether the timed kernel
+    was within its error tolerance ("": none declared)."""
 
     task: str
     metric: str
     higher_is_better: bool | None
     description: str = ""
     steady_flag: str = ""
+    accuracy_flag: str = ""
     cost: bool = False  # the task's declared cost metric: ranked apart from quality
     group: str = ""  # the task a column belongs to ("": ``task``); a task's columns share one vote
     at: str = ""  # the one curve position the column is at, e.g. "seq_len=4096" (`columns`)
@@ -206,7 +210,12 @@ def standings(frame: pd.DataFrame, headlines: list[Headline]) -> Standings | Non
     """Win rates and ranks of the ok run rows of ``frame`` (see the module docstring); None when
     no headline has results."""
     runs = frame[~frame["derived"].astype(bool)]
-    flagged = [(h.task, h.metric, h.steady_flag) for h in headlines if h.steady_flag]
+    flagged = [
+        (h.task, h.metric, flag)
+        for h in headlines
+        for flag in (h.steady_flag, h.accuracy_flag)
+        if flag
+    ]
     left_out = unsteady_rows(runs, flagged)
     every = point_stats(runs, MACHINE_POINT)
     stats = point_stats(runs[~left_out], MACHINE_POINT) if left_out.any() else every

@@ -222,6 +222,7 @@ def _task_charts(
                     references=info.chart_references.get(metric, {}) if info else {},
                     companions=info.chart_companions.get(metric, {}) if info else {},
                     steady_flag=info.steadiness.get(metric, "") if info else "",
+                    accuracy_flag=info.accuracy.get(metric, "") if info else "",
                 )
                 title = f"{task}: {metric} against {x_name}"
                 fig = curve_figure(group, metric, title, unit, extras, colours, label)
@@ -315,6 +316,7 @@ def _sections(
                     RUN_LINK,
                     published,
                     steadiness=info.steadiness if info else None,
+                    accuracy=info.accuracy if info else None,
                 ),
                 charts=charts,
                 n_runs=rows.loc[~derived, "run_id"].nunique(),

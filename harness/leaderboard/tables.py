@@ -34,6 +34,7 @@ class Column:
 
 
 UNSTEADY_MARK = "~"  # before a value that rests on unsteady timings (harness.timing)
+INACCURATE_MARK = "✗"  # before a timing of a kernel outside its declared error tolerance
 
 
 @dataclass
@@ -145,6 +146,7 @@ def task_table(
     run_link: str | None = None,
     linked: Collection[str] | None = None,
     steadiness: dict[str, str] | None = None,
+    accuracy: dict[str, str] | None = None,
 ) -> Table:
     """One row per (variant, its parameters, machine, dtype, task setting); one column per metric.
 
@@ -165,6 +167,9 @@ def task_table(
             whose row has the flag below 1 (a seed's timing was unsteady) is marked with
             UNSTEADY_MARK and a note, and is never the best of its group; rows without the
             flag (older records) are not marked.
+        accuracy: metric → its 0/1 accuracy flag metric (`TaskInfo.accuracy`): a value whose
+            kernel erred beyond its declared tolerance in a seed is marked with INACCURATE_MARK
+            and a note, and is never the best of its group.
     """
     ok = ok[ok["metric"].notna()]
     task_params = expand_params(ok, "task_params", "task")
@@ -196,12 +201,14 @@ def task_table(
     wide = wide.reset_index().sort_values(keys, key=_numbers_first, ignore_index=True)
     group_keys = ["machine", "dtype", *setting_cols]
     steady = {m: _steady_share(wide, m, base(m), steadiness or {}) for m in metrics}
+    accurate = {m: _steady_share(wide, m, base(m), accuracy or {}) for m in metrics}
     best: dict[str, set[int]] = {}
     for m in metrics:
         direction = info(m)[1]
         if direction is None:
             continue
-        candidates = wide[m].where(~(steady[m] < 1))  # an unsteady value is never the best
+        # an unsteady value, or one of an inaccurate kernel, is never the best
+        candidates = wide[m].where(~(steady[m] < 1) & ~(accurate[m] < 1))
         pick = candidates.groupby([wide[k] for k in group_keys]).transform(
             "max" if direction else "min"
         )
@@ -209,7 +216,9 @@ def task_table(
     table = Table(columns=columns)
     for i, row in wide.iterrows():
         cells = [Cell(str(row[k]), _sortable(row[k])) for k in keys]
-        cells += [_value_cell(row[m], steady[m][i], i in best.get(m, ())) for m in metrics]
+        cells += [
+            _value_cell(row[m], steady[m][i], i in best.get(m, ()), accurate[m][i]) for m in metrics
+        ]
         if run_link is not None:
             ids = sorted(runs.loc[tuple(row[k] for k in keys) if len(keys) > 1 else row[keys[0]]])
             links = [
@@ -232,9 +241,21 @@ def _steady_share(wide: pd.DataFrame, column: str, metric: str, steadiness: dict
     return wide[flag_column].astype(float)
 
 
-def _value_cell(value: object, steady_share: float, best: bool) -> Cell:
-    """A metric's cell; marked, with a note, where a seed's timing behind it was unsteady."""
+def _value_cell(
+    value: object, steady_share: float, best: bool, accurate_share: float = float("nan")
+) -> Cell:
+    """A metric's cell; marked, with a note, where a seed's timing behind it was unsteady or its
+    kernel erred beyond its declared tolerance."""
     cell = Cell(format_value(value), _sortable(value), best)
+    if accurate_share < 1 and not pd.isna(value):
+        cell.text = INACCURATE_MARK + cell.text
+        share = "" if accurate_share == 0 else f" in {1 - accurate_share:.0%} of its seeds"
+        cell.note = (
+            f"inaccurate kernel{share}: its error against float64 exceeds the variant's declared "
+            "tolerance (max_abs_error, the record's error_tolerance); left out of the ranks and "
+            "of the best value"
+        )
+        return cell
     if steady_share < 1 and not pd.isna(value):
         cell.text = UNSTEADY_MARK + cell.text
         share = "" if steady_share == 0 else f" in {1 - steady_share:.0%} of its seeds"

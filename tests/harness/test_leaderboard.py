@@ -1096,16 +1096,18 @@ def test_every_registered_tasks_steadiness_pairs_declared_metrics():
             assert info.metric(flag) is not None and info.metric(flag).higher_is_better is None
 
 
-def _write_timed(tmp_path, run_id, variant, seq_len, fwd_ms, steady=None, info=None):
-    """A throughput run; ``steady`` (1.0 / 0.0) is its fwd_steady flag, None: not recorded (a
-    record from before the flag existed)."""
+def _write_timed(tmp_path, run_id, variant, seq_len, fwd_ms, steady=None, info=None, accurate=None):
+    """A throughput run; ``steady`` (1.0 / 0.0) is its fwd_steady flag, ``accurate`` its
+    fwd_accurate flag, None: not recorded (a record from before the flag existed)."""
     metrics = [
         _point("fwd_ms", fwd_ms, seq_len, False),
         _point("fwd_ratio", fwd_ms / REFERENCE_MS, seq_len, False),
-        _point("gflops", 100 / fwd_ms, seq_len, True),
+        _point("gflops_fwd", 100 / fwd_ms, seq_len, True),
     ]
     if steady is not None:
         metrics.append(_point("fwd_steady", steady, seq_len, None))
+    if accurate is not None:
+        metrics.append(_point("fwd_accurate", accurate, seq_len, None))
     write_record(
         tmp_path,
         make_record(
@@ -1150,7 +1152,7 @@ def test_unsteady_timings_are_marked_counted_and_left_out_of_ranks(tmp_path):
     # the task table: linear's 1 ms is marked, with its note, and is not the best at 64
     section = html.split('data-task="throughput"')[1].split("</table>")[0]
     marked = re.findall(r'<td data-sort="([^"]*)" class="unsteady" title="([^"]*)">~', section)
-    # fwd_ratio (0.25 = 1 / REFERENCE_MS), fwd_ms and gflops of the same timing
+    # fwd_ratio (0.25 = 1 / REFERENCE_MS), fwd_ms and gflops_fwd of the same timing
     assert [s for s, _ in marked] == ["0.25", "1.0", "100.0"]
     assert all("never settled" in note for _, note in marked)
     assert '<td data-sort="2.0" class="best">2</td>' in section  # softmax is the best at 64
@@ -1169,7 +1171,7 @@ def test_the_overview_leaves_an_unsteady_cost_out_of_its_rank(tmp_path):
     # throughput is a cost, ranked in its own column and never a quality rank
     assert "· #1</td>" in cells["softmax"] and "· #2</td>" in cells["window"]
     assert '<td data-sort="inf">–</td>' in cells["softmax"]  # no quality column, no quality rank
-    assert 'class="unsteady" title="only 1 unsteady timing here' in cells["linear"]
+    assert 'class="unsteady" title="only 1 untrusted timing here' in cells["linear"]
     assert "· #" not in cells["linear"].split('class="unsteady"')[1].split("</td>")[0]
     assert "unsteady" not in cells["softmax"]
 
@@ -1189,6 +1191,28 @@ def test_a_cost_column_is_at_the_size_measured_for_the_most_variants(tmp_path):
     assert ">1 · #1</td>" in cells["softmax"]
     assert ">1.5 · #2</td>" in cells["window"]
     assert ">2 · #3</td>" in cells["linear"]
+
+
+def test_a_kernel_outside_its_tolerance_is_marked_and_enters_no_contest(tmp_path):
+    """A planted wrong kernel: linear's timings are the fastest at every size but its runs say
+    fwd_accurate = 0 (its error exceeded its declared tolerance). Its times are shown marked
+    with the error's note in the task table, drawn hollow with their own hover line, never the
+    best of a size, and the overview leaves them out of the cost rank."""
+    for i, (variant, n, ms) in enumerate(TIMINGS):
+        fast = ms / 10 if variant == "linear" else ms  # the wrong kernel is the fastest
+        _write_timed(tmp_path, f"t{i}", variant, n, fast, 1.0, accurate=float(variant != "linear"))
+    collect(tmp_path)
+    html = build_site(tmp_path).read_text()
+    section = html.split('data-task="throughput"')[1].split("</table>")[0]
+    marked = re.findall(r'class="unsteady" title="(inaccurate kernel[^"]*)">✗', section)
+    assert len(marked) == 2 * 3  # fwd_ratio, fwd_ms and gflops_fwd at 64 and 128 tokens
+    assert all("declared tolerance" in note for note in marked)
+    assert '<td data-sort="2.0" class="best">2</td>' in section  # softmax is the best at 64
+    assert "kernel error above its tolerance: not ranked" in html
+    cells = _overview_cells(html)
+    assert 'title="only 1 untrusted timing here' in cells["linear"]
+    assert "· #" not in cells["linear"].split('class="unsteady"')[1].split("</td>")[0]
+    assert "· #1</td>" in cells["softmax"]
 
 
 def test_unsteady_marks_keep_names_escaped(tmp_path):
