@@ -12,7 +12,11 @@ reason.
 
 Before anything is timed, the incremental form is checked against the variant's own causal
 forward at a small size (prefill, then steps), in float32 on the job's device: a form that
-computes something else fails the job instead of posting a speed.
+computes something else fails the job instead of posting a speed. Its error in the timed dtype
+against the same prefill and steps in float64 is recorded as in throughput (``max_abs_error``,
+``rms_error``, ``outlier_max_abs_error``; `tasks.timed.kernel_errors`), and ``decode_accurate``
+says whether it is within the variant's declared tolerance: every timed metric is judged by it
+(`accuracy`), so the time of a form that errs enters no contest.
 
 **Ranked by a ratio, not by a time** (as throughput): every block of ``new_tokens`` steps
 alternates, in the same process, with a block of bare SDPA calls of one query over the first
@@ -62,7 +66,12 @@ from attnbench.harness.discovery import load_plugins
 from attnbench.harness.memory import isolated_cpu_peak, peak_memory_mib
 from attnbench.harness.metrics import DENSITY
 from attnbench.harness.timing import Timing
-from attnbench.tasks.timed import check_timing_settings, time_against, timing_details
+from attnbench.tasks.timed import (
+    check_timing_settings,
+    kernel_errors,
+    time_against,
+    timing_details,
+)
 
 CHECK_LEN = 96  # tokens of the correctness check: several chunks, blocks and window lengths
 CHECK_STEPS = 8  # of which the last ones come one step at a time
@@ -118,6 +127,8 @@ class Decode(Task):
         "prefill_ms": "prefill_steady",
         "prefill_ratio": "prefill_steady",
     }
+    # each timed metric → the 0/1 metric saying the decoded outputs were within tolerance
+    accuracy = {metric: "decode_accurate" for metric in steadiness}
     metrics = (
         Metric(
             "decode_ratio",
@@ -153,6 +164,24 @@ class Decode(Task):
             "MiB",
         ),
         Metric("decode_steady", None, "1: the decode samples settled and the machine was quiet"),
+        Metric(
+            "max_abs_error",
+            False,
+            "Largest |error| of prefill + steps in the timed dtype against float64, unit-normal "
+            "inputs, 96 tokens",
+        ),
+        Metric("rms_error", False, "Root-mean-square error of the same against float64"),
+        Metric(
+            "outlier_max_abs_error",
+            False,
+            "Largest |error| against float64 on FlashAttention-3's outlier inputs",
+        ),
+        Metric(
+            "decode_accurate",
+            None,
+            "1: max_abs_error / max(1, max |reference|) is within the variant's declared "
+            "tolerance for the dtype; 0: not (its timings are marked and enter no contest)",
+        ),
         Metric("prefill_steady", None, "1: the prefill samples settled and the machine was quiet"),
         Metric("decode_samples", None, "Timed blocks behind the median"),
         Metric("decode_rel_iqr", None, "IQR / median of the decode blocks"),
@@ -184,6 +213,8 @@ class Decode(Task):
         kv = p.n_kv_heads or h
         variant = ctx.build_variant(VariantShape(h, d, n + m, p.n_kv_heads))
         correctness = check_incremental(variant, ctx, h, d, kv)
+        errors = decode_errors(variant, ctx, h, d, kv)
+        error_scale = errors.pop("scale")
         decoder = incremental_form(variant, b, n + m, d, d, ctx.device, ctx.dtype, kv)
         gen = ctx.generator()
         q, k, v = (
@@ -192,8 +223,17 @@ class Decode(Task):
         )
         gqa = kv != h  # SDPA's grouped-query path in the references
         context = [x[:, :, :n] for x in (q, k, v)]
-        values: dict[str, float | None] = {}
-        details: dict[str, object] = {"correctness_check": correctness}
+        values: dict[str, float | None] = {
+            **errors,
+            "decode_accurate": 1.0
+            if variant.within_tolerance(errors["max_abs_error"] / error_scale, ctx.dtype)
+            else 0.0,
+        }
+        details: dict[str, object] = {
+            "correctness_check": correctness,
+            "error_scale": error_scale,
+            "error_tolerance": variant.error_tolerance.get(str(ctx.dtype).removeprefix("torch.")),
+        }
 
         def prefill() -> None:
             decoder.position = 0  # every sample prefills the same context from the start
@@ -353,3 +393,32 @@ def check_incremental(variant, ctx: JobContext, heads: int, head_dim: int, kv_he
         )
     steps = n - split
     return f"prefill {split} + {steps} steps == causal forward at n={n} (max error {error:.2g})"
+
+
+def decode_errors(variant, ctx: JobContext, heads: int, head_dim: int, kv_heads: int) -> dict:
+    """`tasks.timed.kernel_errors` of the incremental form (a prefill, then CHECK_STEPS steps,
+    over CHECK_LEN tokens) in the timed dtype against the same in float64."""
+    n = min(CHECK_LEN, variant.shape.max_len)
+    split = max(1, n - CHECK_STEPS)
+    gen = ctx.generator(11)
+    inputs = [
+        torch.randn(1, h, n, head_dim, generator=gen, dtype=torch.float64).to(ctx.device)
+        for h in (heads, kv_heads, kv_heads)
+    ]
+
+    def run(xs: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
+        q, k, v = (x.to(dtype) for x in xs)
+        decoder = incremental_form(
+            variant.to(dtype), 1, n, head_dim, head_dim, ctx.device, dtype, kv_heads
+        )
+        outs = [decoder.prefill(q[:, :, :split], k[:, :, :split], v[:, :, :split])]
+        outs += [
+            decoder.step(q[:, :, i : i + 1], k[:, :, i : i + 1], v[:, :, i : i + 1])
+            for i in range(split, n)
+        ]
+        return torch.cat(outs, dim=2)
+
+    try:
+        return kernel_errors(run, inputs, ctx.dtype, gen)
+    finally:
+        variant.to(ctx.dtype)

@@ -75,8 +75,14 @@ from attnbench import (
 from attnbench.harness.discovery import load_plugins
 from attnbench.harness.memory import isolated_cpu_peak, peak_memory_mib
 from attnbench.harness.metrics import DENSITY
-from attnbench.harness.timing import PROBE_SIZE, Timing
-from attnbench.tasks.timed import check_timing_settings, time_against, timing_details
+from attnbench.harness.timing import Timing
+from attnbench.tasks.timed import (
+    check_timing_settings,
+    gemm_gflops,
+    kernel_errors,
+    time_against,
+    timing_details,
+)
 
 
 @dataclass
@@ -254,7 +260,7 @@ class Throughput(Task):
 
         check_finite("forward output", forward())
         correctness = check_against_weights(variant, p, ctx)
-        errors = kernel_errors(variant, p, ctx)
+        errors = forward_errors(variant, p, ctx)
         error_scale = errors.pop("scale")
         fwd = time_against(forward, dense_forward, ctx, p)
         if ctx.device.type == "cuda":
@@ -427,55 +433,22 @@ def check_against_weights(variant, p: ThroughputParams, ctx: JobContext) -> str:
     return f"forward == weights·V at n={n} (max error {error:.2g})"
 
 
-OUTLIER_RATE, OUTLIER_STD = 1e-3, 10.0  # FlashAttention-3's outliers: N(0, 100) at 0.1 %
-
-
-def outlier_inputs(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """``x`` plus FlashAttention-3's outliers: N(0, 100) added at a random 0.1 % of the entries
-    (their paper's test of low-precision attention on inputs with large, rare values)."""
-    spikes = torch.randn(x.shape, generator=generator, dtype=x.dtype) * OUTLIER_STD
-    hit = torch.rand(x.shape, generator=generator, dtype=x.dtype) < OUTLIER_RATE
-    return x + spikes * hit
-
-
-def kernel_errors(variant, p: ThroughputParams, ctx: JobContext) -> dict[str, float]:
-    """The forward's error in the timed dtype against the same forward in float64, at
-    n = min(seq_len, CHECK_LEN) with the job's shape and causal flag (module docstring).
-
-    Returns ``max_abs_error``, ``rms_error`` (normal inputs), ``outlier_max_abs_error`` and
-    ``scale`` = max(1, max |reference|) on the normal inputs, by which the declared tolerance is
-    relative. The variant is converted to float64 for the reference and back to the timed dtype
-    (exact both ways: float64 holds every value of a narrower float).
-    """
+def forward_errors(variant, p: ThroughputParams, ctx: JobContext) -> dict[str, float]:
+    """`tasks.timed.kernel_errors` of the forward at n = min(seq_len, CHECK_LEN), with the job's
+    shape and causal flag. The variant is converted to each dtype and back to the timed one
+    (exact both ways: float64 holds every value of a narrower float)."""
     n = min(p.seq_len, CHECK_LEN)
     gen = ctx.generator(11)
     kv = variant.shape.kv_heads
-    normal = [
-        torch.randn(1, heads, n, p.head_dim, generator=gen, dtype=torch.float64)
+    inputs = [
+        torch.randn(1, heads, n, p.head_dim, generator=gen, dtype=torch.float64).to(ctx.device)
         for heads in (p.n_heads, kv, kv)
     ]
-    outliers = [outlier_inputs(x, gen) for x in normal]
-    results: dict[str, float] = {}
+
+    def run(xs: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
+        return variant.to(dtype)(*(x.to(ctx.device, dtype) for x in xs), causal=p.causal)
+
     try:
-        with torch.no_grad():
-            for name, inputs in (("", normal), ("outlier_", outliers)):
-                on_device = [x.to(ctx.device) for x in inputs]
-                reference = variant.double()(*on_device, causal=p.causal)
-                timed = variant.to(ctx.dtype)(
-                    *(x.to(ctx.dtype) for x in on_device), causal=p.causal
-                )
-                error = (timed.double() - reference).abs()
-                results[f"{name}max_abs_error"] = float(error.max())
-                if not name:
-                    results["rms_error"] = float(error.square().mean().sqrt())
-                    results["scale"] = max(1.0, float(reference.abs().max()))
+        return kernel_errors(run, inputs, ctx.dtype, gen)
     finally:
         variant.to(ctx.dtype)
-    return results
-
-
-def gemm_gflops(device: torch.device, probe_ms: float) -> float:
-    """GFLOP/s of the calibration GEMM (`harness.timing.calibration_probe`: square, PROBE_SIZE
-    of the device type) that took ``probe_ms``: 2·n³ products and sums."""
-    n = PROBE_SIZE.get(device.type, PROBE_SIZE["cpu"])
-    return 2.0 * n**3 / (probe_ms * 1e-3) / 1e9

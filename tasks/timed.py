@@ -1,5 +1,6 @@
 """What the timed tasks (throughput, decode) share: one timing against its reference kernel
-under the task's steadiness settings, and what a record keeps of how that timing went.
+under the task's steadiness settings, what a record keeps of how that timing went, and the error
+of the timed kernel beside it.
 
 Both tasks time a kernel in alternating rounds with a reference on the same inputs
 (`harness.timing.time_call`) and take the same settings (``min_samples``, ``min_run_time``,
@@ -13,8 +14,53 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from attnbench import JobContext, Task
-from attnbench.harness.timing import FEWEST_SAMPLES, Timing, time_call
+from attnbench.harness.timing import FEWEST_SAMPLES, PROBE_SIZE, Timing, time_call
+
+OUTLIER_RATE, OUTLIER_STD = 1e-3, 10.0  # FlashAttention-3's outliers: N(0, 100) at 0.1 %
+
+
+def outlier_inputs(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """``x`` plus FlashAttention-3's outliers: N(0, 100) added at a random 0.1 % of the entries
+    (their paper's test of low-precision attention on inputs with large, rare values)."""
+    spikes = torch.randn(x.shape, generator=generator, dtype=x.dtype) * OUTLIER_STD
+    hit = torch.rand(x.shape, generator=generator, dtype=x.dtype) < OUTLIER_RATE
+    return x + spikes * hit
+
+
+def kernel_errors(
+    run: Callable[[list[torch.Tensor], torch.dtype], torch.Tensor],
+    inputs: list[torch.Tensor],
+    dtype: torch.dtype,
+    generator: torch.Generator,
+) -> dict[str, float]:
+    """The error of ``run`` in the timed ``dtype`` against ``run`` in float64, on the float64
+    ``inputs`` (unit normal) and on the same plus FlashAttention-3's outliers.
+
+    ``run(inputs, dtype)`` computes the outputs from inputs cast to ``dtype``. Returns
+    ``max_abs_error`` and ``rms_error`` (normal inputs), ``outlier_max_abs_error``, and
+    ``scale`` = max(1, max |reference|) on the normal inputs, by which a variant's declared
+    tolerance is relative (`AttentionVariant.within_tolerance`).
+    """
+    results: dict[str, float] = {}
+    for name, xs in (("", inputs), ("outlier_", [outlier_inputs(x, generator) for x in inputs])):
+        with torch.no_grad():
+            reference = run(xs, torch.float64)
+            error = (run(xs, dtype).double() - reference).abs()
+        results[f"{name}max_abs_error"] = float(error.max())
+        if not name:
+            results["rms_error"] = float(error.square().mean().sqrt())
+            results["scale"] = max(1.0, float(reference.abs().max()))
+    return results
+
+
+def gemm_gflops(device: torch.device, probe_ms: float) -> float:
+    """GFLOP/s of the calibration GEMM (`harness.timing.calibration_probe`: square, PROBE_SIZE
+    of the device type) that took ``probe_ms``: 2·n³ products and sums."""
+    n = PROBE_SIZE.get(device.type, PROBE_SIZE["cpu"])
+    return 2.0 * n**3 / (probe_ms * 1e-3) / 1e9
 
 
 def check_timing_settings(task: Task) -> None:

@@ -109,3 +109,15 @@ def test_a_peak_memory_reading_below_the_state_held_is_not_recorded(monkeypatch)
     points, details, _ = _run(seq_len=256, new_tokens=2, n_heads=2, head_dim=16)
     assert "decode_peak_mib" not in points
     assert details["decode_peak"].startswith("not recorded: the probe read 0.01 MiB, less than")
+
+
+@pytest.mark.parametrize("variant", ["softmax", "linear", "window"])
+def test_the_decoded_outputs_error_is_recorded_and_judged(variant):
+    """Prefill + steps in float32 against the same in float64: within the declared 10⁻⁵ of
+    the output's scale, so decode_accurate is 1; the outlier inputs' error is recorded too."""
+    points, details, task = _run(variant, seq_len=128, new_tokens=2, n_heads=2, head_dim=16)
+    assert 0 < points["max_abs_error"].value <= 1e-5 * details["error_scale"]
+    assert points["rms_error"].value <= points["max_abs_error"].value
+    assert points["outlier_max_abs_error"].value > 0
+    assert points["decode_accurate"].value == 1.0
+    assert set(task.accuracy) == set(task.steadiness)

@@ -207,7 +207,7 @@ def test_outlier_inputs_are_flashattention3s():
     """N(0, 100) added at 0.1 % of the entries: over 10⁶ entries the count of changed entries is
     Binomial(10⁶, 10⁻³), 1000 ± 32 (five standard deviations allowed), and the added values have
     a standard deviation of 10 (±5 % at ~1000 samples: its standard error is ~2.2 %)."""
-    from attnbench.tasks.throughput import outlier_inputs
+    from attnbench.tasks.timed import outlier_inputs
 
     x = torch.zeros(1000, 1000, dtype=torch.float64)
     spikes = outlier_inputs(x, torch.Generator().manual_seed(0))
