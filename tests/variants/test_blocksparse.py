@@ -110,3 +110,26 @@ def test_cuda_block_sparse_variants_match_cpu(name):
     cpu = variant(q, k, v, causal=True)
     gpu = variant.cuda()(q.cuda(), k.cuda(), v.cuda(), causal=True)
     torch.testing.assert_close(gpu.cpu(), cpu, rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+@pytest.mark.parametrize("case", _cases(), ids=lambda c: c[0])
+def test_flex_in_bfloat16_is_within_the_declared_tolerance(case):
+    """The CUDA path's numerics in the dtype a GPU runs it in: flex_attention (eager, the same
+    BlockMask and mask_mod) on bfloat16 inputs against dense masked softmax in float64, within
+    the bfloat16 tolerance the variants declare (10⁻¹ of the output's scale; bfloat16 keeps 8
+    bits, a relative step of 2⁻⁸ ≈ 4·10⁻³ per rounding)."""
+    from attnbench.harness.variant_api import AttentionVariant
+
+    _, n, block, key_blocks, allowed = case
+    q, k, v = random_qkv(b=2, h=3, n=n, d=8, seed=5, dtype=torch.float64)
+    pattern = _dense_pattern(key_blocks, block, n, n, allowed)
+    expected = dense_masked_softmax(q, k, v, pattern)
+    expected = expected.masked_fill(~pattern.any(dim=-1, keepdim=True), 0.0)
+    scale = 1 / math.sqrt(q.shape[-1])
+    low = [x.bfloat16() for x in (q, k, v)]
+    out = flex_block_sparse_attention(*low, key_blocks, block, scale, allowed, compiled=False)
+    assert out.dtype == torch.bfloat16
+    error = float((out.double() - expected).abs().max()) / max(1.0, float(expected.abs().max()))
+    assert error <= AttentionVariant.error_tolerance["bfloat16"]
+    assert error > 0  # it did run in bfloat16
