@@ -160,6 +160,52 @@ def _sparse_targets(name: str) -> list[Target]:
     ]
 
 
+# each sparse variant's size parameter over its valid range (absolute counts, then fractions of
+# the sequence), the others at their defaults: issue #27's "no cliffs" at causal 8k
+DENSITY_SWEEPS: dict[str, tuple[str, tuple[float, ...]]] = {
+    "window": ("window", (64, 256, 0.05, 0.1, 0.2, 0.35, 0.5)),
+    "strided": ("local", (64, 0.05, 0.1, 0.2, 0.35)),
+    "bigbird": ("block", (32, 64, 1 / 64, 1 / 32, 1 / 16, 1 / 8)),
+    "learned_pattern": ("block", (32, 64, 1 / 64, 1 / 32, 1 / 16, 1 / 8)),
+    "topk": ("k", (32, 128, 0.05, 0.1, 0.2, 0.35, 0.5)),
+}
+CLIFF_BOUND = 1.5  # no setting of a sparse variant may cost more than this × dense causal SDPA
+SPARSE_ENOUGH = 0.1  # at or below this density, at least half the ideal speed-up 1/density
+
+
+def cliff_targets() -> list[Target]:
+    """Every sparse variant at every sampled value of its size parameter (`DENSITY_SWEEPS`),
+    causal 8k: its time over dense causal SDPA's at most CLIFF_BOUND, and where its density is
+    at most SPARSE_ENOUGH, at least half its ideal speed-up."""
+    targets = []
+    for name, (key, values) in DENSITY_SWEEPS.items():
+        for value in values:
+            case = _case(name, 8192, **{key: value})
+            density = _density(case)
+            setting = f"{name} {key}={value:g} (density {density:.3f})"
+            targets.append(
+                Target(
+                    f"{setting}: time / dense causal SDPA at 8k (no cliff)",
+                    case,
+                    SDPA_C8,
+                    CLIFF_BOUND,
+                    False,
+                )
+            )
+            if density <= SPARSE_ENOUGH:
+                targets.append(
+                    Target(
+                        f"{setting}: fraction of its ideal at 8k",
+                        SDPA_C8,
+                        case,
+                        0.5,
+                        True,
+                        factor=density,
+                    )
+                )
+    return targets
+
+
 def all_targets() -> list[Target]:
     """Every target of `attnbench-speed` (a function: the sparse targets build their variants to
     know their densities, which an import should not do)."""
@@ -233,6 +279,7 @@ def all_targets() -> list[Target]:
         Target("relu2 / dense causal SDPA at 8k", _case("relu2", 8192), SDPA_C8, 1.3, False),
         Target("sigmoid / dense causal SDPA at 8k", _case("sigmoid", 8192), SDPA_C8, 1.3, False),
         Target("topk / dense causal SDPA at 8k", _sized("topk", 8192), SDPA_C8, 2.0, False),
+        *cliff_targets(),
     ]
 
 

@@ -74,9 +74,11 @@ def test_sparse_targets_time_the_papers_absolute_sizes():
     speed targets time the O(n·w) algorithms at the papers' absolute sizes, given explicitly."""
     from attnbench.harness.variant_api import VARIANTS
 
+    swept = set(speed_targets.cliff_targets())  # the density sweep: fractions on purpose
     sparse = [
         c
         for t in speed_targets.all_targets()
+        if t not in swept
         for c in t.cases()
         if c.variant != "sdpa" and VARIANTS.get(c.variant).family == "sparse"
     ]
@@ -84,6 +86,29 @@ def test_sparse_targets_time_the_papers_absolute_sizes():
     for case in sparse:
         assert case.params == speed_targets.PAPER_SIZES[case.variant]
         assert all(value >= 1 for value in case.params.values()), case
+
+
+def test_every_sparse_variant_is_swept_over_its_size_for_cliffs():
+    """Issue #27's "no cliffs": each of our sparse variants at several values of its size
+    parameter, counts and fractions, causal 8k, bounded by 1.5× dense causal SDPA; each
+    setting at density <= 0.1 also bounded below by half its ideal speed-up."""
+    from attnbench.harness.variant_api import VARIANTS
+
+    ours = {
+        n
+        for n in VARIANTS.names()
+        if VARIANTS.get(n).family == "sparse" and not VARIANTS.get(n).library
+    }
+    targets = speed_targets.cliff_targets()
+    assert {t.numerator.variant for t in targets if t.numerator.variant != "sdpa"} == ours
+    for name, (key, values) in speed_targets.DENSITY_SWEEPS.items():
+        assert any(v < 1 for v in values) and any(v >= 1 for v in values), name
+    cliffs = [t for t in targets if "no cliff" in t.label]
+    assert all(
+        t.bound == 1.5 and not t.at_least and t.denominator.variant == "sdpa" for t in cliffs
+    )
+    ideal = [t for t in targets if "ideal" in t.label]
+    assert ideal and all(0 < t.factor <= 0.1 and t.bound == 0.5 and t.at_least for t in ideal)
 
 
 def test_more_threads_than_cores_is_refused_before_timing(monkeypatch, capsys):
