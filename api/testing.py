@@ -72,7 +72,9 @@ def random_qkv(
     return q, k, v
 
 
-def _make(name: str, max_len: int = MAX_LEN, heads: int = H) -> AttentionVariant:
+def _make(
+    name: str, max_len: int = MAX_LEN, heads: int = H, kv_heads: int | None = None
+) -> AttentionVariant:
     """The variant ``name`` with default hyperparameters, its parameters initialised from seed 0.
 
     Skips the test, with the variant's one sentence, where it is unavailable on CPU here
@@ -85,7 +87,7 @@ def _make(name: str, max_len: int = MAX_LEN, heads: int = H) -> AttentionVariant
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         try:
-            shape = VariantShape(n_heads=heads, head_dim=D, max_len=max_len)
+            shape = VariantShape(n_heads=heads, head_dim=D, max_len=max_len, n_kv_heads=kv_heads)
             variant = _build_variant(name, {}, shape)
         except UnsupportedError as exc:  # its library is missing here: skip, with the reason
             pytest.skip(str(exc))
@@ -381,9 +383,11 @@ class VariantContractTests:
         the outputs equal the forward on keys and values repeated for each query head's group
         (query head h reads key/value head h // group), in float64 to 1e-9 (the two differ
         only in the order of their sums). A variant that shares them natively
-        (``grouped_query``) computes this itself; for any other, calling the variant repeats
-        them first. 77 positions: no multiple of a chunk (64) or of a block."""
-        variant = _make(variant_name, heads=4).double()
+        (``grouped_query``) computes this itself, and this checks its kernel; for any other,
+        calling the variant repeats them first, and this checks only that the call does. 77
+        positions: no multiple of a chunk (64) or of a block. Built with ``n_kv_heads``, as a
+        task builds it."""
+        variant = _make(variant_name, heads=4, kv_heads=kv_heads).double()
         if causal and not variant.supports_causal:
             pytest.skip(f"variant '{variant_name}' is not causal")
         q, _, _ = random_qkv(b=2, h=4, n=77, d=D, dv=5, seed=21, dtype=torch.float64)

@@ -68,6 +68,7 @@ from attnbench.harness.metrics import DENSITY
 from attnbench.harness.timing import Timing
 from attnbench.tasks.timed import (
     check_timing_settings,
+    error_metrics,
     kernel_errors,
     time_against,
     timing_details,
@@ -166,14 +167,14 @@ class Decode(Task):
         Metric("decode_steady", None, "1: the decode samples settled and the machine was quiet"),
         Metric(
             "max_abs_error",
-            False,
+            None,  # judged by the accuracy flag, not compared
             "Largest |error| of prefill + steps in the timed dtype against float64, unit-normal "
             "inputs, 96 tokens",
         ),
-        Metric("rms_error", False, "Root-mean-square error of the same against float64"),
+        Metric("rms_error", None, "Root-mean-square error of the same against float64"),
         Metric(
             "outlier_max_abs_error",
-            False,
+            None,  # judged by the accuracy flag, not compared
             "Largest |error| against float64 on FlashAttention-3's outlier inputs",
         ),
         Metric(
@@ -213,8 +214,9 @@ class Decode(Task):
         kv = p.n_kv_heads or h
         variant = ctx.build_variant(VariantShape(h, d, n + m, p.n_kv_heads))
         correctness = check_incremental(variant, ctx, h, d, kv)
-        errors = decode_errors(variant, ctx, h, d, kv)
-        error_scale = errors.pop("scale")
+        accuracy, accuracy_details = error_metrics(
+            decode_errors(variant, ctx, h, d, kv), variant, ctx.dtype, "decode_accurate"
+        )
         decoder = incremental_form(variant, b, n + m, d, d, ctx.device, ctx.dtype, kv)
         gen = ctx.generator()
         q, k, v = (
@@ -223,17 +225,8 @@ class Decode(Task):
         )
         gqa = kv != h  # SDPA's grouped-query path in the references
         context = [x[:, :, :n] for x in (q, k, v)]
-        values: dict[str, float | None] = {
-            **errors,
-            "decode_accurate": 1.0
-            if variant.within_tolerance(errors["max_abs_error"] / error_scale, ctx.dtype)
-            else 0.0,
-        }
-        details: dict[str, object] = {
-            "correctness_check": correctness,
-            "error_scale": error_scale,
-            "error_tolerance": variant.error_tolerance.get(str(ctx.dtype).removeprefix("torch.")),
-        }
+        values: dict[str, float | None] = dict(accuracy)
+        details: dict[str, object] = {"correctness_check": correctness, **accuracy_details}
 
         def prefill() -> None:
             decoder.position = 0  # every sample prefills the same context from the start

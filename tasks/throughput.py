@@ -78,6 +78,7 @@ from attnbench.harness.metrics import DENSITY
 from attnbench.harness.timing import Timing
 from attnbench.tasks.timed import (
     check_timing_settings,
+    error_metrics,
     gemm_gflops,
     kernel_errors,
     time_against,
@@ -173,14 +174,14 @@ class Throughput(Task):
         ),
         Metric(
             "max_abs_error",
-            False,
+            None,  # judged by the accuracy flag, not compared
             "Largest |error| of the forward in the timed dtype against float64, unit-normal "
             "inputs, n = min(seq_len, 512)",
         ),
-        Metric("rms_error", False, "Root-mean-square error of the same forward against float64"),
+        Metric("rms_error", None, "Root-mean-square error of the same forward against float64"),
         Metric(
             "outlier_max_abs_error",
-            False,
+            None,  # judged by the accuracy flag, not compared
             "Largest |error| against float64 on FlashAttention-3's outlier inputs (N(0, 1) plus "
             "N(0, 100) at 0.1 % of the entries)",
         ),
@@ -260,8 +261,9 @@ class Throughput(Task):
 
         check_finite("forward output", forward())
         correctness = check_against_weights(variant, p, ctx)
-        errors = forward_errors(variant, p, ctx)
-        error_scale = errors.pop("scale")
+        accuracy, accuracy_details = error_metrics(
+            forward_errors(variant, p, ctx), variant, ctx.dtype, "fwd_accurate"
+        )
         fwd = time_against(forward, dense_forward, ctx, p)
         if ctx.device.type == "cuda":
             peak = peak_memory_mib(forward, ctx.device)
@@ -285,10 +287,7 @@ class Throughput(Task):
         machine_peak = gemm_gflops(ctx.device, fastest_probe_ms)
         values: dict[str, float | None] = {
             **_timing_metrics("fwd", fwd),
-            **errors,
-            "fwd_accurate": 1.0
-            if variant.within_tolerance(errors["max_abs_error"] / error_scale, ctx.dtype)
-            else 0.0,
+            **accuracy,
             "peak_mem_mib": peak,
             "gflops_fwd": achieved,
             "peak_gflops": machine_peak,
@@ -305,8 +304,7 @@ class Throughput(Task):
             "backward_flops": variant.backward_flops(
                 p.batch_size, p.n_heads, p.seq_len, p.seq_len, p.head_dim, p.head_dim, p.causal
             ),
-            "error_scale": error_scale,
-            "error_tolerance": variant.error_tolerance.get(str(ctx.dtype).removeprefix("torch.")),
+            **accuracy_details,
             "correctness_check": correctness,
             "kv_heads": kv,
         }
@@ -416,10 +414,11 @@ def check_against_weights(variant, p: ThroughputParams, ctx: JobContext) -> str:
     )
     reference = variant.float()
     try:
-        with torch.no_grad():
+        with torch.no_grad():  # the weights first: a variant without them skips the check
+            repeated = repeat_kv_heads(k, p.n_heads)
+            weights = reference.attention_weights(q, repeated, causal=p.causal)
             out = reference(q, k, v, causal=p.causal)  # grouped, as timed
-            k, v = repeat_kv_heads(k, p.n_heads), repeat_kv_heads(v, p.n_heads)
-            weights = reference.attention_weights(q, k, causal=p.causal)
+            v = repeat_kv_heads(v, p.n_heads)
     except NotImplementedError:
         return "skipped: the variant cannot materialise its weights"
     finally:

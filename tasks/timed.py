@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from attnbench import JobContext, Task
+from attnbench import JobContext, Task, UnsupportedError
 from attnbench.harness.timing import FEWEST_SAMPLES, PROBE_SIZE, Timing, time_call
 
 OUTLIER_RATE, OUTLIER_STD = 1e-3, 10.0  # FlashAttention-3's outliers: N(0, 100) at 0.1 %
@@ -27,7 +27,7 @@ def outlier_inputs(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     (their paper's test of low-precision attention on inputs with large, rare values)."""
     spikes = torch.randn(x.shape, generator=generator, dtype=x.dtype) * OUTLIER_STD
     hit = torch.rand(x.shape, generator=generator, dtype=x.dtype) < OUTLIER_RATE
-    return x + spikes * hit
+    return x + (spikes * hit).to(x.device)  # drawn on the generator's device (the CPU)
 
 
 def kernel_errors(
@@ -42,18 +42,52 @@ def kernel_errors(
     ``run(inputs, dtype)`` computes the outputs from inputs cast to ``dtype``. Returns
     ``max_abs_error`` and ``rms_error`` (normal inputs), ``outlier_max_abs_error``, and
     ``scale`` = max(1, max |reference|) on the normal inputs, by which a variant's declared
-    tolerance is relative (`AttentionVariant.within_tolerance`).
+    tolerance is relative (`AttentionVariant.within_tolerance`). An error that is not finite
+    (the timed dtype overflowed where float64 did not) is inf: within no tolerance. A kernel
+    that refuses float64 (a library's half-precision-only kernel) has no reference here: the
+    result is ``{"unmeasured": reason}``, and the job records no error and no flag.
     """
     results: dict[str, float] = {}
     for name, xs in (("", inputs), ("outlier_", [outlier_inputs(x, generator) for x in inputs])):
         with torch.no_grad():
-            reference = run(xs, torch.float64)
+            try:
+                reference = run(xs, torch.float64)
+            except (UnsupportedError, RuntimeError, NotImplementedError) as exc:
+                return {"unmeasured": f"no float64 reference: {exc}"}
             error = (run(xs, dtype).double() - reference).abs()
-        results[f"{name}max_abs_error"] = float(error.max())
+        worst = float(error.max())
+        results[f"{name}max_abs_error"] = worst if math.isfinite(worst) else math.inf
         if not name:
-            results["rms_error"] = float(error.square().mean().sqrt())
+            rms = float(error.square().mean().sqrt())
+            results["rms_error"] = rms if math.isfinite(rms) else math.inf
             results["scale"] = max(1.0, float(reference.abs().max()))
     return results
+
+
+def error_metrics(
+    errors: dict, variant, dtype: torch.dtype, flag: str
+) -> tuple[dict[str, float], dict[str, object]]:
+    """The error metrics and accuracy flag ``flag`` of `kernel_errors`' result, and what the
+    record's details keep: an infinite error is recorded as no value, with the reason; the
+    flag is 0 for it; without a reference, neither metrics nor flag."""
+    errors = dict(errors)
+    if "unmeasured" in errors:
+        return {}, {"kernel_error": errors["unmeasured"]}
+    scale = errors.pop("scale")
+    name = str(dtype).removeprefix("torch.")
+    details: dict[str, object] = {
+        "error_scale": scale,
+        "error_tolerance": variant.error_tolerance.get(name),
+    }
+    overflowed = sorted(k for k, v in errors.items() if not math.isfinite(v))
+    if overflowed:
+        details["kernel_error"] = (
+            f"{', '.join(overflowed)}: not finite in {name} where float64 is (an overflow)"
+        )
+    values = {k: v for k, v in errors.items() if math.isfinite(v)}
+    within = variant.within_tolerance(errors["max_abs_error"] / scale, dtype)
+    values[flag] = 1.0 if within else 0.0
+    return values, details
 
 
 def gemm_gflops(device: torch.device, probe_ms: float) -> float:

@@ -54,7 +54,6 @@ from attnbench.harness.leaderboard.tables import (
 )
 from attnbench.harness.leaderboard.tradeoffs import tradeoff_charts
 from attnbench.harness.leaderboard.tuning import Choice, select_tuned, tuning_table
-from attnbench.harness.metric_points import declared_steadiness
 from attnbench.harness.outcome import INTERRUPTED
 from attnbench.harness.records import atomic_write_text, runs_dir
 from attnbench.harness.strict import add_strict_flag, bad_records, report_bad_records
@@ -331,8 +330,9 @@ def _sections(
 
 def _count_unsteady(frame: pd.DataFrame, infos: dict[str, TaskInfo]) -> int:
     """How many timings of the ok runs of ``frame`` their task flagged unsteady: rows of a
-    declared steadiness flag (`TaskInfo.steadiness`) whose value is 0."""
-    flags = {(task, flag) for task, _, flag in declared_steadiness(infos)}
+    declared steadiness flag (`TaskInfo.steadiness`; not the accuracy flags, whose values are
+    marked ✗ on their own) whose value is 0."""
+    flags = {(task, flag) for task, info in infos.items() for flag in info.steadiness.values()}
     if not flags or frame.empty:
         return 0
     ok = frame[(frame["status"] == "ok") & ~frame["derived"].astype(bool)]

@@ -214,3 +214,49 @@ def test_outlier_inputs_are_flashattention3s():
     changed = spikes[spikes != 0]
     assert abs(changed.numel() - 1000) <= 5 * 32
     assert float(changed.std()) == pytest.approx(10.0, rel=0.1)
+
+
+def test_outliers_are_added_on_the_inputs_device():
+    """The generator draws on the CPU; the inputs may live elsewhere (CUDA; here meta)."""
+    from attnbench.tasks.timed import outlier_inputs
+
+    x = torch.zeros(2, 3, device="meta", dtype=torch.float64)
+    assert outlier_inputs(x, torch.Generator().manual_seed(0)).device.type == "meta"
+
+
+def test_a_kernel_without_a_float64_reference_records_no_error_and_no_flag():
+    """A library kernel that refuses float64 (half-precision-only) is still timed: its error is
+    unmeasured, said in the details, and no accuracy flag is invented."""
+    from attnbench import UnsupportedError
+    from attnbench.tasks.timed import error_metrics, kernel_errors
+
+    def run(xs, dtype):
+        if dtype == torch.float64:
+            raise UnsupportedError("half only")
+        return xs[0].to(dtype)
+
+    errors = kernel_errors(run, [torch.zeros(4, dtype=torch.float64)], torch.float32, None)
+    variant = build_variant_for_test()
+    values, details = error_metrics(errors, variant, torch.float32, "fwd_accurate")
+    assert values == {} and "no float64 reference: half only" in details["kernel_error"]
+
+
+def test_an_overflowing_kernel_is_flagged_not_failed():
+    """Float16 overflowing where float64 does not: the error is not finite; the job records no
+    error value (a non-finite point would fail it), says why, and sets the flag to 0."""
+    from attnbench.tasks.timed import error_metrics, kernel_errors
+
+    def run(xs, dtype):
+        return (xs[0] * 1e5).to(dtype)  # 1e5 > float16's largest, 65504: inf
+
+    inputs = [torch.ones(4, dtype=torch.float64)]
+    errors = kernel_errors(run, inputs, torch.float16, torch.Generator().manual_seed(0))
+    values, details = error_metrics(errors, build_variant_for_test(), torch.float16, "fwd_acc")
+    assert values == {"fwd_acc": 0.0}
+    assert "not finite in float16" in details["kernel_error"]
+
+
+def build_variant_for_test():
+    from attnbench import VariantShape, build_variant
+
+    return build_variant("softmax", {}, VariantShape(1, 4, 4))
