@@ -101,7 +101,7 @@ def test_every_sparse_variant_is_swept_over_its_size_for_cliffs():
     }
     targets = speed_targets.cliff_targets()
     assert {t.numerator.variant for t in targets if t.numerator.variant != "sdpa"} == ours
-    for name, (key, values) in speed_targets.DENSITY_SWEEPS.items():
+    for name, (_, values) in speed_targets.DENSITY_SWEEPS.items():
         assert any(v < 1 for v in values) and any(v >= 1 for v in values), name
     cliffs = [t for t in targets if "no cliff" in t.label]
     assert all(
