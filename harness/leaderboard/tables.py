@@ -244,25 +244,30 @@ def _steady_share(wide: pd.DataFrame, column: str, metric: str, steadiness: dict
 def _value_cell(
     value: object, steady_share: float, best: bool, accurate_share: float = float("nan")
 ) -> Cell:
-    """A metric's cell; marked, with a note, where a seed's timing behind it was unsteady or its
-    kernel erred beyond its declared tolerance."""
+    """A metric's cell; marked, with a note, where a seed's timing behind it was of a kernel
+    that erred beyond its declared tolerance (first: that outranks unsteadiness) or unsteady."""
     cell = Cell(format_value(value), _sortable(value), best)
-    if accurate_share < 1 and not pd.isna(value):
-        cell.text = INACCURATE_MARK + cell.text
-        share = "" if accurate_share == 0 else f" in {1 - accurate_share:.0%} of its seeds"
-        cell.note = (
-            f"inaccurate kernel{share}: its error against float64 exceeds the variant's declared "
-            "tolerance (max_abs_error, the record's error_tolerance); left out of the ranks and "
-            "of the best value"
-        )
+    if pd.isna(value):
         return cell
-    if steady_share < 1 and not pd.isna(value):
-        cell.text = UNSTEADY_MARK + cell.text
-        share = "" if steady_share == 0 else f" in {1 - steady_share:.0%} of its seeds"
-        cell.note = (
-            f"unsteady timing{share}: its samples never settled within the time cap, or the "
-            "machine was busy (the record says why); left out of the ranks and of the best value"
-        )
+    for share, mark, what in (
+        (
+            accurate_share,
+            INACCURATE_MARK,
+            "inaccurate kernel{}: its error against float64 exceeds the variant's declared "
+            "tolerance (max_abs_error, the record's error_tolerance)",
+        ),
+        (
+            steady_share,
+            UNSTEADY_MARK,
+            "unsteady timing{}: its samples never settled within the time cap, or the machine "
+            "was busy (the record says why)",
+        ),
+    ):
+        if share < 1:
+            seeds = "" if share == 0 else f" in {1 - share:.0%} of its seeds"
+            cell.text = mark + cell.text
+            cell.note = what.format(seeds) + "; left out of the ranks and of the best value"
+            break
     return cell
 
 
