@@ -30,7 +30,10 @@ REFUSALS = [
     (["variant=softmx"], "Unknown variant 'softmx'. Did you mean: softmax?"),
     (["task=recal"], "Unknown task 'recal'. Did you mean: recall?"),
     (["-m", "variant=softmax,linaer"], "Unknown variant 'linaer'. Did you mean: linear?"),
-    (["sweep=doesnotexist"], "sweep=doesnotexist is not a sweep preset. Presets: gqa, long, paper,"),
+    (
+        ["sweep=doesnotexist"],
+        "sweep=doesnotexist is not a sweep preset. Presets: gqa, long, paper,",
+    ),
     (["-m", "sweep=quik"], "sweep=quik is not a sweep preset. Did you mean quick? Presets:"),
     (["sweep=quick"], "sweep=quick selects a sweep preset; add -m to run it"),
     (["-m", "variant=glob(zzz*)"], "variant=glob(zzz*) matches no variant, and a sweep that"),

@@ -3,9 +3,14 @@ from __future__ import annotations
 import pytest
 import torch
 
+from attnbench import VariantShape, build_variant
 from attnbench.harness.task_api import JobContext, build_task
 from attnbench.harness.task_info import TaskInfo
 from attnbench.tasks.throughput import Throughput
+
+
+def _softmax():
+    return build_variant("softmax", {}, VariantShape(1, 4, 4))
 
 
 def _ctx(variant="softmax", **params):
@@ -142,37 +147,27 @@ def test_key_value_heads_must_divide_the_query_heads():
         build_task("throughput", {"n_kv_heads": 3})
 
 
-class HalfPrecisionSoftmax:
+@pytest.fixture
+def planted():
     """A planted wrong kernel: softmax whose float32 path silently rounds q and k to bfloat16
     (in its weights too, so it passes the weights·V check); float64 is left exact. Its error
     in float32 is ~10⁻³, a hundred times the declared 10⁻⁵."""
+    from attnbench.harness.variant_api import VARIANTS, register_variant
+    from attnbench.variants.softmax import SoftmaxAttention
 
-    @staticmethod
-    def register() -> str:
-        from attnbench.harness.variant_api import register_variant
-        from attnbench.variants.softmax import SoftmaxAttention
+    def rounded(x):
+        return x.bfloat16().float() if x.dtype == torch.float32 else x
 
-        def rounded(x):
-            return x.bfloat16().float() if x.dtype == torch.float32 else x
+    class Planted(SoftmaxAttention):
+        def forward(self, q, k, v, causal=False):
+            return super().forward(rounded(q), rounded(k), v, causal=causal)
 
-        class Planted(SoftmaxAttention):
-            def forward(self, q, k, v, causal=False):
-                return super().forward(rounded(q), rounded(k), v, causal=causal)
+        def attention_weights(self, q, k, causal=False):
+            return super().attention_weights(rounded(q), rounded(k), causal=causal)
 
-            def attention_weights(self, q, k, causal=False):
-                return super().attention_weights(rounded(q), rounded(k), causal=causal)
-
-        register_variant("test_planted_half")(Planted)
-        return "test_planted_half"
-
-
-@pytest.fixture
-def planted():
-    from attnbench.harness.variant_api import VARIANTS
-
-    name = HalfPrecisionSoftmax.register()
-    yield name
-    VARIANTS.unregister(name)
+    register_variant("test_planted_half")(Planted)
+    yield "test_planted_half"
+    VARIANTS.unregister("test_planted_half")
 
 
 def test_a_kernel_outside_its_tolerance_is_timed_and_flagged(planted, monkeypatch):
@@ -236,7 +231,7 @@ def test_a_kernel_without_a_float64_reference_records_no_error_and_no_flag():
         return xs[0].to(dtype)
 
     errors = kernel_errors(run, [torch.zeros(4, dtype=torch.float64)], torch.float32, None)
-    variant = build_variant_for_test()
+    variant = _softmax()
     values, details = error_metrics(errors, variant, torch.float32, "fwd_accurate")
     assert values == {} and "no float64 reference: half only" in details["kernel_error"]
 
@@ -251,12 +246,6 @@ def test_an_overflowing_kernel_is_flagged_not_failed():
 
     inputs = [torch.ones(4, dtype=torch.float64)]
     errors = kernel_errors(run, inputs, torch.float16, torch.Generator().manual_seed(0))
-    values, details = error_metrics(errors, build_variant_for_test(), torch.float16, "fwd_acc")
+    values, details = error_metrics(errors, _softmax(), torch.float16, "fwd_acc")
     assert values == {"fwd_acc": 0.0}
     assert "not finite in float16" in details["kernel_error"]
-
-
-def build_variant_for_test():
-    from attnbench import VariantShape, build_variant
-
-    return build_variant("softmax", {}, VariantShape(1, 4, 4))
