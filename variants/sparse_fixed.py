@@ -4,11 +4,12 @@ Each is softmax attention restricted to a pattern that depends only on positions
 (``window``, ``local``, ``stride``, ``block``) follow `AttentionVariant.size_at`: a value in
 (0, 1) is a fraction of the sequence length actually seen (rounded up), a value >= 1 an absolute
 count. The defaults are fractions, so the patterns stay sparse at every length a task uses
-(density <= 0.5: docs/variants.md, "Sparse variants at matched density"); the throughput presets pin the
-papers' absolute sizes. None of them
-builds an N×N matrix: `window` on CPU runs on the banded engine (`variants.banded`: overlapping
-views of K and V, one SDPA call), the others (and `window` on CUDA) on the block-sparse engine
-(`variants.blocksparse`), which gathers and scores only the key blocks a query block can see.
+(density <= 0.5: docs/variants.md, "Sparse variants at matched density"); the throughput presets
+pin the papers' absolute sizes. None of them builds an N×N matrix: `window` on CPU runs on the
+banded engine (`variants.banded`: overlapping views of K and V, one SDPA call), `strided` on CPU
+without autograd on the banded engine and one flash call over its residue classes, the others
+(and each under autograd or on CUDA) on the block-sparse engine (`variants.blocksparse`), which
+gathers and scores only the key blocks a query block can see.
 The dense boolean pattern applied as −∞ is their reference (in the tests), not their
 implementation.
 
@@ -47,7 +48,8 @@ from attnbench.variants.masking import WINDOW, apply_pattern, window_pairs
 # Default sizes, as fractions of the sequence: each keeps the pattern at density <= 0.5 at every
 # length from 8 to 100k, causal and not (bigbird from 11 / 14 tokens: below, its window, global
 # and random blocks of one token each are already half the keys); checked in
-# tests/variants/test_density.py, tabulated in docs/variants.md ("Sparse variants at matched density").
+# tests/variants/test_density.py, tabulated in docs/variants.md ("Sparse variants at matched
+# density").
 # window: WINDOW (variants.masking, shared with the window peers), a fifth of the sequence,
 # density 2f − f² ≈ 0.36 (at most 0.46)
 STRIDED_LOCAL = 0.1  # strided's local window: a tenth of the sequence
@@ -191,7 +193,7 @@ class StridedAttention(AttentionVariant):
         scale = 1 / math.sqrt(q.shape[-1])
         if local >= n or s == 1:  # every pair is in the pattern: dense attention, exactly
             return dense_attention(q, k, v, causal, scale)
-        if lse_available(q, k, v) and n % s == 0:
+        if lse_available(q, k, v):
             return _strided_fused(q, k, v, local, s, causal, scale)
         local_part = local_attention(q, k, v, local, causal, min(local, 128), scale)
 
@@ -257,38 +259,64 @@ class StridedAttention(AttentionVariant):
 
 
 @functools.lru_cache(maxsize=32)
-def _dilated_pattern(rows: int, gap: int, causal: bool, device: str) -> torch.Tensor:
-    """(rows, rows) bool over one residue class: row a sees row a′ at least ``gap`` rows away
-    (earlier only, when causal): the dilated keys outside the local window."""
+def _dilated_pattern(
+    rows: int, gap: int, causal: bool, s: int, n: int, device: str
+) -> torch.Tensor:
+    """Bool pattern over one residue class of stride ``s``: row a sees row a′ at least ``gap``
+    rows away (earlier only, when causal), the dilated keys outside the local window.
+
+    (rows, rows), shared by every class, unless non-causal attention over a sequence padded to
+    rows·s > n: then (1, s, rows, rows), each class r without its padded key row (a′·s + r ≥ n)
+    (the flash op takes 2-d or 4-d masks).
+    (Causal queries never see a padded key: it comes after every real position.)"""
     a = torch.arange(rows, device=device)
     apart = a.view(-1, 1) - a.view(1, -1)
-    return apart >= gap if causal else apart.abs() >= gap
+    if causal:
+        return apart >= gap
+    pattern = apart.abs() >= gap
+    if rows * s == n:
+        return pattern
+    real_key = (a.view(1, -1) * s + torch.arange(s, device=device).view(-1, 1)) < n  # (s, rows)
+    return (pattern & real_key.unsqueeze(1)).unsqueeze(0)
 
 
 def _strided_fused(q, k, v, local: int, s: int, causal: bool, scale: float) -> torch.Tensor:
-    """`strided` without autograd on CPU, N a multiple of the stride: two flash calls that
-    return their log-sum-exps, merged exactly, and no copy of Q, K or V.
+    """`strided` without autograd on CPU: two flash calls that return their log-sum-exps,
+    merged exactly.
 
     The local part is the banded engine's; the dilated part regroups positions a·s + r by
-    residue r as strided views ((B, H, s, N/s, D), no copy), where it is one pattern shared by
-    every class: keys at least ⌈local/s⌉ rows away.
+    residue r as strided views ((B, H, s, ⌈N/s⌉, D); a copy only where N is no multiple of s
+    and the sequence is padded), where it is one pattern shared by every class: keys at least
+    ⌈local/s⌉ rows away. (Measured before padding was added: stride 1/3 of 8192, not a divisor,
+    took the explicit block-sparse path, 2.0× dense causal SDPA at local 0.35.)
     """
     bsz, heads, n, d = q.shape
-    rows = n // s
+    rows = -(-n // s)
+    pad = rows * s - n
     local_out, local_lse = banded_attention(
         q, k, v, local - 1, 0 if causal else local - 1, scale, with_lse=True
     )
     by_residue = [
-        x.view(bsz, heads, rows, s, x.shape[-1]).transpose(2, 3).reshape(bsz * heads, s, rows, -1)
+        (F.pad(x, (0, 0, 0, pad)) if pad else x)
+        .view(bsz, heads, rows, s, x.shape[-1])
+        .transpose(2, 3)
+        .reshape(bsz * heads, s, rows, -1)
         for x in (q, k, v)
     ]
-    pattern = _dilated_pattern(rows, -(-local // s), causal, str(q.device))
+    pattern = _dilated_pattern(rows, -(-local // s), causal, s, n, str(q.device))
     far_out, far_lse = attention_with_lse(*by_residue, pattern, scale)
     # back to positions: (B·H, s, rows, ·) → (B, H, rows, s, ·), a view
     far_out = far_out.view(bsz, heads, s, rows, -1).transpose(2, 3)
     far_lse = far_lse.view(bsz, heads, s, rows).transpose(2, 3)
+    if pad:  # to the n real positions (a copy), where the local part already is
+        far = (
+            far_out.reshape(bsz, heads, rows * s, -1)[:, :, :n],
+            far_lse.reshape(bsz, heads, -1)[:, :, :n],
+        )
+        return merge_partials([(local_out, local_lse), far])[0].to(q.dtype)
     local = (local_out.view(bsz, heads, rows, s, -1), local_lse.view(bsz, heads, rows, s))
-    return merge_partials([local, (far_out, far_lse)])[0].reshape(bsz, heads, n, -1)
+    # (the log-sum-exps are float32 whatever the inputs: the merge is cast back)
+    return merge_partials([local, (far_out, far_lse)])[0].reshape(bsz, heads, n, -1).to(q.dtype)
 
 
 @dataclass
