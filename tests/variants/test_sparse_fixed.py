@@ -37,9 +37,21 @@ def test_window(n, w, block, causal):
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize(
     "n, stride, local",
-    # N a multiple of the stride takes the fused CPU path (no autograd), the others the
-    # block-sparse engine; local above, below and equal to the stride, and a band of one
-    [(64, 8, 8), (96, 8, 12), (96, 16, 5), (48, 4, 1), (70, 5, 12), (33, 16, 3), (20, 64, 4)],
+    # without autograd the fused CPU path: a flash call over residue classes (N a multiple of
+    # the stride or padded to one: (100, 7, 3)) or, with at most SHIFTED_MAX_OFFSETS dilated keys
+    # a side, shifts ((33, 16, 3), (50, 12, 5), (20, 64, 4)); with autograd the block-sparse
+    # engine; local above, below and equal to the stride, and a band of one
+    [
+        (64, 8, 8),
+        (96, 8, 12),
+        (96, 16, 5),
+        (48, 4, 1),
+        (70, 5, 12),
+        (100, 7, 3),
+        (33, 16, 3),
+        (50, 12, 5),
+        (20, 64, 4),
+    ],
 )
 @pytest.mark.parametrize("grad", [False, True])
 def test_strided(n, stride, local, causal, grad):
