@@ -292,12 +292,12 @@ def _masked_mix(scores: torch.Tensor, picks: int, scale: float, v: torch.Tensor)
     below the row's picks-th highest pushed to the dtype's lowest value in place (exp gives 0),
     then one matmul over every key.
 
-    The push is arithmetic (subtract finfo.max where below), not ``masked_fill_``: on CPU the
-    boolean fill of a 4M-element chunk took 5.7 ms against 0.7 ms for the compare and a
-    subtraction (2 threads)."""
+    The push is arithmetic: the comparison written as 0/1 in the scores' dtype, subtracted
+    times finfo.max. On CPU, for a chunk of 4M scores (2 threads), ``masked_fill_`` took 5.7 ms,
+    a boolean mask converted and multiplied 12.5 ms, this 1.3 ms."""
     if picks < scores.shape[-1]:
-        below = scores < kth_highest(scores, picks)
-        scores.sub_(below.to(scores.dtype).mul_(torch.finfo(scores.dtype).max))
+        below = torch.lt(scores, kth_highest(scores, picks), out=torch.empty_like(scores))
+        scores.sub_(below, alpha=torch.finfo(scores.dtype).max)
     return (scores.mul_(scale)).softmax(dim=-1) @ v
 
 
