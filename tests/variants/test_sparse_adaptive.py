@@ -123,3 +123,21 @@ def test_topk_paths_agree(monkeypatch, causal, keep):
     assert variant.masks_scores(n)
     dense = variant(q, k, v, causal=causal)
     torch.testing.assert_close(dense, gathered, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_kth_highest_equals_torch_topk(monkeypatch, dtype, threads):
+    """numpy's introselect on row ranges split between threads (bfloat16: `torch.topk`) finds
+    the same k-th highest score as `torch.topk`, with −∞ entries (the causal diagonal) and rows
+    where fewer than k scores are finite; ties and repeated values included (fp16 rounding)."""
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
+    gen = torch.Generator().manual_seed(threads)
+    scores = torch.randn(2, 3, 97, 130, generator=gen).to(dtype)  # 582 rows: threads split them
+    scores[..., 100:] = float("-inf")
+    scores[0, 0, :5, 3:] = float("-inf")  # 3 finite scores a row, fewer than k
+    for picks in (1, 7, 64, 130):
+        expected = scores.topk(picks, dim=-1).values[..., -1:]
+        found = sparse_adaptive.kth_highest(scores, picks)
+        assert found.dtype == dtype and found.shape == expected.shape
+        assert torch.equal(found, expected), picks
