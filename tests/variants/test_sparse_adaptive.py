@@ -46,6 +46,36 @@ def test_learned_pattern_equals_dense_gated_softmax(causal):
     torch.testing.assert_close(variant(q, k, v, causal=causal), ref, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_learned_pattern_gradients_equal_the_dense_gated_softmax(causal):
+    """The gates ride through the fused SDPA call as one more head dimension: the gradients of
+    the logit table, q, k and v equal those of the dense gated softmax (float64), causal and
+    not, with a partial last block."""
+    variant = _learned(block=8, keep=3).double()
+    with torch.no_grad():
+        variant.pattern_logits.copy_(
+            torch.randn(variant.pattern_logits.shape, generator=torch.Generator().manual_seed(1))
+        )
+    n, b = 60, 8
+    q, k, v = (t.requires_grad_() for t in random_qkv(b=2, h=2, n=n, d=16, dtype=torch.float64))
+    nb = math.ceil(n / b)
+    kept = torch.zeros(2, nb, nb + 1, dtype=torch.bool)
+    blocks = variant.selected_blocks(nb, causal)
+    kept.scatter_(-1, blocks.masked_fill(blocks < 0, nb), True)
+    pos = torch.arange(n) // b
+    pattern = kept[:, :, :nb][:, pos][:, :, pos]
+    if causal:
+        pattern &= torch.ones(n, n, dtype=torch.bool).tril()
+    g = torch.randn(2, 2, n, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    leaves = [q, k, v, variant.pattern_logits]
+    ours = torch.autograd.grad((variant(q, k, v, causal=causal) * g).sum(), leaves)
+    bias = F.logsigmoid(variant.pattern_logits[:, :nb, :nb])[:, pos][:, :, pos]
+    ref = dense_masked_softmax(q, k, v, pattern, bias)
+    expected = torch.autograd.grad((ref * g).sum(), leaves)
+    for got, want in zip(ours, expected, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10)
+
+
 def test_learned_pattern_gate_gets_gradients_only_where_computed():
     variant = _learned(h=1, block=8, keep=2)
     q, k, v = random_qkv(b=1, h=1, n=32, d=16)
