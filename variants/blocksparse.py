@@ -18,7 +18,7 @@ key-block lists and predicate (`flex_block_sparse_attention`). Otherwise the til
 normalised explicitly. A block bias enters the fused call as one more head dimension: queries
 get a column of ones and keys the column bias/scale, so q′·k′·scale = q·k·scale + bias, with no
 float mask of the tiles' size to build (`learned_pattern`, causal 8k, block 1024, measured: 6.7×
-dense causal SDPA explicit, 2.2× with an additive mask, see docs/speed.md for this path).
+dense causal SDPA explicit, 2.2× with an additive bias mask, 1.2× this way).
 """
 
 from __future__ import annotations

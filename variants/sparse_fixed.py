@@ -281,14 +281,16 @@ def _dilated_pattern(
 
 
 def _strided_fused(q, k, v, local: int, s: int, causal: bool, scale: float) -> torch.Tensor:
-    """`strided` without autograd on CPU: two flash calls that return their log-sum-exps,
-    merged exactly.
+    """`strided` without autograd on CPU: its local and dilated parts, each with its
+    log-sum-exp, merged exactly.
 
-    The local part is the banded engine's; the dilated part regroups positions a·s + r by
-    residue r as strided views ((B, H, s, ⌈N/s⌉, D); a copy only where N is no multiple of s
-    and the sequence is padded), where it is one pattern shared by every class: keys at least
-    ⌈local/s⌉ rows away. (Measured before padding was added: stride 1/3 of 8192, not a divisor,
-    took the explicit block-sparse path, 2.0× dense causal SDPA at local 0.35.)
+    The local part is the banded engine's. The dilated part, where a query has at most
+    SHIFTED_MAX_OFFSETS dilated keys a side, is `_dilated_by_shifts`; otherwise one flash call
+    that regroups positions a·s + r by residue r as strided views ((B, H, s, ⌈N/s⌉, D); a copy
+    only where N is no multiple of s and the sequence is padded), where it is one pattern shared
+    by every class: keys at least ⌈local/s⌉ rows away. (Measured before padding was added:
+    stride 1/3 of 8192, not a divisor, took the explicit block-sparse path, 2.0× dense causal
+    SDPA at local 0.35.)
     """
     bsz, heads, n, d = q.shape
     rows = -(-n // s)
