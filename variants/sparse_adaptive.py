@@ -186,9 +186,12 @@ class TopKAttention(AttentionVariant):
       instead of a copy per pick.
 
     Measured at causal 8k (B=1, H=4, D=64, fp32, 2 threads, one process, dense causal SDPA
-    0.195 s), gather / masked: k = 32: 1.6× / 2.6× SDPA; 128: 6.9× / 4.4×; 512: 16.9× / 4.9×;
-    k = 0.2 of the keys (the default, 1638 picks a row): 41.7× / 5.3× (issue #27's cliff; what
-    remains is the selection itself, `topk` over 8192 scores a row). Hence the switch at M/128.
+    0.20 s), gather / masked: k = 32: 1.6–1.7× / 2.2–2.5× SDPA; 64: 2.3–2.4× / 2.2–2.4×; 128:
+    4.1–4.4× / 2.2–2.5×; k = 0.2 of the keys (the default, 1638 picks a row): 41–50× / 2.2–2.4×
+    (issue #27's cliff). Hence the switch at M/128. The masked path's floor is its two GEMMs
+    (scores, then the mix: together about one dense causal SDPA) plus an exact selection of each
+    row's k-th score (`kth_highest`) and a softmax: a fused score-and-select kernel would be
+    needed to come near SDPA.
 
     The paths keep the same keys, the row's k highest; ties at the k-th score keep every tied
     key on the masked path (what `attention_weights` computes) and k of them otherwise; with
