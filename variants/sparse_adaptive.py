@@ -13,9 +13,9 @@ positions, shared by a training mixture of lengths.
 
 `topk`: each query keeps its k highest-scoring keys (−∞ elsewhere) and takes the softmax over
 those. Scores are computed for all keys (cost n²), in query chunks of about `TOPK_CHUNK_BYTES`
-of scores so that memory stays O(chunk·M + N·k); causal chunks score only the
-keys up to their last query and mask only their diagonal part. The softmax and value mixing touch
-only the k kept keys.
+of scores so that memory stays O(chunk·M); causal chunks score only the keys up to their last
+query. Each chunk's scores become its softmax weights in place (`topk_kernel` on the CPU in
+float32, `top_softmax` elsewhere), and one matmul mixes the values of the keys it sees.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from torch import nn
 from attnbench import AttentionVariant, VariantShape, register_variant
 from attnbench.variants.blocksparse import block_sparse_attention, listed_pairs
 from attnbench.variants.masking import apply_pattern, causal_pattern, future_keys
+from attnbench.variants.topk_kernel import compiled_topk_softmax
 
 
 @dataclass
@@ -154,11 +155,8 @@ class LearnedPatternAttention(AttentionVariant):
         return 2.0 * batch * heads * self.scored_pairs(n, m, causal) * (d + dv)
 
 
-TOPK_CHUNK_BYTES = 16 * 1024 * 1024  # topk: scores of one query chunk (best of 2-16 MiB, 2 cores)
-DENSE_MIX_MAX_KEYS = 1024  # topk: up to this many keys, mix the picks by a scattered dense matmul
-# topk: past this share of the keys kept (and DENSE_MIX_MAX_KEYS keys), mask the scores below the
-# k-th and mix densely rather than gather the picked value rows (measured: `TopKAttention`)
-GATHER_MAX_SHARE = 1 / 128
+TOPK_CHUNK_BYTES = 16 * 1024 * 1024  # topk: scores of one query chunk (best of 1-64 MiB, 2 cores)
+DENSE_MIX_MAX_KEYS = 1024  # topk's incremental form: up to this many keys, a scattered dense mix
 
 
 @dataclass
@@ -173,29 +171,21 @@ class TopKParams:
 class TopKAttention(AttentionVariant):
     """Dynamic sparsity: softmax over each query's k highest-scoring keys.
 
-    Every score is computed (finding the k highest needs them all), by chunks of queries; how
-    the picked values are mixed depends on the sizes:
+    Every score is computed (finding the k highest needs them all), by chunks of queries of
+    about TOPK_CHUNK_BYTES of scores; each chunk's scores become the softmax over each row's k
+    highest (0 elsewhere), and one matmul mixes the values of the keys the chunk sees. The
+    middle step is one pass per row in cache on the CPU in float32 (`topk_kernel`, compiled on
+    first use); elsewhere, or where it cannot be built, `top_softmax` does it in torch ops.
 
-    - up to DENSE_MIX_MAX_KEYS keys, the k picked weights are scattered into a row of all the
-      keys and mixed by one matmul (`_mix`);
-    - past it, **few picks** (at most GATHER_MAX_SHARE of the keys) are **gathered**: only the
-      k picked value rows are fetched (``index_select``) and summed, where a dense mix would
-      multiply mostly zeros;
-    - past it, **many picks** (`masks_scores`): every score below the row's k-th highest is set
-      to −∞ and the softmax weights multiply the keys' values in one matmul, a GEMM's work
-      instead of a copy per pick.
+    One path for every k: the two GEMMs cost about one dense causal SDPA between them, the
+    compiled selection and softmax a quarter to a third of one more. Measured at causal 8k
+    (B=1, H=4, D=64, fp32, 2 threads, one process, dense causal SDPA 0.20 s): 1.22-1.38× SDPA
+    for k from 32 to 0.9 of the keys. The paths this replaced: gathering the k picked value
+    rows (1.6× at k = 32, 2.4× at 64, 41-50× at 0.2 of the keys: issue #27's cliff) and the
+    torch-op mask (2.2-2.5× at every k).
 
-    Measured at causal 8k (B=1, H=4, D=64, fp32, 2 threads, one process, dense causal SDPA
-    0.20 s), gather / masked: k = 32: 1.6–1.7× / 2.2–2.5× SDPA; 64: 2.3–2.4× / 2.2–2.4×; 128:
-    4.1–4.4× / 2.2–2.5×; k = 0.2 of the keys (the default, 1638 picks a row): 41–50× / 2.2–2.4×
-    (issue #27's cliff). Hence the switch at M/128. The masked path's floor is its two GEMMs
-    (scores, then the mix: together about one dense causal SDPA) plus an exact selection of each
-    row's k-th score (`kth_highest`) and a softmax: a fused score-and-select kernel would be
-    needed to come near SDPA.
-
-    The paths keep the same keys, the row's k highest; ties at the k-th score keep every tied
-    key on the masked path (what `attention_weights` computes) and k of them otherwise; with
-    continuous scores there are no ties, and the paths agree (tested).
+    Ties at the k-th score keep every tied key (what `attention_weights` computes); with
+    continuous scores there are none.
     """
 
     family = "sparse"
@@ -211,43 +201,33 @@ class TopKAttention(AttentionVariant):
         """Keys kept per query among m keys (`AttentionVariant.size_at`, at most m)."""
         return min(self.size_at("k", m), m)
 
-    def masks_scores(self, m: int) -> bool:
-        """Whether m keys take the masked dense path (class docstring): more than
-        DENSE_MIX_MAX_KEYS keys and more than GATHER_MAX_SHARE of them picked."""
-        return m > DENSE_MIX_MAX_KEYS and self.keep(m) > GATHER_MAX_SHARE * m
-
     def forward(self, q, k, v, causal=False):
         self.check_inputs(q, k, v, causal)
         n, m = q.shape[-2], k.shape[-2]
         keep = self.keep(m)
-        masked = self.masks_scores(m)
         # the picks do not depend on a positive scale, so the scale is applied after picking
         scale = 1 / math.sqrt(q.shape[-1])
-        kt = k.transpose(-2, -1).contiguous()  # Kᵀ once: each chunk's GEMM reads its prefix
+        # scores and softmax in float32 from half-precision inputs (as flash kernels keep them):
+        # rounded to 8 bits of mantissa, scores tie at the k-th and the picks become arbitrary
+        work = torch.promote_types(q.dtype, torch.float32)
+        kt = k.transpose(-2, -1).to(work).contiguous()  # Kᵀ once: each chunk reads its prefix
+        q = q.to(work)
         chunk = max(1, TOPK_CHUNK_BYTES // (q.shape[0] * q.shape[1] * m * q.element_size()))
         outs = []
         for s in range(0, n, chunk):
             e = min(n, s + chunk)
             seen = e if causal else m  # keys after the chunk's last query are never seen
             scores = q[:, :, s:e] @ kt[..., :seen]
-            if causal:
-                future = future_keys(e - s, e - s, 0, str(q.device))
-                scores[..., s:e].masked_fill_(future, float("-inf"))
-            picks = min(keep, seen)
-            if masked:
-                outs.append(_masked_mix(scores, picks, scale, v[..., :seen, :]))
-                continue
-            top, idx = scores.topk(picks, dim=-1)
-            weights = (top * scale).softmax(dim=-1)  # −∞ picks (fewer visible keys than k) get 0
-            outs.append(self._mix(weights, idx, v, m))
+            weights = softmax_of_top(scores, min(keep, seen), scale, s if causal else None)
+            outs.append(weights.to(v.dtype) @ v[..., :seen, :])
         return torch.cat(outs, dim=2)
 
     @staticmethod
     def _mix(weights: torch.Tensor, idx: torch.Tensor, v: torch.Tensor, m: int) -> torch.Tensor:
-        """Σ over the k picked keys (``idx`` of the first m) of weight·value: up to
-        DENSE_MIX_MAX_KEYS keys, the weights are scattered into a (rows × m) matrix (the size of
-        the scores already held) and mixed by one matmul; beyond, only the picked value rows are
-        fetched: O(rows·k·Dv) instead of O(rows·M·Dv)."""
+        """Σ over the k picked keys (``idx`` of the first m) of weight·value, for the incremental
+        form (`variants.incremental.TopKIncremental`), where a step is one query row: up to
+        DENSE_MIX_MAX_KEYS keys, the weights are scattered into a row of all the keys and mixed
+        by one matmul; beyond, only the picked value rows are fetched, O(k·Dv) a row."""
         if m <= DENSE_MIX_MAX_KEYS:
             dense = torch.zeros(*weights.shape[:-1], m, dtype=weights.dtype, device=weights.device)
             return dense.scatter(-1, idx, weights) @ v
@@ -258,7 +238,6 @@ class TopKAttention(AttentionVariant):
         base = torch.arange(bsz * heads, device=idx.device).view(bsz, heads, 1, 1) * m
         picked = v.reshape(bsz * heads * m, dv).index_select(0, (idx + base).flatten())
         picked = picked.view(bsz, heads, rows, keep, dv)
-        # a broadcast product: bmm over B·H·N tiny (1×k)·(k×Dv) matrices is far slower on CPU
         return (weights.unsqueeze(-1) * picked).sum(dim=-2)
 
     def attention_weights(self, q, k, causal=False):
@@ -271,37 +250,47 @@ class TopKAttention(AttentionVariant):
 
     def scored_pairs(self, n: int, m: int, causal: bool) -> float:
         """Pairs in the softmax: per query min(k, its allowed keys). (Finding them scores every
-        pair, so topk's cost stays n² and `forward_flops` counts that work, not these pairs.)"""
+        pair, and the mix runs over every visible key, so topk's cost stays n² and its
+        `forward_flops` is dense attention's.)"""
         keep = self.keep(m)
         if not causal:
             return float(n * keep)
         i = np.arange(n)
         return float(np.minimum(np.minimum(i + 1, m), keep).sum())
 
-    def forward_flops(self, batch, heads, n, m, d, dv, causal) -> float:
-        """All scores; the mix over every key up to DENSE_MIX_MAX_KEYS, over the visible keys on
-        the masked path (`masks_scores`), else over the k picks."""
-        half = 2 if causal else 1
-        mixed = self.keep(m)  # gathered
-        if m <= DENSE_MIX_MAX_KEYS:
-            mixed = m
-        elif self.masks_scores(m):
-            mixed = m / half
-        return 2.0 * batch * heads * n * (m * d / half + mixed * dv)
+
+def softmax_of_top(
+    scores: torch.Tensor, picks: int, scale: float, first_query: int | None
+) -> torch.Tensor:
+    """softmax(scale · scores) over each row's ``picks`` highest scores, 0 elsewhere, written
+    over the scores: by the compiled kernel where it serves them (`compiled_topk_softmax`),
+    else in torch ops (`top_softmax`). ``first_query``: None for full rows; else row i of each
+    (rows × M) matrix sees keys [0, first_query + i] only."""
+    weights = compiled_topk_softmax(scores, picks, scale, first_query)
+    return top_softmax(scores, picks, scale, first_query) if weights is None else weights
 
 
-def _masked_mix(scores: torch.Tensor, picks: int, scale: float, v: torch.Tensor) -> torch.Tensor:
-    """softmax(scale · scores) over each row's ``picks`` highest scores, times ``v``: the scores
-    below the row's picks-th highest pushed to the dtype's lowest value in place (exp gives 0),
-    then one matmul over every key.
+def top_softmax(
+    scores: torch.Tensor, picks: int, scale: float, first_query: int | None
+) -> torch.Tensor:
+    """softmax(scale · scores) over each row's ``picks`` highest scores, 0 elsewhere, in torch
+    ops (the scores are overwritten): what `topk_kernel` computes in one pass, for the devices
+    and dtypes it does not serve. ``first_query``: as in `compiled_topk_softmax` (causal rows
+    of a chunk whose first query sits at that position; None for full rows).
 
-    The push is arithmetic: the comparison written as 0/1 in the scores' dtype, subtracted
-    times finfo.max. On CPU, for a chunk of 4M scores (2 threads), ``masked_fill_`` took 5.7 ms,
-    a boolean mask converted and multiplied 12.5 ms, this 1.3 ms."""
+    The scores below the k-th are pushed to the dtype's lowest value arithmetically: the
+    comparison written as 0/1 in the scores' dtype, subtracted times finfo.max. On CPU, for a
+    chunk of 4M scores (2 threads), ``masked_fill_`` took 5.7 ms, a boolean mask converted and
+    multiplied 12.5 ms, this 1.3 ms."""
+    if first_query is not None:
+        rows = scores.shape[-2]
+        future = future_keys(rows, rows, 0, str(scores.device))
+        scores[..., first_query : first_query + rows].masked_fill_(future, float("-inf"))
+        scores[..., first_query + rows :] = float("-inf")  # none in `TopKAttention`'s chunks
     if picks < scores.shape[-1]:
         below = torch.lt(scores, kth_highest(scores, picks), out=torch.empty_like(scores))
         scores.sub_(below, alpha=torch.finfo(scores.dtype).max)
-    return (scores.mul_(scale)).softmax(dim=-1) @ v
+    return scores.mul_(scale).softmax(dim=-1)
 
 
 def kth_highest(scores: torch.Tensor, picks: int) -> torch.Tensor:

@@ -11,7 +11,7 @@ from references import dense_masked_softmax, naive_softmax
 
 from attnbench.harness.variant_api import VariantShape, build_variant
 from attnbench.variants import sparse_adaptive
-from attnbench.variants.sparse_adaptive import DENSE_MIX_MAX_KEYS, GATHER_MAX_SHARE
+from attnbench.variants.sparse_adaptive import TOPK_CHUNK_BYTES
 
 
 def _learned(h=2, max_len=64, **params):
@@ -109,10 +109,7 @@ def test_topk_with_k_at_least_n_is_softmax(causal):
 
 
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize(
-    ("n", "keep"),  # each way of mixing the values: few keys; many keys, few picks; many picks
-    [(50, 5), (DENSE_MIX_MAX_KEYS + 30, 5), (DENSE_MIX_MAX_KEYS + 30, 300)],
-)
+@pytest.mark.parametrize(("n", "keep"), [(50, 5), (1100, 5), (1100, 300)])
 def test_topk_equals_dense_reference(causal, n, keep):
     q, k, v = random_qkv(b=1, h=2, n=n, d=16, seed=9)
     scores = q @ k.transpose(-2, -1)
@@ -127,32 +124,16 @@ def test_topk_equals_dense_reference(causal, n, keep):
     torch.testing.assert_close(out, dense_masked_softmax(q, k, v, pattern), rtol=1e-5, atol=1e-5)
 
 
-def test_topk_picks_its_mixing_path_by_k():
-    """Past DENSE_MIX_MAX_KEYS keys, few picks gather and many picks mask the scores (issue #27:
-    the gather of 20 % of 8192 keys took 46× dense SDPA); up to it, neither."""
-    m = 8192
-    assert not build_variant("topk", {"k": 32}).masks_scores(m)
-    assert build_variant("topk", {"k": 0.2}).masks_scores(m)
-    assert build_variant("topk", {"k": int(GATHER_MAX_SHARE * m) + 1}).masks_scores(m)
-    assert not build_variant("topk", {"k": int(GATHER_MAX_SHARE * m)}).masks_scores(m)
-    assert not build_variant("topk", {"k": 0.5}).masks_scores(DENSE_MIX_MAX_KEYS)
-
-
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("keep", [1, 7, 64, 400])
-def test_topk_paths_agree(monkeypatch, causal, keep):
-    """The masked dense mix and the gather of the picks give the same output for every k (in
-    float64, scores without ties), each path forced on the same inputs."""
-    n = DENSE_MIX_MAX_KEYS + 77  # past the few-keys rule, and no multiple of a query chunk
-    q, k, v = random_qkv(b=1, h=2, n=n, d=16, seed=3, dtype=torch.float64)
-    variant = build_variant("topk", {"k": keep})
-    monkeypatch.setattr(sparse_adaptive, "GATHER_MAX_SHARE", 1.0)  # always gather
-    assert not variant.masks_scores(n)
-    gathered = variant(q, k, v, causal=causal)
-    monkeypatch.setattr(sparse_adaptive, "GATHER_MAX_SHARE", 0.0)  # always mask
-    assert variant.masks_scores(n)
-    dense = variant(q, k, v, causal=causal)
-    torch.testing.assert_close(dense, gathered, rtol=1e-10, atol=1e-10)
+def test_topk_chunks_agree_with_one_chunk(monkeypatch, causal):
+    """Chunks of queries (the last one partial) give the outputs of one chunk over all queries:
+    each causal chunk sees the keys up to its last query and no further."""
+    q, k, v = random_qkv(b=1, h=2, n=203, d=16, seed=4)
+    variant = build_variant("topk", {"k": 0.3})
+    whole = variant(q, k, v, causal=causal)
+    monkeypatch.setattr(sparse_adaptive, "TOPK_CHUNK_BYTES", 2 * 203 * 4 * 37)  # 37 rows a chunk
+    assert TOPK_CHUNK_BYTES != sparse_adaptive.TOPK_CHUNK_BYTES
+    torch.testing.assert_close(variant(q, k, v, causal=causal), whole, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64, torch.bfloat16])
