@@ -13,6 +13,11 @@ of their own (every query sees at least itself, so no row of a mask is empty). T
 only on (before, after, block, n), so they are cached: nothing that depends only on the pattern
 is rebuilt per call.
 
+Without autograd, in float32 on an AVX-512 CPU, the whole band goes to a compiled kernel instead
+(`banded_kernel`: blocks of 16 queries, one score lane per query; window 64 at causal 8k in
+3.0 ms against 10 ms through SDPA's short tiles); the SDPA path below serves autograd, other
+dtypes and devices, and machines where it cannot be built.
+
 Why the block size depends on autograd: measured on 2 CPU cores at N = 8192 with a 256 window,
 32-query blocks are fastest forward (10× dense causal SDPA against 8× at 64), while SDPA's
 backward prefers 64 (7× against 5× for forward+backward).
@@ -24,6 +29,8 @@ import functools
 
 import torch
 from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+from attnbench.variants.banded_kernel import compiled_banded
 
 FORWARD_BLOCK = 32  # queries per block when no gradient is needed
 BACKWARD_BLOCK = 64  # queries per block when autograd records the call
@@ -96,6 +103,9 @@ def banded_attention(
         with_lse: Return (out, row log-sum-exp (B, H, N)), for exact merges with other key sets
             (only where `lse_available`).
     """
+    compiled = compiled_banded(q, k, v, before, after, scale)
+    if compiled is not None:  # no autograd, float32 on an AVX-512 CPU: `banded_kernel`
+        return compiled if with_lse else compiled[0]
     bsz, heads, n, d = q.shape
     dv = v.shape[-1]
     if not block:
