@@ -76,6 +76,17 @@ def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None, timeou
     )
 
 
+@pytest.fixture(params=["tile kernel", "torch path"])
+def tile_kernel_or_not(request, monkeypatch):
+    """Runs a test twice: with the compiled tile kernel where this machine builds it, and with
+    it declined, so that the SDPA and flash paths it replaces stay tested too."""
+    if request.param == "torch path":
+        from attnbench.variants import tile_kernel
+
+        monkeypatch.setattr(tile_kernel, "_load", lambda: False)
+    return request.param
+
+
 @pytest.fixture(autouse=True)
 def _deterministic():
     torch.manual_seed(0)

@@ -14,7 +14,7 @@ only on (before, after, block, n), so they are cached: nothing that depends only
 is rebuilt per call.
 
 Without autograd, in float32 on an AVX-512 CPU, the whole band goes to a compiled kernel instead
-(`banded_kernel`: blocks of 16 queries, one score lane per query; window 64 at causal 8k in
+(`tile_kernel`: blocks of 16 queries, one score lane per query; window 64 at causal 8k in
 3.0 ms against 10 ms through SDPA's short tiles); the SDPA path below serves autograd, other
 dtypes and devices, and machines where it cannot be built.
 
@@ -30,7 +30,7 @@ import functools
 import torch
 from torch.nn.functional import scaled_dot_product_attention as sdpa
 
-from attnbench.variants.banded_kernel import compiled_banded
+from attnbench.variants.tile_kernel import compiled_banded
 
 FORWARD_BLOCK = 32  # queries per block when no gradient is needed
 BACKWARD_BLOCK = 64  # queries per block when autograd records the call
@@ -104,7 +104,7 @@ def banded_attention(
             (only where `lse_available`).
     """
     compiled = compiled_banded(q, k, v, before, after, scale)
-    if compiled is not None:  # no autograd, float32 on an AVX-512 CPU: `banded_kernel`
+    if compiled is not None:  # no autograd, float32 on an AVX-512 CPU: `tile_kernel`
         return compiled if with_lse else compiled[0]
     bsz, heads, n, d = q.shape
     dv = v.shape[-1]

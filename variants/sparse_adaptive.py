@@ -106,7 +106,6 @@ class LearnedPatternAttention(AttentionVariant):
             return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
         blocks = self.selected_blocks(nb, causal)
         gates = F.logsigmoid(self.pattern_logits[:, :nb, :nb]).gather(-1, blocks.clamp(min=0))
-        allowed = (lambda i, j: j <= i) if causal else None
         return block_sparse_attention(
             q,
             k,
@@ -114,7 +113,7 @@ class LearnedPatternAttention(AttentionVariant):
             blocks.unsqueeze(0),
             b,
             scale=1 / math.sqrt(q.shape[-1]),
-            allowed=allowed,
+            causal=causal,
             block_bias=gates.unsqueeze(0).to(q.dtype),
             with_lse=False,
             # the selection names the pattern: its token masks are built once per selection

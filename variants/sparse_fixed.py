@@ -44,6 +44,7 @@ from attnbench.variants.blocksparse import (
     merge_partials,
 )
 from attnbench.variants.masking import WINDOW, apply_pattern, window_pairs
+from attnbench.variants.tile_kernel import compiled_blocks, compiled_strided
 
 # Default sizes, as fractions of the sequence: each keeps the pattern at density <= 0.5 at every
 # length from 8 to 100k, causal and not (bigbird from 11 / 14 tokens: below, its window, global
@@ -284,21 +285,27 @@ def _strided_fused(q, k, v, local: int, s: int, causal: bool, scale: float) -> t
     """`strided` without autograd on CPU: its local and dilated parts, each with its
     log-sum-exp, merged exactly.
 
-    The local part is the banded engine's. The dilated part, where a query has at most
-    SHIFTED_MAX_OFFSETS dilated keys a side, is `_dilated_by_shifts`; otherwise one flash call
-    that regroups positions a·s + r by residue r as strided views ((B, H, s, ⌈N/s⌉, D); a copy
-    only where N is no multiple of s and the sequence is padded), where it is one pattern shared
-    by every class: keys at least ⌈local/s⌉ rows away. (Measured before padding was added:
-    stride 1/3 of 8192, not a divisor, took the explicit block-sparse path, 2.0× dense causal
-    SDPA at local 0.35.)
+    Where a query has at most SHIFTED_MAX_OFFSETS dilated keys a side, in float32 on an AVX-512
+    CPU, the whole pattern is one pass of the compiled tile kernel (`tile_kernel.compiled_strided`:
+    the band and one diagonal span per dilated offset, no merge). Otherwise the local part is the
+    banded engine's, and the dilated part, with few offsets, `_dilated_by_shifts`; with many, it
+    regroups positions a·s + r by residue r as strided views ((B, H, s, ⌈N/s⌉, D); a copy only
+    where N is no multiple of s and the sequence is padded), where it is one pattern shared by
+    every class, keys at least ⌈local/s⌉ rows away: causal, the tile kernel's block op (each
+    class one block, row a over rows up to a − gap); else one flash call. (Measured before
+    padding was added: stride 1/3 of 8192, not a divisor, took the explicit block-sparse path,
+    2.0× dense causal SDPA at local 0.35.)
     """
     bsz, heads, n, d = q.shape
     rows = -(-n // s)
     pad = rows * s - n
-    local_out, local_lse = banded_attention(
-        q, k, v, local - 1, 0 if causal else local - 1, scale, with_lse=True
-    )
     gap = -(-local // s)
+    after = 0 if causal else local - 1
+    if rows - gap <= SHIFTED_MAX_OFFSETS:
+        one_pass = compiled_strided(q, k, v, local - 1, after, s, gap, causal, scale)
+        if one_pass is not None:
+            return one_pass
+    local_out, local_lse = banded_attention(q, k, v, local - 1, after, scale, with_lse=True)
     if rows - gap <= SHIFTED_MAX_OFFSETS:
         far = _dilated_by_shifts(q, k, v, s, gap, causal, scale)
         return merge_partials([(local_out, local_lse), far])[0].to(q.dtype)
@@ -309,8 +316,15 @@ def _strided_fused(q, k, v, local: int, s: int, causal: bool, scale: float) -> t
         .reshape(bsz * heads, s, rows, -1)
         for x in (q, k, v)
     ]
-    pattern = _dilated_pattern(rows, gap, causal, s, n, str(q.device))
-    far_out, far_lse = attention_with_lse(*by_residue, pattern, scale)
+    # causal: each class one block, row a over rows a′ <= a − gap (`tile_kernel`; a padded
+    # key row comes after every real query of its class, so none sees it)
+    whole_class = torch.zeros(1, 1, dtype=torch.long)
+    far = compiled_blocks(*by_residue, whole_class, rows, scale, hi=-gap) if causal else None
+    if far is not None:
+        far_out, far_lse = far
+    else:
+        pattern = _dilated_pattern(rows, gap, causal, s, n, str(q.device))
+        far_out, far_lse = attention_with_lse(*by_residue, pattern, scale)
     # back to positions: (B·H, s, rows, ·) → (B, H, rows, s, ·), a view
     far_out = far_out.view(bsz, heads, s, rows, -1).transpose(2, 3)
     far_lse = far_lse.view(bsz, heads, s, rows).transpose(2, 3)
@@ -431,7 +445,6 @@ class BigBirdAttention(AttentionVariant):
         blocks, covers_all = self._lists[nb, causal]
         if covers_all:  # dense attention, exactly
             return dense_attention(q, k, v, causal, scale)
-        allowed = (lambda i, j: j <= i) if causal else None
         p = self.params
         out, _ = block_sparse_attention(
             q,
@@ -440,7 +453,7 @@ class BigBirdAttention(AttentionVariant):
             blocks.to(q.device),
             b,
             scale=scale,
-            allowed=allowed,
+            causal=causal,
             with_lse=False,
             plan_key=("bigbird", b, nb, causal, p.window_blocks, p.n_global, p.n_random, p.seed),
         )

@@ -28,22 +28,19 @@ torch-op mask and softmax another 2-3 ms.
 Causal rows are passed the chunk's first query position: row i of a chunk sees keys
 [0, first + i], and the rest of its row is written 0 without being read.
 
-The source is a string in this module, not a ``.cpp`` file, so that the code fingerprint of
-`topk` (`harness.fingerprint`, which hashes Python sources) changes when the kernel does, and
-the wheel carries it without package data. It is compiled on first use (about 20 s) by
-``torch.utils.cpp_extension.load_inline`` for the CPU capability torch dispatches to (AVX512,
-AVX2 or plain), into torch's extension cache under a name that includes that capability (a
-cluster's nodes may share a home directory but not an instruction set), with OpenMP over rows
-on torch's thread count. Where it cannot be built (no C++ compiler), one warning says so and
-`topk` keeps its torch-op path (`compiled_topk_softmax` returns None): the same keys, slower.
+The source is a string in this module (why: `compiled`), compiled on first use for the CPU
+capability torch dispatches to (AVX512, AVX2 or plain), with OpenMP over rows on torch's thread
+count. Where it cannot be built (no C++ compiler), one warning says so and `topk` keeps its
+torch-op path (`compiled_topk_softmax` returns None): the same keys, slower.
 """
 
 from __future__ import annotations
 
 import functools
-import warnings
 
 import torch
+
+from attnbench.variants import compiled
 
 KERNEL_SOURCE = r"""
 #include <ATen/ATen.h>
@@ -237,45 +234,14 @@ TORCH_LIBRARY(attnbench_topk, m) {
 }
 """
 
-# torch's name for the CPU capability -> the flags that build at::vec for it
-_CAPABILITY_FLAGS = {
-    "AVX512": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma"],
-    "AVX2": ["-mavx2", "-mfma", "-mf16c"],
-    "DEFAULT": [],
-}
-
 
 @functools.cache
 def _load() -> bool:
-    """Build (or find in torch's extension cache) and load the kernel; False, with one warning,
-    when it cannot be built here."""
-    capability = torch.backends.cpu.get_cpu_capability()
-    if capability not in _CAPABILITY_FLAGS:
-        capability = "DEFAULT"
-    flags = ["-O3", "-fopenmp", f"-DCPU_CAPABILITY={capability}", *_CAPABILITY_FLAGS[capability]]
-    if capability != "DEFAULT":
-        flags.append(f"-DCPU_CAPABILITY_{capability}")
-    try:
-        from torch.utils.cpp_extension import load_inline
-
-        load_inline(
-            name=f"attnbench_topk_{capability.lower()}",
-            cpp_sources=[KERNEL_SOURCE],
-            extra_cflags=flags,
-            extra_ldflags=["-fopenmp"],
-            is_python_module=False,
-            verbose=False,
-        )
-    except Exception as error:  # no compiler, no ninja, a failed build: keep the Python path
-        warnings.warn(
-            f"topk's compiled CPU kernel could not be built ({type(error).__name__}: "
-            f"{str(error).strip().splitlines()[-1] if str(error).strip() else ''}); topk uses "
-            "its slower Python path.",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-        return False
-    return True
+    """Build (or find in torch's extension cache) and load the kernel for this machine's CPU
+    capability; False, with one warning, when it cannot be built here (`compiled.build`)."""
+    return compiled.build(
+        "attnbench_topk", KERNEL_SOURCE, compiled.capability(), "topk uses its slower Python path."
+    )
 
 
 def compiled_available() -> bool:

@@ -24,7 +24,7 @@ def _pattern(n, rule):
 @pytest.mark.parametrize(
     "n, w, block", [(50, 1, 0), (50, 7, 4), (100, 32, 0), (64, 16, 16), (40, 200, 0)]
 )
-def test_window(n, w, block, causal):
+def test_window(n, w, block, causal, tile_kernel_or_not):
     q, k, v = random_qkv(b=2, h=2, n=n, d=16, seed=n + w)
     if causal:
         pattern = _pattern(n, lambda i, j: i - w < j <= i)
@@ -37,10 +37,11 @@ def test_window(n, w, block, causal):
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize(
     "n, stride, local",
-    # without autograd the fused CPU path: a flash call over residue classes (N a multiple of
-    # the stride or padded to one: (100, 7, 3)) or, with at most SHIFTED_MAX_OFFSETS dilated keys
-    # a side, shifts ((33, 16, 3), (50, 12, 5), (20, 64, 4)); with autograd the block-sparse
-    # engine; local above, below and equal to the stride, and a band of one
+    # without autograd the fused CPU path: the residue classes (N a multiple of the stride or
+    # padded to one: (100, 7, 3)) through the tile kernel's block op (causal) or a flash call,
+    # or, with at most SHIFTED_MAX_OFFSETS dilated keys a side ((33, 16, 3), (50, 12, 5),
+    # (20, 64, 4)), the tile kernel's one pass or shifts; with autograd the block-sparse engine;
+    # local above, below and equal to the stride, and a band of one
     [
         (64, 8, 8),
         (96, 8, 12),
@@ -54,7 +55,7 @@ def test_window(n, w, block, causal):
     ],
 )
 @pytest.mark.parametrize("grad", [False, True])
-def test_strided(n, stride, local, causal, grad):
+def test_strided(n, stride, local, causal, grad, tile_kernel_or_not):
     q, k, v = random_qkv(b=1, h=3, n=n, d=16, seed=stride)
     q.requires_grad_(grad)
 
@@ -79,7 +80,7 @@ def test_strided(n, stride, local, causal, grad):
     "n, block, window_blocks, n_global, n_random",
     [(96, 8, 1, 1, 2), (100, 16, 0, 2, 1), (64, 8, 2, 0, 3), (30, 8, 1, 1, 0)],
 )
-def test_bigbird(n, block, window_blocks, n_global, n_random, causal):
+def test_bigbird(n, block, window_blocks, n_global, n_random, causal, tile_kernel_or_not):
     params = dict(block=block, window_blocks=window_blocks, n_global=n_global, n_random=n_random)
     variant = build_variant("bigbird", params)
     q, k, v = random_qkv(b=2, h=2, n=n, d=16, seed=n)
