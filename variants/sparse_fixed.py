@@ -44,7 +44,7 @@ from attnbench.variants.blocksparse import (
     merge_partials,
 )
 from attnbench.variants.masking import WINDOW, apply_pattern, window_pairs
-from attnbench.variants.tile_kernel import compiled_blocks, compiled_strided
+from attnbench.variants.tile_kernel import compiled_banded, compiled_blocks
 
 # Default sizes, as fractions of the sequence: each keeps the pattern at density <= 0.5 at every
 # length from 8 to 100k, causal and not (bigbird from 11 / 14 tokens: below, its window, global
@@ -286,14 +286,15 @@ def _strided_fused(q, k, v, local: int, s: int, causal: bool, scale: float) -> t
     log-sum-exp, merged exactly.
 
     Where a query has at most SHIFTED_MAX_OFFSETS dilated keys a side, in float32 on an AVX-512
-    CPU, the whole pattern is one pass of the compiled tile kernel (`tile_kernel.compiled_strided`:
-    the band and one diagonal span per dilated offset, no merge). Otherwise the local part is the
-    banded engine's, and the dilated part, with few offsets, `_dilated_by_shifts`; with many, it
-    regroups positions a·s + r by residue r as strided views ((B, H, s, ⌈N/s⌉, D); a copy only
-    where N is no multiple of s and the sequence is padded), where it is one pattern shared by
-    every class, keys at least ⌈local/s⌉ rows away: causal, the tile kernel's block op (each
-    class one block, row a over rows up to a − gap); else one flash call. (Measured before
-    padding was added: stride 1/3 of 8192, not a divisor, took the explicit block-sparse path,
+    CPU, the whole pattern is one pass of the compiled tile kernel (`tile_kernel.compiled_banded`
+    with a stride: the band and one diagonal span per dilated offset, no merge). Otherwise the
+    local part is the banded engine's, and the dilated part, with few offsets,
+    `_dilated_by_shifts`; with many, it regroups positions a·s + r by residue r as strided views
+    ((B, H, s, ⌈N/s⌉, D); a copy only where N is no multiple of s and the sequence is padded),
+    where it is one pattern shared by every class, keys at least ⌈local/s⌉ rows away: causal, the
+    tile kernel's block op (each class one block, row a over rows up to a − gap); else one flash
+    call. (Measured before padding was added: stride 1/3 of 8192, not a divisor, took the
+    explicit block-sparse path,
     2.0× dense causal SDPA at local 0.35.)
     """
     bsz, heads, n, d = q.shape
@@ -302,9 +303,11 @@ def _strided_fused(q, k, v, local: int, s: int, causal: bool, scale: float) -> t
     gap = -(-local // s)
     after = 0 if causal else local - 1
     if rows - gap <= SHIFTED_MAX_OFFSETS:
-        one_pass = compiled_strided(q, k, v, local - 1, after, s, gap, causal, scale)
+        one_pass = compiled_banded(
+            q, k, v, local - 1, after, scale, stride=s, first=gap, causal=causal
+        )
         if one_pass is not None:
-            return one_pass
+            return one_pass[0]
     local_out, local_lse = banded_attention(q, k, v, local - 1, after, scale, with_lse=True)
     if rows - gap <= SHIFTED_MAX_OFFSETS:
         far = _dilated_by_shifts(q, k, v, s, gap, causal, scale)

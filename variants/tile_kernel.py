@@ -14,8 +14,9 @@ register accumulators. Measured at causal 8k (B = 1, H = 4, D = 64, 2 threads): 
 3.0 ms, 1.0 of the ideal, where the SDPA path took 10 ms.
 
 One routine serves both engines: a tile sees a list of key spans [start, start + length), each
-with an additive bias (a learned gate), and within them key p is seen by query i when
-lo <= p − i <= hi. The banded op's tile has one span, its band (lo = −before, hi = after); the
+with an additive bias (a learned gate) and its own lane rule: key p is seen by query i when
+lo <= p − i <= hi. The banded op's tile has its band (lo = −before, hi = after) and, for
+strided with few dilated keys, one span per dilated offset whose rule is a single diagonal; the
 block op's spans are the key blocks its query block lists (hi = 0: causal). Both return the row
 log-sum-exp too, for exact merges (strided); a row without a key gets 0 and −∞.
 
@@ -200,10 +201,14 @@ void check_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v)
   TORCH_CHECK(q.size(2) <= MAX_D && v.size(2) % 16 == 0, "the tile kernel: D <= 256, Dv % 16 == 0");
 }
 
+// query i sees the band [i - before, i + after] and, for stride > 0, the keys i - t * stride
+// (and i + t * stride unless causal) for t >= first (Sparse Transformer's strided pattern with
+// few dilated keys): each dilated offset is one span whose lane rule is that single diagonal
 std::tuple<at::Tensor, at::Tensor> banded_forward(at::Tensor q, at::Tensor k, at::Tensor v,
-                                                  int64_t before, int64_t after, double scale) {
+                                                  int64_t before, int64_t after, int64_t stride,
+                                                  int64_t first, bool causal, double scale) {
   check_inputs(q, k, v);
-  TORCH_CHECK(k.size(1) == q.size(1), "banded_forward: N = M");
+  TORCH_CHECK(k.size(1) == q.size(1) && stride >= 0 && first > 0, "banded_forward: N = M");
   q = q.contiguous(); k = k.contiguous(); v = v.contiguous();
   const int64_t BH = q.size(0), N = q.size(1), D = q.size(2), DV = v.size(2);
   auto out = at::empty({BH, N, DV}, q.options());
@@ -219,6 +224,14 @@ std::tuple<at::Tensor, at::Tensor> banded_forward(at::Tensor q, at::Tensor k, at
       const int64_t p0 = std::max<int64_t>(0, r0 - before);
       const int64_t p1 = std::min<int64_t>(N, r0 + rows + after);
       w.spans.assign(1, Span{p0, p1 - p0, 0.f, -before, after});
+      for (int64_t o = first * stride; stride > 0 && o < N; o += stride) {  // keys i - o, i + o
+        for (const int64_t shift : {-o, o}) {
+          if (causal && shift > 0) continue;
+          const int64_t a = std::max<int64_t>(0, r0 + shift);
+          const int64_t b = std::min<int64_t>(N, r0 + rows + shift);
+          if (b > a) w.spans.push_back(Span{a, b - a, 0.f, shift, shift});
+        }
+      }
       attend_tile(q.data_ptr<float>() + bh * N * D, k.data_ptr<float>() + bh * N * D,
                   v.data_ptr<float>() + bh * N * DV, D, DV, r0, rows, float(scale), w,
                   out.data_ptr<float>() + bh * N * DV, lse.data_ptr<float>() + bh * N);
@@ -280,56 +293,14 @@ std::tuple<at::Tensor, at::Tensor> blocks_forward(at::Tensor q, at::Tensor k, at
   return {out, lse};
 }
 
-// Sparse Transformer's strided pattern with few dilated keys: query i sees the band
-// [i - before, i + after] and the keys i - t * stride (and i + t * stride unless causal) for
-// t >= first; each dilated offset is one span whose lane rule is that single diagonal
-at::Tensor strided_forward(at::Tensor q, at::Tensor k, at::Tensor v, int64_t before,
-                           int64_t after, int64_t stride, int64_t first, bool causal,
-                           double scale) {
-  check_inputs(q, k, v);
-  TORCH_CHECK(k.size(1) == q.size(1) && stride > 0 && first > 0, "strided_forward: N = M");
-  q = q.contiguous(); k = k.contiguous(); v = v.contiguous();
-  const int64_t BH = q.size(0), N = q.size(1), D = q.size(2), DV = v.size(2);
-  auto out = at::empty({BH, N, DV}, q.options());
-  auto lse = at::empty({BH, N}, q.options());
-  const int64_t tiles = (N + R - 1) / R;
-#pragma omp parallel num_threads(at::get_num_threads())
-  {
-    Scratch w;
-#pragma omp for schedule(static)
-    for (int64_t task = 0; task < BH * tiles; ++task) {
-      const int64_t bh = task / tiles, r0 = (task % tiles) * R;
-      const int64_t rows = std::min<int64_t>(R, N - r0);
-      const int64_t p0 = std::max<int64_t>(0, r0 - before);
-      const int64_t p1 = std::min<int64_t>(N, r0 + rows + after);
-      w.spans.assign(1, Span{p0, p1 - p0, 0.f, -before, after});
-      for (int64_t o = first * stride; o < N; o += stride) {  // keys i - o (and i + o)
-        for (const int64_t shift : {-o, o}) {
-          if (causal && shift > 0) continue;
-          const int64_t a = std::max<int64_t>(0, r0 + shift);
-          const int64_t b = std::min<int64_t>(N, r0 + rows + shift);
-          if (b > a) w.spans.push_back(Span{a, b - a, 0.f, shift, shift});
-        }
-      }
-      attend_tile(q.data_ptr<float>() + bh * N * D, k.data_ptr<float>() + bh * N * D,
-                  v.data_ptr<float>() + bh * N * DV, D, DV, r0, rows, float(scale), w,
-                  out.data_ptr<float>() + bh * N * DV, lse.data_ptr<float>() + bh * N);
-    }
-  }
-  return out;
-}
-
 }  // namespace
 
 TORCH_LIBRARY(attnbench_tiles, m) {
-  m.def("banded_forward(Tensor q, Tensor k, Tensor v, int before, int after, float scale)"
-        " -> (Tensor, Tensor)");
+  m.def("banded_forward(Tensor q, Tensor k, Tensor v, int before, int after, int stride,"
+        " int first, bool causal, float scale) -> (Tensor, Tensor)");
   m.def("blocks_forward(Tensor q, Tensor k, Tensor v, Tensor key_blocks, Tensor bias,"
         " int block, int lo, int hi, float scale) -> (Tensor, Tensor)");
-  m.def("strided_forward(Tensor q, Tensor k, Tensor v, int before, int after, int stride,"
-        " int first, bool causal, float scale) -> Tensor");
   m.impl("banded_forward", c10::DispatchKey::CPU, TORCH_FN(banded_forward));
-  m.impl("strided_forward", c10::DispatchKey::CPU, TORCH_FN(strided_forward));
   m.impl("blocks_forward", c10::DispatchKey::CPU, TORCH_FN(blocks_forward));
 }
 """
@@ -365,10 +336,25 @@ def _served(*tensors: torch.Tensor) -> bool:
 
 
 def compiled_banded(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, before: int, after: int, scale: float
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    before: int,
+    after: int,
+    scale: float,
+    *,
+    stride: int = 0,
+    first: int = 1,
+    causal: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor] | None:
     """(out (B, H, N, Dv), row log-sum-exp (B, H, N)) of query i over keys [i − before,
-    i + after], by the compiled kernel; None where it does not serve the call (`_served`)."""
+    i + after], by the compiled kernel; None where it does not serve the call (`_served`).
+
+    With ``stride`` > 0, also the dilated keys i − t·stride (and i + t·stride unless
+    ``causal``) for t >= ``first``: Sparse Transformer's strided pattern in one pass. Each
+    dilated offset is a span of up to 16 keys of which each query lane sees one, so the work
+    grows by 16 keys per tile and offset: meant for a few dilated keys per query (strided at a
+    stride of a third of the sequence), not for many (then the residue-class layout)."""
     if k.shape != q.shape or not _served(q, k, v):
         return None
     bsz, heads, n, d = q.shape
@@ -379,6 +365,9 @@ def compiled_banded(
         v.reshape(bsz * heads, n, dv),
         before,
         after,
+        stride,
+        first,
+        causal,
         scale,
     )
     return out.view(bsz, heads, n, dv), lse.view(bsz, heads, n)
@@ -433,39 +422,3 @@ def compiled_blocks(
         scale,
     )
     return out.view(bsz, heads, n, dv), lse.view(bsz, heads, n)
-
-
-def compiled_strided(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    before: int,
-    after: int,
-    stride: int,
-    first: int,
-    causal: bool,
-    scale: float,
-) -> torch.Tensor | None:
-    """Softmax attention of query i over the band [i − before, i + after] and the dilated keys
-    i − t·stride (and i + t·stride unless ``causal``) for t >= ``first``, in one pass by the
-    compiled kernel: (B, H, N, Dv), or None where it does not serve the call (`_served`).
-
-    Each dilated offset is a span of up to 16 keys of which each query lane sees one, so the
-    work grows by 16 keys per tile and offset: meant for a few dilated keys per query (strided
-    at a stride of a third of the sequence), not for many (then the residue-class layout)."""
-    if k.shape != q.shape or not _served(q, k, v):
-        return None
-    bsz, heads, n, d = q.shape
-    dv = v.shape[-1]
-    out = torch.ops.attnbench_tiles.strided_forward(
-        q.reshape(bsz * heads, n, d),
-        k.reshape(bsz * heads, n, d),
-        v.reshape(bsz * heads, n, dv),
-        before,
-        after,
-        stride,
-        first,
-        causal,
-        scale,
-    )
-    return out.view(bsz, heads, n, dv)

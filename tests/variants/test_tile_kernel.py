@@ -190,7 +190,7 @@ def test_block_op_does_not_depend_on_the_thread_count(threads):
         (45, 3, 3, 40, 1, False),  # an offset past all but the last rows
     ],
 )
-def test_strided_op_equals_the_definition(n, before, after, stride, first, causal):
+def test_banded_op_with_a_stride_equals_the_definition(n, before, after, stride, first, causal):
     gen = torch.Generator().manual_seed(n + stride)
     q, k = (torch.randn(1, 2, n, 32, generator=gen) for _ in range(2))
     v = torch.randn(1, 2, n, 48, generator=gen)
@@ -200,8 +200,10 @@ def test_strided_op_equals_the_definition(n, before, after, stride, first, causa
     dilated = (apart >= first * stride) & (apart % stride == 0)
     logits = (q.double() @ k.double().transpose(-2, -1)) * 0.2
     expected = F.softmax(logits.masked_fill(~(band | dilated), float("-inf")), dim=-1) @ v.double()
-    got = tile_kernel.compiled_strided(q, k, v, before, after, stride, first, causal, 0.2)
-    torch.testing.assert_close(got.double(), expected, rtol=1e-5, atol=1e-6)
+    got = tile_kernel.compiled_banded(
+        q, k, v, before, after, 0.2, stride=stride, first=first, causal=causal
+    )
+    torch.testing.assert_close(got[0].double(), expected, rtol=1e-5, atol=1e-6)
 
 
 @needs_kernel
