@@ -31,11 +31,17 @@ FEATURE_MAPS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 }
 
 
-def _linear_flops(b: int, h: int, n: int, m: int, d: int, dv: int, causal: bool, c: int) -> float:
-    """FLOPs of the association Q·(KᵀV): the state, the readout, and (causal) the C×C blocks."""
+def _linear_flops(
+    variant: AttentionVariant, b: int, h: int, n: int, m: int, d: int, dv: int, causal: bool, c: int
+) -> float:
+    """FLOPs of the association Q·(KᵀV): the state KᵀV, once per key/value head; the readout
+    Q·S and (causal) the C×C blocks within chunks, per query head. ``h`` query heads share
+    key/value heads as the instance's shape does (H_kv of every H), so under grouped-query heads
+    the state is counted as often as it is computed, not once per query head."""
+    kv = h * variant.shape.kv_heads / variant.shape.n_heads
     if causal:
-        return 2.0 * b * h * n * (min(c, n) * (d + dv) + 2 * d * dv)
-    return 2.0 * b * h * (n + m) * d * dv
+        return 2.0 * b * n * (h * min(c, n) * (d + dv) + (h + kv) * d * dv)
+    return 2.0 * b * (h * n + kv * m) * d * dv
 
 
 @dataclass
@@ -93,7 +99,7 @@ class LinearAttention(AttentionVariant):
 
     def forward_flops(self, batch, heads, n, m, d, dv, causal) -> float:
         """Work this implementation does (not the dense-equivalent count)."""
-        return _linear_flops(batch, heads, n, m, d, dv, causal, self.params.chunk_size)
+        return _linear_flops(self, batch, heads, n, m, d, dv, causal, self.params.chunk_size)
 
 
 @dataclass
@@ -131,4 +137,4 @@ class IdentityAttention(AttentionVariant):
         return weights
 
     def forward_flops(self, batch, heads, n, m, d, dv, causal) -> float:
-        return _linear_flops(batch, heads, n, m, d, dv, causal, self.params.chunk_size)
+        return _linear_flops(self, batch, heads, n, m, d, dv, causal, self.params.chunk_size)

@@ -31,19 +31,23 @@ from attnbench.harness.variant_api import VARIANTS, VariantShape, build_variant
 
 load_plugins()
 OURS = sorted(name for name in VARIANTS.names() if not VARIANTS.get(name).library)
-B, H, N, D = 1, 2, 1024, 32  # several tiles and chunks (topk mixes densely up to 1024 keys)
+B, H, N, D = 1, 4, 1024, 32  # several tiles and chunks (topk mixes densely up to 1024 keys)
 
 
-def _counted(variant, causal: bool, backward: bool, math: bool = True) -> tuple[float, float]:
+def _counted(
+    variant, causal: bool, backward: bool, math: bool = True, kv_heads: int = H
+) -> tuple[float, float]:
     """Products counted in one forward (and backward); with ``math``, SDPA restricted to its
-    math backend, whose products the counter sees (its flash kernel's it does not)."""
+    math backend, whose products the counter sees (its flash kernel's it does not); keys and
+    values with ``kv_heads`` heads."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     def backends():  # a fresh context each time: the default backends, or the math one
         return sdpa_kernel(SDPBackend.MATH) if math else contextlib.nullcontext()
 
     gen = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(B, H, N, D, generator=gen).requires_grad_(True) for _ in range(3))
+    q = torch.randn(B, H, N, D, generator=gen).requires_grad_(True)
+    k, v = (torch.randn(B, kv_heads, N, D, generator=gen).requires_grad_(True) for _ in range(2))
     with backends(), FlopCounterMode(display=False) as forward_count:
         out = variant(q, k, v, causal=causal)
     if not backward:
@@ -66,6 +70,25 @@ def test_declared_forward_flops_are_the_products_the_kernel_runs(name, causal):
     assert declared <= counted * (1 + 1e-9), f"declares {declared / counted:.3f}× its products"
     if not causal and variant.density(N, N, False) == 1.0:
         assert counted <= 1.05 * declared, f"runs {counted / declared:.3f}× what it declares"
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("name", [n for n in OURS if VARIANTS.get(n).grouped_query])
+def test_grouped_query_heads_are_counted_as_computed(name, causal):
+    """4 query heads on 1 key/value head, for the variants that take them natively (a state per
+    key/value head): the count follows, never above the products run and, without a mask,
+    within 5% of them. A linear-cost variant's state is what the group shares, so its count is
+    below that of one state per query head (which over-counted 1.6× at 4 on 1); softmax's
+    products are per query head either way."""
+    grouped = build_variant(name, {}, VariantShape(H, D, N, n_kv_heads=1))
+    counted, _ = _counted(grouped, causal, backward=False, kv_heads=1)
+    declared = grouped.forward_flops(B, H, N, N, D, D, causal)
+    assert declared <= counted * (1 + 1e-9), f"declares {declared / counted:.3f}× its products"
+    if not causal:
+        assert counted <= 1.05 * declared, f"runs {counted / declared:.3f}× what it declares"
+    if grouped.cost == "n":
+        per_query_head = build_variant(name, {}, VariantShape(H, D, N))
+        assert declared < per_query_head.forward_flops(B, H, N, N, D, D, causal)
 
 
 @pytest.mark.parametrize("name", OURS)
