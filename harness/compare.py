@@ -155,7 +155,12 @@ def gaps(ours: pd.DataFrame, theirs: pd.DataFrame, their_runs: pd.DataFrame) -> 
         notes = not_ok.groupby(cols, dropna=False)["status"].agg(
             lambda s: ", ".join(sorted(set(s)))
         )
-        grouped = grouped.merge(notes.rename("note").reset_index(), on=cols, how="left")
+        # keys as objects on both sides: a column all NaN among the not-ok runs (their metric:
+        # a job without metrics has none) is float there and text in ``grouped``
+        as_objects = {c: object for c in cols}
+        grouped = grouped.astype(as_objects).merge(
+            notes.rename("note").reset_index().astype(as_objects), on=cols, how="left"
+        )
         out.append(grouped.assign(kind=kind))
     columns = ["kind", *POINT, "n_points", "note"]
     frame = pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=columns)

@@ -183,6 +183,19 @@ def test_a_setting_now_unsupported_is_missing_with_the_status_noted():
     )
 
 
+def test_a_missing_metric_is_named_beside_a_job_that_recorded_no_metric():
+    """NEW's not-ok runs have no metric (NaN): the notes for a missing metric are looked up
+    without tripping on the key's type (it raised in pandas' merge)."""
+    gflops = _row("a", "gflops", 5.0, True, x=256, task="throughput")
+    old = _table([_row("a", "fwd_ms", 10.0, False, x=256), gflops])
+    new = _table([_row("a", "fwd_ms", 10.0, False, x=256), _failure("b", "unsupported")])
+    lines = _lines(compare(old, new))
+    assert (
+        'MISSING metric throughput × a {} {"seq_len": 256} cpu float32: gflops '
+        "(1 metric point not in NEW)" in lines
+    )
+
+
 def test_what_only_new_has_is_reported_as_new_and_passes_the_gate(tmp_path):
     new = _table(
         [
