@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
+import warnings
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -74,6 +76,29 @@ def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None, timeou
         cwd=cwd or REPO,
         timeout=timeout,
     )
+
+
+@contextlib.contextmanager
+def failed_build(monkeypatch, load):
+    """A compiled kernel whose build fails (``load_inline`` raises, as without a compiler):
+    ``load()`` must warn once, naming the error, and return False; the body then runs with
+    warnings as errors, so a second warning fails it. ``load`` is the kernel's cached loader,
+    cleared before and after."""
+    import torch.utils.cpp_extension as cpp_extension
+
+    def fail(**_):
+        raise RuntimeError("no compiler here")
+
+    load.cache_clear()
+    monkeypatch.setattr(cpp_extension, "load_inline", fail)
+    try:
+        with pytest.warns(RuntimeWarning, match="no compiler here"):
+            assert not load()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no second warning
+            yield
+    finally:
+        load.cache_clear()
 
 
 @pytest.fixture(params=["tile kernel", "torch path"])

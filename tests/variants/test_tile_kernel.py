@@ -11,6 +11,7 @@ import shutil
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import failed_build
 
 from attnbench.variants import tile_kernel
 from attnbench.variants.banded import banded_attention
@@ -209,29 +210,14 @@ def test_banded_op_with_a_stride_equals_the_definition(n, before, after, stride,
 @needs_kernel
 def test_a_failed_build_warns_once_and_the_engines_keep_working(monkeypatch):
     """No compiler (here: a build that raises): one warning, the SDPA paths, the same output."""
-    import warnings
-
-    import torch.utils.cpp_extension as cpp_extension
-
     from attnbench.harness.variant_api import build_variant
-
-    def fail(**_):
-        raise RuntimeError("no compiler here")
 
     q, k, v = (
         torch.randn(1, 2, 200, 16, generator=torch.Generator().manual_seed(1)) for _ in "qkv"
     )
     variants = [build_variant(name, {}) for name in ("window", "bigbird", "strided")]
     expected = [variant(q, k, v, causal=True) for variant in variants]
-    tile_kernel._load.cache_clear()
-    monkeypatch.setattr(cpp_extension, "load_inline", fail)
-    try:
-        with pytest.warns(RuntimeWarning, match="no compiler here"):
-            assert not tile_kernel._load()
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")  # no second warning
-            got = [variant(q, k, v, causal=True) for variant in variants]
-    finally:
-        tile_kernel._load.cache_clear()
+    with failed_build(monkeypatch, tile_kernel._load):
+        got = [variant(q, k, v, causal=True) for variant in variants]
     for a, b in zip(got, expected, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

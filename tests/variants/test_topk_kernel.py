@@ -10,11 +10,10 @@ where the key was dropped.
 from __future__ import annotations
 
 import shutil
-import warnings
 
 import pytest
 import torch
-from conftest import random_qkv
+from conftest import failed_build, random_qkv
 from references import dense_masked_softmax
 
 from attnbench.harness.variant_api import build_variant
@@ -157,22 +156,9 @@ def test_topk_gradients_through_the_kernel_equal_the_dense_reference(causal):
 
 def test_a_failed_build_warns_once_and_topk_keeps_working(monkeypatch):
     """No compiler (here: a build that raises): one warning, the Python path, the same output."""
-    import torch.utils.cpp_extension as cpp_extension
-
-    def fail(**_):
-        raise RuntimeError("no compiler here")
-
     q, k, v = random_qkv(b=1, h=2, n=200, d=16, seed=13)
     variant = build_variant("topk", {"k": 30})
     expected = variant(q, k, v, causal=True)
-    topk_kernel._load.cache_clear()
-    monkeypatch.setattr(cpp_extension, "load_inline", fail)
-    try:
-        with pytest.warns(RuntimeWarning, match="no compiler here"):
-            assert not topk_kernel.compiled_available()
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")  # no second warning
-            got = variant(q, k, v, causal=True)
-    finally:
-        topk_kernel._load.cache_clear()
+    with failed_build(monkeypatch, topk_kernel._load):
+        got = variant(q, k, v, causal=True)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
