@@ -51,19 +51,30 @@ def test_softmax_attention_system_does_not(one_thread):
     points, details = _run("softmax", **SYSTEM)
     assert not details["linear_in_x"]
     assert ("error_rate_vs_ls", None) not in points  # not linear in x: no β_eq to compare
-    # 1–2 orders above least squares at n = 100 (measured: median 51 over the runs)
+    # 1–2 orders above least squares at n = 100 (measured medians 45–62 over the 10 runs on the
+    # AVX-512, AVX2 and generic kernels of one host)
     assert 10 < points[("loss_ratio_vs_ls", None)] < 100
+    # and no run comes near it (best of 10 measured: 11.6 AVX-512, 9.2 AVX2, 5.3 generic), the
+    # contrast with n = 1000 below, where the best of 4 is within 3 % of least squares
+    assert min(details["loss_ratios"]) > 3
 
 
 @pytest.mark.slow
 def test_softmax_attention_system_at_a_thousand_points_and_in_high_dimension(one_thread):
     """theory.md §3 at n = 1000: softmax's loss over least squares' "approaches" at d = 10 and is
-    "again about 3 orders worse" at d = 100. Measured (seed 0): at d = 10 the runs give 22, 51 and
-    18 (at n = 100: 51, 19, 77), so it stays 1–2 orders above least squares rather than
-    approaching it, and that is what is asserted; at d = 100, 1050 and 1289: about 3 orders. The
-    identity system stays least squares at d = 100 (error rate 1.7e-5)."""
-    at_1000, _ = _run("softmax", **{**SYSTEM, "n_points": 1000, "system_runs": 2})
-    assert 10 < at_1000[("loss_ratio_vs_ls", None)] < 100
+    "again about 3 orders worse" at d = 100.
+
+    At d = 10 the fit is non-convex with two basins: runs end either near least squares' loss
+    (ratio 0.88–1.05) or stuck 1–2 orders above it (18–59), and which basin a run reaches depends
+    on the rounding of its first L-BFGS steps, even in float64: the same four seeds gave 22, 51,
+    18, 1.02 on AVX-512 kernels, 1.02, 1.05, 0.88, 1.02 on AVX2 and 0.89, 1.03, 1.03, 59 on the
+    generic ones. So the median over runs is a property of the CPU, not of the claim. The claim
+    is that softmax *can* match least squares at n = 1000 (it cannot at n = 100, see above): the
+    best of four runs within 10 % of least squares' loss, on every kernel. At d = 100 every run
+    is about 3 orders worse (1050 AVX-512, 1065 AVX2). The identity system stays least squares
+    at d = 100 (error rate 1.7e-5)."""
+    _, details = _run("softmax", **{**SYSTEM, "n_points": 1000, "system_runs": 4})
+    assert min(details["loss_ratios"]) < 1.1
     high_d = {**SYSTEM, "n_dims": 100, "n_points": 1000, "system_runs": 1}
     softmax, _ = _run("softmax", **high_d)
     # about 3 orders: ten times the d = 10 bound, and half an order's room below 1000
