@@ -1,13 +1,15 @@
 """attnbench: an open benchmark and leaderboard for attention mechanisms.
 
-This module is the **public, stable API**: for plugins (a new attention variant or task in its
-own package imports only from here and from `attnbench.testing`), and `run` and `results` for
-notebooks and scripts::
+This package is the **public, stable API**: the contracts a plugin meets (defined here, in
+`attnbench.variant`, `attnbench.task`, `attnbench.incremental`, `attnbench.metrics`,
+`attnbench.task_info`, `attnbench.registry`, `attnbench.masks`), the task author's toolkit
+(`attnbench.toolkit`), `attnbench.testing`, and `run` and `results` for notebooks and scripts::
 
     from attnbench import AttentionVariant, VariantShape, register_variant
 
 Everything under ``attnbench.harness``, ``attnbench.variants`` and ``attnbench.tasks`` is the
-engine and the built-ins: internal, and free to change between versions.
+engine and the built-ins: internal, and free to change between versions. The built-ins import
+only this public package, so a plugin can do whatever they do.
 
 The names are imported lazily (PEP 562), so ``import attnbench`` stays cheap and does not import
 torch by itself: the leaderboard, which only reads a table, never pays for torch.
@@ -18,44 +20,48 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from attnbench import _moved
+
+_moved.install()  # the 0.2 import paths, with a DeprecationWarning
+
 # public name → module that defines it (inside this package)
 _EXPORTS: dict[str, str] = {
     # variants
-    "AttentionVariant": "attnbench.harness.variant_api",
-    "VariantShape": "attnbench.harness.variant_api",
-    "NoParams": "attnbench.harness.variant_api",
-    "UnsupportedError": "attnbench.harness.variant_api",
-    "register_variant": "attnbench.harness.variant_api",
-    "build_variant": "attnbench.harness.variant_api",
-    "COST_CLASSES": "attnbench.harness.variant_api",
-    "per_query_head": "attnbench.harness.variant_api",
-    "repeat_kv_heads": "attnbench.harness.variant_api",
+    "AttentionVariant": "attnbench.variant",
+    "VariantShape": "attnbench.variant",
+    "NoParams": "attnbench.variant",
+    "UnsupportedError": "attnbench.variant",
+    "register_variant": "attnbench.variant",
+    "build_variant": "attnbench.variant",
+    "COST_CLASSES": "attnbench.variant",
+    "per_query_head": "attnbench.variant",
+    "repeat_kv_heads": "attnbench.variant",
     # the incremental (token-by-token) form of a variant
-    "IncrementalAttention": "attnbench.harness.incremental_api",
-    "register_incremental": "attnbench.harness.incremental_api",
-    "incremental_form": "attnbench.harness.incremental_api",
-    "why_no_incremental_form": "attnbench.harness.incremental_api",
+    "IncrementalAttention": "attnbench.incremental",
+    "register_incremental": "attnbench.incremental",
+    "incremental_form": "attnbench.incremental",
+    "why_no_incremental_form": "attnbench.incremental",
     # tasks
-    "Task": "attnbench.harness.task_api",
-    "JobContext": "attnbench.harness.task_api",
-    "register_task": "attnbench.harness.task_api",
-    "build_task": "attnbench.harness.task_api",
-    "NonFiniteError": "attnbench.harness.task_api",
-    "check_finite": "attnbench.harness.task_api",
-    "Metric": "attnbench.harness.metrics",
-    "MetricPoint": "attnbench.harness.metrics",
-    "TaskResult": "attnbench.harness.metrics",
-    "ScalingFit": "attnbench.harness.scaling",
-    "Tuning": "attnbench.harness.task_info",
+    "Task": "attnbench.task",
+    "JobContext": "attnbench.task",
+    "register_task": "attnbench.task",
+    "build_task": "attnbench.task",
+    "NonFiniteError": "attnbench.task",
+    "check_finite": "attnbench.task",
+    "Metric": "attnbench.metrics",
+    "MetricPoint": "attnbench.metrics",
+    "TaskResult": "attnbench.metrics",
+    "ScalingFit": "attnbench.task_info",
+    "Tuning": "attnbench.task_info",
     # registries and discovery
-    "UnknownNameError": "attnbench.harness.registry",
-    "DuplicateNameError": "attnbench.harness.registry",
+    "UnknownNameError": "attnbench.registry",
+    "DuplicateNameError": "attnbench.registry",
     "list_variants": "attnbench.harness.discovery",
     "list_tasks": "attnbench.harness.discovery",
     "load_plugins": "attnbench.harness.discovery",
     # running jobs and reading results from Python (notebooks, scripts)
-    "run": "attnbench.harness.python_api",
-    "results": "attnbench.harness.python_api",
+    "run": "attnbench.harness.jobs.notebook",
+    "results": "attnbench.harness.jobs.notebook",
 }
 
 __all__ = [
@@ -96,7 +102,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name == "__version__":
-        from attnbench.harness.env import attnbench_version
+        from attnbench.harness.jobs.env import attnbench_version
 
         return attnbench_version()
     module = _EXPORTS.get(name)
@@ -113,17 +119,16 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on first use
     from attnbench.harness.discovery import list_tasks, list_variants, load_plugins
-    from attnbench.harness.incremental_api import (
+    from attnbench.harness.jobs.notebook import results, run
+    from attnbench.incremental import (
         IncrementalAttention,
         incremental_form,
         register_incremental,
         why_no_incremental_form,
     )
-    from attnbench.harness.metrics import Metric, MetricPoint, TaskResult
-    from attnbench.harness.python_api import results, run
-    from attnbench.harness.registry import DuplicateNameError, UnknownNameError
-    from attnbench.harness.scaling import ScalingFit
-    from attnbench.harness.task_api import (
+    from attnbench.metrics import Metric, MetricPoint, TaskResult
+    from attnbench.registry import DuplicateNameError, UnknownNameError
+    from attnbench.task import (
         JobContext,
         NonFiniteError,
         Task,
@@ -131,8 +136,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on f
         check_finite,
         register_task,
     )
-    from attnbench.harness.task_info import Tuning
-    from attnbench.harness.variant_api import (
+    from attnbench.task_info import ScalingFit, Tuning
+    from attnbench.variant import (
         COST_CLASSES,
         AttentionVariant,
         NoParams,

@@ -8,7 +8,7 @@ pyproject. A plugin that fails to import is reported with a warning naming it an
 The failures are kept (`failures`) so that they are not forgotten after the warning: a command
 that is asked for a name a failed plugin's entry point declares says that this plugin failed,
 and why (`failure_for`, `PluginFailure.asked_for`), instead of calling the name unknown; and
-``--strict`` makes any failure an error (`harness.strict`). A plugin written against the imports
+``--strict`` makes any failure an error (`harness.cli.strict`). A plugin written against the imports
 of attnbench before 0.2 (``from harness.variant_api import …``) fails with ``ModuleNotFoundError``
 for ``harness``; its failure carries a hint saying where those names went (`OLD_IMPORTS_HINT`).
 """
@@ -19,11 +19,11 @@ import warnings
 from dataclasses import dataclass
 from importlib import metadata
 
-from attnbench.harness.registry import Registry, registering_from
-from attnbench.harness.task_api import TASKS, Task, register_task
-from attnbench.harness.variant_api import VARIANTS, AttentionVariant, register_variant
+from attnbench.registry import Registry, registering_from
+from attnbench.task import TASKS, Task, register_task
+from attnbench.variant import VARIANTS, AttentionVariant, register_variant
 
-GROUPS = {"attnbench.variants": VARIANTS, "attnbench.tasks": TASKS}
+ENTRY_POINT_GROUPS = {"attnbench.variants": VARIANTS, "attnbench.tasks": TASKS}
 
 
 OLD_IMPORTS_HINT = (
@@ -90,7 +90,7 @@ def load_plugins(*, reload: bool = False) -> list[PluginFailure]:
     Returns:
         The plugins that failed to load (also emitted as `PluginLoadWarning`).
     """
-    for group, registry in GROUPS.items():
+    for group, registry in ENTRY_POINT_GROUPS.items():
         if group in _loaded_groups and not reload:
             continue
         for ep in metadata.entry_points(group=group):
@@ -111,14 +111,14 @@ def failure_for(registry: Registry, name: str) -> PluginFailure | None:
     well, and those stay unknown (its import never ran).
     """
     for failure in _failures:
-        if GROUPS.get(failure.group) is registry and failure.name == name:
+        if ENTRY_POINT_GROUPS.get(failure.group) is registry and failure.name == name:
             return failure
     return None
 
 
 def failed_names(registry: Registry) -> list[str]:
     """Names of the failed entry points that would have provided entries to ``registry``."""
-    return sorted({f.name for f in _failures if GROUPS.get(f.group) is registry})
+    return sorted({f.name for f in _failures if ENTRY_POINT_GROUPS.get(f.group) is registry})
 
 
 def _describe(exc: BaseException) -> tuple[str, str]:

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 import torch
 
 from attnbench import register_variant
+from attnbench.masks import WINDOW, window_pairs
 from attnbench.peers.availability import PeerVariant
-from attnbench.variants.masking import WINDOW, window_pairs
 
 
 @dataclass

@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from attnbench import register_variant
+from attnbench.masks import WINDOW
 from attnbench.peers.availability import PeerVariant
-from attnbench.variants.masking import WINDOW
 
 
 @dataclass

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 import torch
 
 from attnbench import JobContext, Metric, MetricPoint, Task, TaskResult, Tuning, register_task
-from attnbench.harness.metrics import DENSITY
-from attnbench.harness.model import ModelConfig, SequenceModel
-from attnbench.harness.task_api import TEST_STREAM, VALIDATION_STREAM
-from attnbench.harness.training import IGNORE_INDEX, TrainConfig, fit_token_model
+from attnbench.metrics import DENSITY
+from attnbench.task import TEST_STREAM, VALIDATION_STREAM
+from attnbench.toolkit.model import ModelConfig, SequenceModel
+from attnbench.toolkit.training import IGNORE_INDEX, TrainConfig, fit_token_model
 
 BLANK, SEPARATOR, FIRST_DATA = 0, 1, 2
 

@@ -14,9 +14,9 @@ Before anything is timed, the incremental form is checked against the variant's 
 forward at a small size (prefill, then steps), in float32 on the job's device: a form that
 computes something else fails the job instead of posting a speed. Its error in the timed dtype
 against the same prefill and steps in float64 is recorded as in throughput (``max_abs_error``,
-``rms_error``, ``outlier_max_abs_error``; `tasks.timed.kernel_errors`), and ``decode_accurate``
-says whether it is within the variant's declared tolerance: every timed metric is judged by it
-(`accuracy`), so the time of a form that errs enters no contest.
+``rms_error``, ``outlier_max_abs_error``; `attnbench.toolkit.timed.kernel_errors`), and
+``decode_accurate`` says whether it is within the variant's declared tolerance: every timed metric
+is judged by it (`accuracy`), so the time of a form that errs enters no contest.
 
 **Ranked by a ratio, not by a time** (as throughput): every block of ``new_tokens`` steps
 alternates, in the same process, with a block of bare SDPA calls of one query over the first
@@ -33,7 +33,7 @@ timed blocks are not used. The prefill is timed only up to ``prefill_max_len`` t
 one prefill of a quadratic variant on a CPU takes seconds to minutes per sample, and the
 throughput task times the same causal kernel.
 
-Timing and steadiness: `harness.timing`, as in the throughput task (``decode_steady`` and
+Timing and steadiness: `attnbench.toolkit.timing`, as in the throughput task (``decode_steady`` and
 ``prefill_steady`` cover the metrics `steadiness` lists). The task declares a scaling fit of the
 per-token latency along the context (exponent ≈ 0 for a state that does not grow, ≈ 1 for a KV
 cache) with softmax as the reference: the crossover is the context from which a variant is
@@ -48,7 +48,6 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-import attnbench.variants.incremental  # noqa: F401  the built-in forms: in every job's fingerprint
 from attnbench import (
     JobContext,
     Metric,
@@ -60,18 +59,18 @@ from attnbench import (
     build_variant,
     check_finite,
     incremental_form,
+    load_plugins,
     register_task,
 )
-from attnbench.harness.discovery import load_plugins
-from attnbench.harness.memory import isolated_cpu_peak, peak_memory_mib
-from attnbench.harness.metrics import DENSITY
-from attnbench.harness.timing import Timing
-from attnbench.tasks.timed import (
+from attnbench.metrics import DENSITY
+from attnbench.toolkit.memory import isolated_cpu_peak, peak_memory_mib
+from attnbench.toolkit.timed import (
     check_timing_settings,
     error_metrics,
     kernel_errors,
     time_against,
     timing_details,
+    timing_metrics,
 )
 
 CHECK_LEN = 96  # tokens of the correctness check: several chunks, blocks and window lengths
@@ -91,24 +90,12 @@ class DecodeParams:
     n_kv_heads: int | None = None
     head_dim: int = 64  # D = Dv
     prefill_max_len: int = 8192  # the prefill is timed up to this context (module docstring)
-    min_samples: int = 10  # the smallest window of timing samples judged (>= 4; harness.timing)
+    # the smallest window of timing samples judged (>= 4; attnbench.toolkit.timing)
+    min_samples: int = 10
     min_run_time: float = 0.2  # seconds of steady-state timing per autorange round
     steady_rtol: float = 0.05  # a steady window's halves have medians within this fraction
     steady_max_rel_iqr: float = 0.25  # and an IQR of at most this fraction of its median
     max_timing_s: float = 10.0  # seconds a timing samples before it is reported unsteady
-
-
-def _timing_metrics(prefix: str, timing: Timing, per: int = 1) -> dict[str, float]:
-    """The metrics of one timing, its times divided by ``per`` (tokens in a timed block)."""
-    return {
-        f"{prefix}_iqr": timing.iqr_ms / per,
-        f"{prefix}_rel_iqr": timing.rel_iqr,
-        f"{prefix}_samples": timing.n_samples,
-        f"{prefix}_ratio": timing.ratio,
-        f"{prefix}_ref_ms": timing.reference_ms / per,
-        f"{prefix}_probe_drift": timing.probe_drift,
-        f"{prefix}_foreign_cpu": timing.foreign_cpu,
-    }
 
 
 @register_task("decode")
@@ -242,9 +229,7 @@ class Decode(Task):
                 ctx,
                 p,
             )
-            values.update(_timing_metrics("prefill", timing))
-            values["prefill_ms"] = timing.median_ms
-            values["prefill_steady"] = 1.0 if timing.steady else 0.0
+            values.update(timing_metrics("prefill", timing, spread=("iqr", "rel_iqr")))
             details["prefill_timing"] = timing_details(timing)
         else:
             details["prefill_timing"] = f"not timed: seq_len {n} > prefill_max_len"
@@ -271,9 +256,11 @@ class Decode(Task):
             decoder.position = n
             check_finite("decoded output", decoder.step(*new[0]))
         timing = time_against(generate, bare_sdpa, ctx, p)
-        values.update(_timing_metrics("decode", timing, per=m))
-        values["decode_ms_per_token"] = timing.median_ms / m
-        values["decode_steady"] = 1.0 if timing.steady else 0.0
+        values.update(
+            timing_metrics(
+                "decode", timing, per=m, median="ms_per_token", spread=("iqr", "rel_iqr")
+            )
+        )
         values["tokens_per_s"] = b / (timing.median_ms / m * 1e-3)
         values["load_avg"] = timing.load_avg
         details["decode_timing"] = timing_details(timing)
@@ -283,7 +270,7 @@ class Decode(Task):
             values["decode_peak_mib"] = peak_memory_mib(
                 lambda: _serve(variant, q, k, v, n, ctx.device, ctx.dtype, kv), ctx.device
             )
-        else:  # a fresh variant and inputs in the memory-probe process (harness.memory)
+        else:  # a fresh variant and inputs in the memory-probe process (attnbench.toolkit.memory)
             values["decode_peak_mib"] = isolated_cpu_peak(
                 decode_peak_mib,
                 ctx.variant_name,
@@ -389,8 +376,8 @@ def check_incremental(variant, ctx: JobContext, heads: int, head_dim: int, kv_he
 
 
 def decode_errors(variant, ctx: JobContext, heads: int, head_dim: int, kv_heads: int) -> dict:
-    """`tasks.timed.kernel_errors` of the incremental form (a prefill, then CHECK_STEPS steps,
-    over CHECK_LEN tokens) in the timed dtype against the same in float64."""
+    """`attnbench.toolkit.timed.kernel_errors` of the incremental form (a prefill, then CHECK_STEPS
+    steps, over CHECK_LEN tokens) in the timed dtype against the same in float64."""
     n = min(CHECK_LEN, variant.shape.max_len)
     split = max(1, n - CHECK_STEPS)
     gen = ctx.generator(11)

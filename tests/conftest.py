@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from attnbench.harness.discovery import load_plugins
-from attnbench.harness.fingerprint import combined_digest, module_digest
-from attnbench.harness.records import Record, make_run_id
+from attnbench.harness.jobs.fingerprint import combined_digest, module_digest
+from attnbench.harness.jobs.records import Record, make_run_id
 from attnbench.testing import random_qkv  # noqa: F401  (one helper: the tests import it from here)
 
 load_plugins()
@@ -27,7 +27,7 @@ BIN = Path(sys.executable).parent
 
 # the code of hand-made records: one real module of the installed package, as it is now, so that
 # collection counts them as current (records of other code are history, left off the board)
-CURRENT_MODULES = {"attnbench.harness.metrics": module_digest("attnbench.harness.metrics")}
+CURRENT_MODULES = {"attnbench.metrics": module_digest("attnbench.metrics")}
 
 
 def test_run_id(name: str) -> str:
@@ -106,7 +106,7 @@ def tile_kernel_or_not(request, monkeypatch):
     """Runs a test twice: with the compiled tile kernel where this machine builds it, and with
     it declined, so that the SDPA and flash paths it replaces stay tested too."""
     if request.param == "torch path":
-        from attnbench.variants import tile_kernel
+        from attnbench.variants.kernels import tile as tile_kernel
 
         monkeypatch.setattr(tile_kernel, "_load", lambda: False)
     return request.param

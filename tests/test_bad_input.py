@@ -1,7 +1,7 @@
 """Bad input: one sentence naming the value and the fix, exit status 2, nothing written.
 
 Each row is a command line and a fragment of the sentence it must print. `REFUSALS` are refused
-before Hydra starts, so they run in-process through `attnbench.harness.app.main` (the console
+before Hydra starts, so they run in-process through `attnbench.harness.cli.app.main` (the console
 script's own function, seconds faster than a subprocess); `CLI_REFUSALS` go through the real
 command, among them the refusals made inside Hydra by the `grids` sweeper.
 
@@ -17,9 +17,10 @@ import pytest
 import torch
 from conftest import REPO, run_cli
 
-from attnbench.harness import app, discovery
+from attnbench.harness import discovery
+from attnbench.harness.cli import app
 from attnbench.harness.discovery import OLD_IMPORTS_HINT, PluginFailure
-from attnbench.harness.validation import usable_cores
+from attnbench.toolkit.timing import usable_cores
 
 FAST = ["task.seq_len=32", "task.backward=false", "task.min_run_time=0.01"]
 SEARCHPATH = f"hydra.searchpath=[file://{REPO / 'tests' / 'conf'}]"

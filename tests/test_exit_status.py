@@ -19,10 +19,10 @@ import pytest
 from conftest import BIN, REPO, run_cli
 from hydra import compose, initialize_config_dir
 
-from attnbench.harness.app import CONF_DIR
-from attnbench.harness.config import store_configs
-from attnbench.harness.outcome import Outcome
-from attnbench.harness.run import run
+from attnbench.harness.cli.app import CONF_DIR
+from attnbench.harness.jobs.config import store_configs
+from attnbench.harness.jobs.job import run
+from attnbench.harness.jobs.outcome import SweepOutcome
 
 pytestmark = pytest.mark.slow
 FAST = ["task.seq_len=32", "task.backward=false", "task.min_run_time=0.01"]
@@ -31,7 +31,7 @@ SIX_VARIANTS = "variant=softmax,linear,window,decay,relu2,sigmoid"
 
 
 def test_outcome_exit_status_and_lines():
-    outcome = Outcome()
+    outcome = SweepOutcome()
     assert outcome.exit_status() == 0 and outcome.report() == []
     outcome.job_failed(["variant=linear", "seed=1"], OSError("No space left on device\nmore"))
     outcome.collection_failed("collecting failed.")
@@ -46,7 +46,7 @@ def test_outcome_exit_status_and_lines():
     outcome.stopped(None)
     assert "not run" not in outcome.report()[2]  # unknown once a launcher could not say
     outcome.reset()
-    assert outcome == Outcome()
+    assert outcome == SweepOutcome()
 
 
 BLOCK_WRITES = """
@@ -54,7 +54,7 @@ import json
 import os
 run_id = os.environ.get("ATTNBENCH_TEST_BLOCKED_RUN")
 if run_id:  # the record of this run cannot be written: the disk is full
-    from attnbench.harness import records
+    from attnbench.harness.jobs import records
     real = records.atomic_write_text
     def atomic_write_text(path, text):
         if path.name.startswith(run_id):
@@ -151,7 +151,7 @@ def _check_stopped(sweep, results):
 
 def test_ctrl_c_stops_after_the_running_job_and_collects(tmp_path):
     """Hydra's basic launcher: SIGINT to the command's process, as the brief asks (a terminal
-    sends it to the whole group; the memory probe ignores it, see harness.memory)."""
+    sends it to the whole group; the memory probe ignores it, see attnbench.toolkit.memory)."""
     results = tmp_path / "results"
     sweep = _sweep_until_first_record(results)
     sweep.send_signal(signal.SIGINT)

@@ -21,7 +21,7 @@ from hydra.test_utils.launcher_common_tests import (
     LauncherTestSuite,
 )
 
-from attnbench.harness.outcome import OUTCOME, JobFailure
+from attnbench.harness.jobs.outcome import OUTCOME, JobFailure
 
 SEARCHPATH = f"hydra.searchpath=[file://{REPO / 'tests' / 'conf'}]"
 # Hydra's test app is no attnbench config: no attnbench job check on it. Hydra's suites expect

@@ -2,7 +2,7 @@
 
 The budget (``timeout_s``) is first checked between Python operations (SIGALRM); a single long
 kernel outlasts that check, so a job with a budget runs in its own process, which is killed at
-the hard deadline (`harness.run.hard_deadline`). Through the real command, with a variant
+the hard deadline (`harness.jobs.job.hard_deadline`). Through the real command, with a variant
 plugin installed the way a user installs one (an entry point), whose forward runs one C loop
 for minutes (``sum`` over a range: no signal handler runs until it returns), or whose process
 dies (the out-of-memory killer's SIGKILL, an abort).
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import run_cli
 
-from attnbench.harness.run import hard_deadline
+from attnbench.harness.jobs.job import hard_deadline
 
 pytestmark = pytest.mark.slow
 

@@ -134,9 +134,9 @@ NO_DENSITY = LONG_TASKS[-1]  # a task of older code: no density rows, so no dens
 def _wide_records(results) -> None:
     from conftest import make_record
 
-    from attnbench.harness.metrics import Metric
-    from attnbench.harness.records import write_record
-    from attnbench.harness.task_info import TaskInfo
+    from attnbench.harness.jobs.records import write_record
+    from attnbench.metrics import Metric
+    from attnbench.task_info import TaskInfo
     from attnbench.tasks.throughput import Throughput
 
     def write(name, task, variant, info, params, points):
@@ -221,8 +221,8 @@ def _point(metric, value, hib=None, x_name=None, x=None):
 def _open_board(tmp_path_factory, name: str, write_records) -> tuple[Browser, Path]:
     """Write a hand-made board's records (``write_records(results)``), collect, build it, and
     open it at WIDTH × HEIGHT once Plotly has drawn: (browser, index.html)."""
-    from attnbench.harness.collect import collect
     from attnbench.harness.leaderboard import build_site
+    from attnbench.harness.results.collect import collect
 
     results = tmp_path_factory.mktemp(name) / "results"
     write_records(results)
@@ -371,10 +371,9 @@ def _hostile_records(results) -> None:
     descriptions are HTML."""
     from conftest import make_record
 
-    from attnbench.harness.metrics import Metric
-    from attnbench.harness.records import write_record
-    from attnbench.harness.scaling import ScalingFit
-    from attnbench.harness.task_info import TaskInfo, Tuning
+    from attnbench.harness.jobs.records import write_record
+    from attnbench.metrics import Metric
+    from attnbench.task_info import ScalingFit, TaskInfo, Tuning
 
     speed = TaskInfo(
         name="speed",

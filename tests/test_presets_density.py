@@ -24,10 +24,10 @@ from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
-from attnbench.harness.app import CONF_DIR
-from attnbench.harness.config import store_configs
-from attnbench.harness.task_api import TASKS, build_task
-from attnbench.harness.variant_api import VARIANTS, VariantShape, build_variant
+from attnbench.harness.cli.app import CONF_DIR
+from attnbench.harness.jobs.config import store_configs
+from attnbench.task import TASKS, build_task
+from attnbench.variant import VARIANTS, VariantShape, build_variant
 from hydra_plugins.attnbench_sweeper.grids_sweeper import RUN_ALONE
 
 store_configs()

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from attnbench.harness.collect import main as collect_main
-from attnbench.harness.compare import main as compare_main
-from attnbench.harness.leaderboard import main as leaderboard_main
-from attnbench.harness.listing import main as variants_main
+from attnbench.harness.cli.collect import main as collect_main
+from attnbench.harness.cli.compare import main as compare_main
+from attnbench.harness.cli.leaderboard import main as leaderboard_main
+from attnbench.harness.cli.variants import main as variants_main
 
 MAINS = {
     "attnbench-collect": collect_main,

@@ -123,6 +123,7 @@ def _expected_in_wheel(files: list[str]) -> dict[str, str]:
             path.endswith(".py")
             or (top == "conf" and path.endswith(".yaml"))
             or (path.startswith("harness/leaderboard/") and path.endswith((".j2", ".js", ".css")))
+            or (path.startswith("variants/kernels/") and path.endswith(".cpp"))
         )
         if ships:
             expected[path] = f"{MAPPED[top]}/{rest}"
@@ -212,6 +213,8 @@ def test_wheel_holds_the_package_and_nothing_else(built):
         expected = _expected_in_wheel(files)
         assert "attnbench/conf/config.yaml" in expected.values()  # the mapping saw the configs
         assert any(p.endswith(".j2") for p in expected)  # and the leaderboard templates
+        assert "attnbench/variants/kernels/tile.cpp" in expected.values()  # and the kernels' C++
+        assert "attnbench/variants/kernels/topk.cpp" in expected.values()
         missing = sorted(f"{src} -> {dst}" for src, dst in expected.items() if dst not in names)
         assert not missing, "files of the checkout missing from the wheel:\n" + "\n".join(missing)
         stale = sorted(
@@ -229,12 +232,14 @@ def test_fresh_install_imports_from_the_venv_only(fresh):
 import importlib.metadata as md, importlib.resources as res, json, sys
 from attnbench import {PUBLIC_API}
 import attnbench, attnbench.harness, hydra_plugins.attnbench_sweeper as sweeper
+from attnbench.variants.kernels import tile, topk
 dist = md.distribution("attnbench")
 print(json.dumps({{
     "sys_path": sys.path,
     "files": [attnbench.__file__, attnbench.harness.__file__, sweeper.__file__,
               str(dist.locate_file("attnbench"))],
     "config": (res.files("attnbench.conf") / "config.yaml").is_file(),
+    "kernels": [str(tile.SOURCE), str(topk.SOURCE), tile.SOURCE.is_file(), topk.SOURCE.is_file()],
     "version": md.version("attnbench"),
     "variants": sorted(ep.name for ep in md.entry_points(group="attnbench.variants")),
 }}))
@@ -247,6 +252,9 @@ print(json.dumps({{
     outside = [f for f in out["files"] if not Path(f).resolve().is_relative_to(venv.resolve())]
     assert not outside, f"imported from outside the fresh venv {venv}: {outside}"
     assert out["config"], "attnbench.conf/config.yaml is not installed (package data missing)"
+    *sources, tile_found, topk_found = out["kernels"]
+    assert tile_found and topk_found, f"the kernels' C++ is not installed: {sources}"
+    assert all(Path(f).resolve().is_relative_to(venv.resolve()) for f in sources), sources
     assert out["version"] == VERSION
     assert set(out["variants"]) == BUILTIN_VARIANTS, out["variants"]
 

@@ -1,10 +1,10 @@
 """Explicit-decay attention (linear RNN / retention): a_ij = λ^{i−j}·(q_i·k_j)/√d for j ≤ i.
 
-The causal form is the recurrence S_t = λ·S_{t−1} + k_t v_tᵀ, out_t = q_t·S_t/√d, computed
-chunkwise (`variants.prefix_sums`). Non-causal calls use the bidirectional weights λ^{|i−j|}: the
+The causal form is the recurrence S_t = λ·S_{t−1} + k_t v_tᵀ, out_t = q_t·S_t/√d, computed chunkwise
+(`variants.kernels.prefix_sums`). Non-causal calls use the bidirectional weights λ^{|i−j|}: the
 causal sums forwards plus the causal sums of the reversed sequence, minus the diagonal counted
-twice. Per head, λ_h = 1 − 2^(−5−h) by default (RetNet's schedule), or one λ for all heads.
-The pattern is fixed (recency only): theory.md §2 gives its sparsity S in closed form.
+twice. Per head, λ_h = 1 − 2^(−5−h) by default (RetNet's schedule), or one λ for all heads. The
+pattern is fixed (recency only): theory.md §2 gives its sparsity S in closed form.
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ from dataclasses import dataclass
 import torch
 
 from attnbench import AttentionVariant, VariantShape, register_variant
-from attnbench.variants.masking import causal_pattern
-from attnbench.variants.prefix_sums import causal_kernel_sums
+from attnbench.masks import causal_pattern
+from attnbench.variants import incremental  # noqa: F401  registers this module's incremental forms
+from attnbench.variants.kernels.prefix_sums import causal_kernel_sums
 
 
 @dataclass

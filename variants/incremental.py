@@ -1,7 +1,7 @@
 """The incremental (token-by-token) forms of the built-in causal variants, and what each keeps.
 
 Every form equals its variant's causal forward over the ``max_len`` sequence at every position
-(`harness.incremental_api`; checked over the registry in the contract tests). What each keeps:
+(`attnbench.incremental`; checked over the registry in the contract tests). What each keeps:
 
 - a **KV cache** of every key and value (softmax, relu², sigmoid, strided, bigbird,
   learned_pattern, topk): a later query may weigh any earlier key, so none can be dropped; the
@@ -33,8 +33,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from attnbench.harness.incremental_api import IncrementalAttention, register_incremental
-from attnbench.variants.prefix_sums import causal_kernel_sums
+from attnbench.incremental import IncrementalAttention, register_incremental
+from attnbench.variants.kernels.prefix_sums import causal_kernel_sums
 
 SCORE_TILE_BYTES = 16 * 1024 * 1024  # rows of scores materialised at once by the dense paths
 

@@ -2,7 +2,7 @@
 
 `linear`: φ(q)·Σφ(k)vᵀ / (φ(q)·Σφ(k) + eps) (Katharopoulos et al. 2020). Cost is linear in the
 sequence length: keys and values are summarised in a (D, Dv) state; the causal form is chunkwise
-(`variants.prefix_sums`).
+(`variants.kernels.prefix_sums`).
 
 `identity`: attention with h = identity, (QKᵀ/√d)·V / M (theory.md §3: least squares is this
 attention with whitened features). Computed as Q·(KᵀV) — the same linear-cost association.
@@ -21,8 +21,9 @@ import torch
 import torch.nn.functional as F
 
 from attnbench import AttentionVariant, VariantShape, per_query_head, register_variant
-from attnbench.variants.masking import causal_pattern
-from attnbench.variants.prefix_sums import causal_kernel_sums
+from attnbench.masks import causal_pattern
+from attnbench.variants import incremental  # noqa: F401  registers this module's incremental forms
+from attnbench.variants.kernels.prefix_sums import causal_kernel_sums
 
 FEATURE_MAPS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "elu1": lambda x: F.elu(x) + 1.0,

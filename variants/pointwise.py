@@ -24,7 +24,8 @@ import torch
 import torch.nn.functional as F
 
 from attnbench import AttentionVariant, register_variant
-from attnbench.variants.masking import causal_pattern, future_keys
+from attnbench.masks import causal_pattern, future_keys
+from attnbench.variants import incremental  # noqa: F401  registers this module's incremental forms
 
 QUERY_TILE, KEY_TILE = 256, 512
 

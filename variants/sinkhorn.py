@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from attnbench import AttentionVariant, VariantShape, register_variant
-from attnbench.variants.blocksparse import rows_per_chunk
+from attnbench.variants.kernels.blocksparse import rows_per_chunk
 
 CHUNK_BYTES = 8 * 1024 * 1024  # logits of one chunk of a fused pass (best of 2-16 MiB, 2 CPU cores)
 SHIFT_LIMIT = 60.0  # largest column shift folded into the values (e^60 ≪ float32's e^88)

@@ -16,7 +16,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnbench import AttentionVariant, VariantShape, register_variant
-from attnbench.variants.masking import apply_pattern, causal_pattern
+from attnbench.masks import apply_pattern, causal_pattern
+from attnbench.variants import incremental  # noqa: F401  registers this module's incremental forms
 
 
 @dataclass

@@ -31,9 +31,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnbench import AttentionVariant, VariantShape, register_variant
-from attnbench.variants.blocksparse import block_sparse_attention, listed_pairs
-from attnbench.variants.masking import apply_pattern, causal_pattern, future_keys
-from attnbench.variants.topk_kernel import compiled_topk_softmax
+from attnbench.masks import apply_pattern, causal_pattern, future_keys
+from attnbench.variants import incremental  # noqa: F401  registers this module's incremental forms
+from attnbench.variants.kernels.blocksparse import block_sparse_attention, listed_pairs
+from attnbench.variants.kernels.topk import compiled_topk_softmax
 
 
 @dataclass
@@ -176,12 +177,9 @@ class TopKAttention(AttentionVariant):
     middle step is one pass per row in cache on the CPU in float32 (`topk_kernel`, compiled on
     first use); elsewhere, or where it cannot be built, `top_softmax` does it in torch ops.
 
-    One path for every k: the two GEMMs cost about one dense causal SDPA between them, the
-    compiled selection and softmax a quarter to a third of one more. Measured at causal 8k
-    (B=1, H=4, D=64, fp32, 2 threads, one process, dense causal SDPA 0.20 s): 1.22-1.38× SDPA
-    for k from 32 to 0.9 of the keys. The paths this replaced: gathering the k picked value
-    rows (1.6× at k = 32, 2.4× at 64, 41-50× at 0.2 of the keys: issue #27's cliff) and the
-    torch-op mask (2.2-2.5× at every k).
+    One path for every k, so that the cost has no cliff along k: the two GEMMs cost about one
+    dense causal SDPA between them, the compiled selection and softmax a quarter to a third of
+    one more (the timings, and the paths this replaced: docs/design-notes.md).
 
     Ties at the k-th score keep every tied key (what `attention_weights` computes); with
     continuous scores there are none.
@@ -278,9 +276,8 @@ def top_softmax(
     of a chunk whose first query sits at that position; None for full rows).
 
     The scores below the k-th are pushed to the dtype's lowest value arithmetically: the
-    comparison written as 0/1 in the scores' dtype, subtracted times finfo.max. On CPU, for a
-    chunk of 4M scores (2 threads), ``masked_fill_`` took 5.7 ms, a boolean mask converted and
-    multiplied 12.5 ms, this 1.3 ms."""
+    comparison written as 0/1 in the scores' dtype, subtracted times finfo.max, several times
+    faster on CPU than ``masked_fill_`` or a boolean mask (docs/design-notes.md)."""
     if first_query is not None:
         rows = scores.shape[-2]
         future = future_keys(rows, rows, 0, str(scores.device))
@@ -296,9 +293,9 @@ def kth_highest(scores: torch.Tensor, picks: int) -> torch.Tensor:
     """(..., 1): each row's ``picks``-th highest score (NaN counts as highest, as in `topk`).
 
     On CPU, numpy's introselect (``np.partition``) over row ranges split between torch's
-    threads: 1.7 ms for 512 rows of 8192 scores on 2 threads, where ``torch.topk`` took 17.7 ms
-    (k = 1638) and ``torch.kthvalue`` 28 ms. Elsewhere (and for dtypes numpy lacks: bfloat16),
-    ``torch.topk``. The threshold is a constant for autograd: it only selects.
+    threads, an order of magnitude faster there than ``torch.topk`` or ``torch.kthvalue``
+    (docs/design-notes.md). Elsewhere (and for dtypes numpy lacks: bfloat16), ``torch.topk``.
+    The threshold is a constant for autograd: it only selects.
     """
     m = scores.shape[-1]
     if scores.device.type != "cpu" or scores.dtype not in _NUMPY_DTYPES:

@@ -1,17 +1,16 @@
 """Fixed sparse patterns: `window`, `strided` and `bigbird`.
 
 Each is softmax attention restricted to a pattern that depends only on positions. Pattern sizes
-(``window``, ``local``, ``stride``, ``block``) follow `AttentionVariant.size_at`: a value in
-(0, 1) is a fraction of the sequence length actually seen (rounded up), a value >= 1 an absolute
-count. The defaults are fractions, so the patterns stay sparse at every length a task uses
-(density <= 0.5: docs/variants.md, "Sparse variants at matched density"); the throughput presets
-pin the papers' absolute sizes. None of them builds an N×N matrix: `window` on CPU runs on the
-banded engine (`variants.banded`: overlapping views of K and V, one SDPA call), `strided` on CPU
-without autograd on the banded engine and one flash call over its residue classes, the others
-(and each under autograd or on CUDA) on the block-sparse engine (`variants.blocksparse`), which
-gathers and scores only the key blocks a query block can see.
-The dense boolean pattern applied as −∞ is their reference (in the tests), not their
-implementation.
+(``window``, ``local``, ``stride``, ``block``) follow `AttentionVariant.size_at`: a value in (0, 1)
+is a fraction of the sequence length actually seen (rounded up), a value >= 1 an absolute count. The
+defaults are fractions, so the patterns stay sparse at every length a task uses (density <= 0.5:
+docs/variants.md, "Sparse variants at matched density"); the throughput presets pin the papers'
+absolute sizes. None of them builds an N×N matrix: `window` on CPU runs on the banded engine
+(`variants.kernels.banded`: overlapping views of K and V, one SDPA call), `strided` on CPU without
+autograd on the banded engine and one flash call over its residue classes, the others (and each
+under autograd or on CUDA) on the block-sparse engine (`variants.kernels.blocksparse`), which
+gathers and scores only the key blocks a query block can see. The dense boolean pattern applied as
+−∞ is their reference (in the tests), not their implementation.
 
 Conventions (i = query position, j = key position):
 - window w, causal: i − w < j ≤ i (the w most recent keys, itself included); non-causal:
@@ -35,23 +34,24 @@ import torch
 import torch.nn.functional as F
 
 from attnbench import AttentionVariant, VariantShape, register_variant
-from attnbench.variants.banded import attention_with_lse, banded_attention, lse_available
-from attnbench.variants.blocksparse import (
+from attnbench.masks import WINDOW, apply_pattern, window_pairs
+from attnbench.variants import incremental  # noqa: F401  registers this module's incremental forms
+from attnbench.variants.kernels.banded import attention_with_lse, banded_attention, lse_available
+from attnbench.variants.kernels.blocksparse import (
     block_sparse_attention,
     dedupe_blocks,
     listed_pairs,
     local_key_blocks,
     merge_partials,
 )
-from attnbench.variants.masking import WINDOW, apply_pattern, window_pairs
-from attnbench.variants.tile_kernel import compiled_banded, compiled_blocks
+from attnbench.variants.kernels.tile import compiled_banded, compiled_blocks
 
 # Default sizes, as fractions of the sequence: each keeps the pattern at density <= 0.5 at every
 # length from 8 to 100k, causal and not (bigbird from 11 / 14 tokens: below, its window, global
 # and random blocks of one token each are already half the keys); checked in
 # tests/variants/test_density.py, tabulated in docs/variants.md ("Sparse variants at matched
 # density").
-# window: WINDOW (variants.masking, shared with the window peers), a fifth of the sequence,
+# window: WINDOW (attnbench.masks, shared with the window peers), a fifth of the sequence,
 # density 2f − f² ≈ 0.36 (at most 0.46)
 STRIDED_LOCAL = 0.1  # strided's local window: a tenth of the sequence
 STRIDED_STRIDE = 1 / 3  # strided's stride: two or three dilated keys per query
@@ -108,7 +108,7 @@ class WindowParams:
     # w: causal keeps the w latest keys, non-causal keys with |i − j| < w; a value in (0, 1) is
     # a fraction of the sequence (0.2: density 2f − f² ≈ 0.36), >= 1 a count (the paper's 256)
     window: float = WINDOW
-    # queries per tile: 0 = automatic (CPU: `variants.banded`'s choice; CUDA: min(w, 128))
+    # queries per tile: 0 = automatic (CPU: `variants.kernels.banded`'s choice; CUDA: min(w, 128))
     block: int = 0
 
 
@@ -293,9 +293,8 @@ def _strided_fused(q, k, v, local: int, s: int, causal: bool, scale: float) -> t
     ((B, H, s, ⌈N/s⌉, D); a copy only where N is no multiple of s and the sequence is padded),
     where it is one pattern shared by every class, keys at least ⌈local/s⌉ rows away: causal, the
     tile kernel's block op (each class one block, row a over rows up to a − gap); else one flash
-    call. (Measured before padding was added: stride 1/3 of 8192, not a divisor, took the
-    explicit block-sparse path,
-    2.0× dense causal SDPA at local 0.35.)
+    call. Padding keeps a stride that does not divide N on this path, off the slower explicit
+    block-sparse one (docs/design-notes.md).
     """
     bsz, heads, n, d = q.shape
     rows = -(-n // s)
@@ -343,8 +342,8 @@ def _strided_fused(q, k, v, local: int, s: int, causal: bool, scale: float) -> t
 
 
 # dilated keys per query (per side) up to which `_dilated_by_shifts` replaces the flash call over
-# residue classes: with few rows per class that call is s tiny attentions (stride 1/3 of 8192:
-# 2731 classes of 3 rows, 11 ms, as long as 64 classes of 128 rows)
+# residue classes: with few rows per class that call is s tiny attentions, as slow as far fewer
+# large ones (docs/design-notes.md)
 SHIFTED_MAX_OFFSETS = 4
 
 

@@ -1,4 +1,4 @@
-"""The static leaderboard site: ``attnbench-leaderboard [RESULTS_DIR] [-o OUT_DIR]``.
+"""The static leaderboard site (command line: `attnbench.harness.cli.leaderboard`).
 
 Reads ``RESULTS_DIR/results.parquet`` (collecting the run records first if the table is missing)
 and writes ``index.html`` with Plotly's JavaScript beside it (``plotly.min.js``), plus the raw
@@ -9,6 +9,6 @@ text that comes from results (variant names, parameters, errors) is escaped.
 
 from __future__ import annotations
 
-from attnbench.harness.leaderboard.site import build_site, main
+from attnbench.harness.leaderboard.site import build_site
 
-__all__ = ["build_site", "main"]
+__all__ = ["build_site"]

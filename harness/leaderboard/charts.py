@@ -182,7 +182,7 @@ def integer_ticks(values: pd.Series, log: bool = False) -> dict:
 def _spread_on_log_axis(values: list[float]) -> list[float]:
     """The values that get a tick on a log axis: none closer than 1/MAX_TICKS of the axis's
     span to another, round ones (powers of 2 or 10) chosen first, so that labels never overlap
-    (recall's state sizes: 1024 B beside 1088 B, 4096 beside 4224)."""
+    (values a few percent apart would print on top of each other)."""
     logs = {v: math.log10(v) for v in values}
     gap = (logs[values[-1]] - logs[values[0]]) / MAX_TICKS
 
@@ -392,77 +392,161 @@ def curve_figure(
     task has no curve points for ``metric``.
     """
     extras = extras or CurveExtras()
-    everything = ok
     rows = ok[(ok["metric"] == metric) & ok["x_value"].notna()]
     if rows.empty:
         return None
     colours = colours or variant_colours(rows["variant"])
+    lines = _curve_lines(rows)
+    fig = go.Figure()
+    drawn = _Drawn()
+    for line in lines.groups:
+        _draw_line(fig, ok, lines, line, extras, colours, drawn)
+    references = _add_references(fig, ok, lines.x_name, extras.references)
+    _add_failures(fig, extras.failures, lines.rows)
+    notes = _curve_notes(lines.constant, drawn)
+    yaxis = _curve_yaxis(lines.rows["value"], metric, unit, (references, drawn.ys), notes)
+    fig.update_layout(xaxis=_curve_xaxis(lines.rows, lines.x_name, extras.failures), yaxis=yaxis)
+    finish_layout(fig, title, _subtitle(subtitle, notes))
+    return fig
+
+
+@dataclass
+class _CurveLines:
+    """The lines of a curve chart.
+
+    Attributes:
+        rows: The metric's points on the chart's axis, their key columns made safe.
+        x_name: The axis.
+        keys: The columns that tell lines apart.
+        along: Parameters that move along the axis (`along_axis`): named in the hover instead.
+        groups: (key, rows) of each line, sorted by key.
+        shown: The positions of ``keys`` a legend entry names (`split_keys`).
+        constant: The keys that are the same on every line, as text for the subtitle.
+        styles: line key → its style among its variant's lines (`config_styles`).
+    """
+
+    rows: pd.DataFrame
+    x_name: str
+    keys: list[str]
+    along: list[str]
+    groups: list[tuple[tuple, pd.DataFrame]]
+    shown: list[int]
+    constant: str
+    styles: dict[tuple, int]
+
+
+def _curve_lines(rows: pd.DataFrame) -> _CurveLines:
+    """``rows`` (one metric's curve points) on their first curve axis, split into lines: one per
+    variant, varying variant and task parameters, machine and dtype, but not per value of a
+    parameter that moves along the axis."""
     x_name = rows["x_name"].dropna().iloc[0]
     rows = rows[rows["x_name"] == x_name]
     params = expand_params(rows, "task_params", "task")
     others = [c for c in varying(params) if c != f"task.{x_name}"]
     vparams = expand_params(rows, "variant_params", "variant")
     vothers = varying(vparams, within=rows["variant"])
-    line_keys = ["variant", *vothers, "machine", "dtype", *others]
-    rows = key_columns(pd.concat([rows, params[others], vparams[vothers]], axis=1), line_keys)
-    along = along_axis(rows, others, line_keys)
-    line_keys = [k for k in line_keys if k not in along]
+    keys = ["variant", *vothers, "machine", "dtype", *others]
+    rows = key_columns(pd.concat([rows, params[others], vparams[vothers]], axis=1), keys)
+    along = along_axis(rows, others, keys)
+    keys = [k for k in keys if k not in along]
     groups = [
         (key if isinstance(key, tuple) else (key,), group)
-        for key, group in rows.groupby(line_keys, sort=True)
+        for key, group in rows.groupby(keys, sort=True)
     ]
-    shown, constant = split_keys(line_keys, [key for key, _ in groups])
+    shown, constant = split_keys(keys, [key for key, _ in groups])
     styles = config_styles([key for key, _ in groups])
-    fig = go.Figure()
-    drawn: list[str] = []  # companion labels with at least one line drawn
-    hollow = False  # whether a point is drawn hollow (unsteady)
-    variant_ys: list[float] = []  # what the y range must hold
-    for key, group in groups:
-        mean = group.groupby("x_value")["value"].mean().sort_index()
-        variant_ys += mean.tolist()
-        label = entry_label(line_keys, key, shown) + extras.notes.get(str(key[0]), "")
-        colour = _colour(colours, str(key[0]))
-        style = styles[key]
-        symbol = MARKER_SYMBOLS[style % len(MARKER_SYMBOLS)]
-        unsteady = _unsteady_xs(everything, group, (extras.steady_flag, x_name))
-        inaccurate = _unsteady_xs(everything, group, (extras.accuracy_flag, x_name))
-        untrusted = unsteady | inaccurate
-        line = go.Scatter(
-            x=mean.index.tolist(),
-            y=mean.tolist(),
-            mode="lines+markers",
-            name=label,
-            legendgroup=label,  # its band and companions show and hide with it
-            line={"color": colour, "dash": CONFIG_DASHES[style % len(CONFIG_DASHES)]},
-            marker={
-                "color": colour,
-                "symbol": [f"{symbol}-open" if x in untrusted else symbol for x in mean.index],
-                "size": [9 if x in untrusted else 7 for x in mean.index],
-            },
-            text=[
-                "\n".join(
-                    [
-                        *_along_text(group, along, x),
-                        *(["unsteady timing: not ranked"] * (x in unsteady)),
-                        *(["kernel error above its tolerance: not ranked"] * (x in inaccurate)),
-                    ]
-                )
-                for x in mean.index
-            ],
+    return _CurveLines(rows, x_name, keys, along, groups, shown, constant, styles)
+
+
+@dataclass
+class _Drawn:
+    """What the lines of a curve chart drew, for its y axis and subtitle."""
+
+    ys: list[float] = field(default_factory=list)  # the lines' values: what the y range must hold
+    companions: list[str] = field(default_factory=list)  # companion labels drawn on some line
+    hollow: bool = False  # whether a point is drawn hollow (an untrusted timing)
+
+
+def _draw_line(
+    fig: go.Figure,
+    everything: pd.DataFrame,
+    lines: _CurveLines,
+    line: tuple[tuple, pd.DataFrame],
+    extras: CurveExtras,
+    colours: dict[str, str],
+    drawn: _Drawn,
+) -> None:
+    """Draw one of ``lines`` (its key and rows) with its band and companions; ``drawn`` notes
+    what the axes and subtitle must say of it."""
+    key, group = line
+    mean = group.groupby("x_value")["value"].mean().sort_index()
+    drawn.ys += mean.tolist()
+    label = entry_label(lines.keys, key, lines.shown) + extras.notes.get(str(key[0]), "")
+    colour = _colour(colours, str(key[0]))
+    unsteady = _unsteady_xs(everything, group, (extras.steady_flag, lines.x_name))
+    inaccurate = _unsteady_xs(everything, group, (extras.accuracy_flag, lines.x_name))
+    texts = _point_texts(group, lines.along, list(mean.index), (unsteady, inaccurate))
+    trace = _line_trace(mean, label, colour, lines.styles[key], unsteady | inaccurate, texts)
+    drawn.hollow = drawn.hollow or bool(unsteady | inaccurate)
+    fig.add_trace(trace)
+    if extras.band is not None:
+        _add_band(fig, everything, group, extras.band, (label, colour))
+    for companion, companion_label in extras.companions.items():
+        pair = (companion, lines.x_name)
+        ys = _add_companion(fig, everything, group, pair, label, companion_label, colour)
+        if ys:
+            drawn.ys += ys
+            drawn.companions += [] if companion_label in drawn.companions else [companion_label]
+
+
+def _line_trace(
+    mean: pd.Series, label: str, colour: str, style: int, untrusted: set, texts: list[str]
+) -> go.Scatter:
+    """One line: ``mean`` (value by x) in its variant's ``colour``, with the dash and marker of
+    its ``style``; the markers at ``untrusted`` x values hollow and larger."""
+    symbol = MARKER_SYMBOLS[style % len(MARKER_SYMBOLS)]
+    return go.Scatter(
+        x=mean.index.tolist(),
+        y=mean.tolist(),
+        mode="lines+markers",
+        name=label,
+        legendgroup=label,  # its band and companions show and hide with it
+        line={"color": colour, "dash": CONFIG_DASHES[style % len(CONFIG_DASHES)]},
+        marker={
+            "color": colour,
+            "symbol": [f"{symbol}-open" if x in untrusted else symbol for x in mean.index],
+            "size": [9 if x in untrusted else 7 for x in mean.index],
+        },
+        text=texts,
+    )
+
+
+def _point_texts(
+    line: pd.DataFrame, along: list[str], xs: list[float], flagged: tuple[set, set]
+) -> list[str]:
+    """Each point's hover text: the `along_axis` parameters there, and whether its timing is
+    unsteady or its kernel inaccurate (``flagged``: the x values of each), so not ranked."""
+    unsteady, inaccurate = flagged
+    return [
+        "\n".join(
+            [
+                *_along_text(line, along, x),
+                *(["unsteady timing: not ranked"] * (x in unsteady)),
+                *(["kernel error above its tolerance: not ranked"] * (x in inaccurate)),
+            ]
         )
-        hollow = hollow or bool(untrusted)
-        fig.add_trace(line)
-        if extras.band is not None:
-            _add_band(fig, everything, group, extras.band, (label, colour))
-        for companion, companion_label in extras.companions.items():
-            pair = (companion, x_name)
-            ys = _add_companion(fig, everything, group, pair, label, companion_label, colour)
-            if ys:
-                variant_ys += ys
-                drawn += [] if companion_label in drawn else [companion_label]
-    reference_ys: dict[str, float] = {}
+        for x in xs
+    ]
+
+
+def _add_references(
+    fig: go.Figure, everything: pd.DataFrame, x_name: str, references: dict[str, str]
+) -> dict[str, pd.Series]:
+    """Draw each reference metric (metric → label) once, dashed grey: its mean over all runs
+    along ``x_name``; returns label → those values."""
+    reference_ys: dict[str, pd.Series] = {}
     for dash, (ref_metric, ref_label) in zip(
-        itertools.cycle(REFERENCE_DASHES), extras.references.items(), strict=False
+        itertools.cycle(REFERENCE_DASHES), references.items(), strict=False
     ):
         ref = everything[(everything["metric"] == ref_metric) & (everything["x_name"] == x_name)]
         if not ref.empty:
@@ -478,49 +562,75 @@ def curve_figure(
                     marker={"size": 4, "color": REFERENCE_COLOUR},
                 )
             )
-    if extras.failures is not None and not extras.failures.empty and len(rows):
-        top = float(rows["value"].max())
-        failed = extras.failures
-        fig.add_trace(
-            go.Scatter(
-                x=failed["x"].tolist(),
-                y=[top] * len(failed),
-                mode="markers",
-                marker={"symbol": "x", "size": 11, "color": "#c62828"},
-                name="oom / timeout / failed (at the top)",
-                text=[
-                    f"{v}: {st}" for v, st in zip(failed["variant"], failed["status"], strict=True)
-                ],
-                hoverinfo="text+x",
-            )
+    return reference_ys
+
+
+def _add_failures(fig: go.Figure, failures: pd.DataFrame | None, rows: pd.DataFrame) -> None:
+    """Mark the unfinished runs ``failures`` at their curve position, at the height of the
+    highest value of ``rows``."""
+    if failures is None or failures.empty or not len(rows):
+        return
+    top = float(rows["value"].max())
+    fig.add_trace(
+        go.Scatter(
+            x=failures["x"].tolist(),
+            y=[top] * len(failures),
+            mode="markers",
+            marker={"symbol": "x", "size": 11, "color": "#c62828"},
+            name="oom / timeout / failed (at the top)",
+            text=[
+                f"{v}: {st}" for v, st in zip(failures["variant"], failures["status"], strict=True)
+            ],
+            hoverinfo="text+x",
         )
+    )
+
+
+def _curve_notes(constant: str, drawn: _Drawn) -> list[str]:
+    """The subtitle's notes: what is constant, what the dashed companions are, and what a hollow
+    marker means (each only where the chart has it)."""
     notes = [constant] if constant else []
-    if drawn:
-        notes.append("dashed, in a line's colour: " + ", ".join(drawn))
-    if hollow:
+    if drawn.companions:
+        notes.append("dashed, in a line's colour: " + ", ".join(drawn.companions))
+    if drawn.hollow:
         notes.append("hollow: unsteady timing or inaccurate kernel (not ranked)")
-    y_type = axis_type(rows["value"])
+    return notes
+
+
+def _curve_yaxis(
+    values: pd.Series,
+    metric: str,
+    unit: str,
+    references_lines: tuple[dict[str, pd.Series], list[float]],
+    notes: list[str],
+) -> dict:
+    """The y axis of ``values`` (log where they span decades), fitted to the lines' values where a
+    reference line reaches far beyond them, with a line of ``notes`` naming how far."""
+    references, ys = references_lines
+    y_type = axis_type(values)
     yaxis = {"title": f"{metric} ({unit})" if unit else metric, "type": y_type}
     log = y_type == "log"
-    off = _off_axis(reference_ys, variant_ys, log)
+    off = _off_axis(references, ys, log)
     if off:
-        yaxis["range"] = clip_to(variant_ys, log)
+        yaxis["range"] = clip_to(ys, log)
         notes.append("y axis fitted to the variants' lines; beyond it: " + ", ".join(off))
+    return yaxis
+
+
+def _curve_xaxis(rows: pd.DataFrame, x_name: str, failures: pd.DataFrame | None) -> dict:
+    """The x axis: log where the points span decades, integer ticks where every position (the
+    failures' too) is an integer."""
     xs = rows["x_value"]
-    if extras.failures is not None and not extras.failures.empty:
-        xs = pd.concat([xs, extras.failures["x"].astype(float)])
-    fig.update_layout(
-        xaxis={
-            "title": x_name,
-            "type": axis_type(rows["x_value"]),
-            **integer_ticks(xs, log=axis_type(rows["x_value"]) == "log"),
-        },
-        yaxis=yaxis,
-    )
+    if failures is not None and not failures.empty:
+        xs = pd.concat([xs, failures["x"].astype(float)])
+    x_type = axis_type(rows["x_value"])
+    return {"title": x_name, "type": x_type, **integer_ticks(xs, log=x_type == "log")}
+
+
+def _subtitle(subtitle: str, notes: list[str]) -> str:
+    """``subtitle`` and the first of ``notes`` on one line, each further note on its own."""
     subtitle = " · ".join(p for p in [subtitle, *notes[:1]] if p)
-    subtitle = "\n".join([subtitle, *notes[1:]]) if subtitle else "\n".join(notes[1:])
-    finish_layout(fig, title, subtitle)
-    return fig
+    return "\n".join([subtitle, *notes[1:]]) if subtitle else "\n".join(notes[1:])
 
 
 def along_axis(rows: pd.DataFrame, candidates: list[str], line_keys: list[str]) -> list[str]:
@@ -734,7 +844,52 @@ def bar_figure(
     rows = scalar[scalar["metric"] == metric]
     if rows.empty:
         return None
-    colours = colours or variant_colours(rows["variant"])
+    bars, constant = _bars(rows, colours or variant_colours(rows["variant"]))
+    fig = go.Figure(
+        go.Bar(
+            x=bars.labels,
+            y=bars.means,
+            name=f"{metric} (mean over runs)",
+            marker={"color": bars.colours},
+            opacity=0.85,
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=bars.run_x,
+            y=bars.run_y,
+            mode="markers",
+            name="each run",
+            marker={"color": "#1d2330", "size": 6},
+            text=bars.run_text,
+            hoverinfo="text+y",
+        )
+    )
+    levels = _add_levels(fig, scalar, bars.labels, references or {})
+    yaxis, constant = _bar_yaxis(f"{metric} ({unit})" if unit else metric, bars, levels, constant)
+    fig.update_layout(
+        xaxis={"type": "category", "automargin": True},
+        yaxis=yaxis,
+    )
+    finish_layout(fig, title, " · ".join(p for p in (subtitle, constant) if p), bottom=40)
+    return fig
+
+
+@dataclass
+class _Bars:
+    """The bars of a bar chart (label, mean, colour each) and the runs drawn on them."""
+
+    labels: list[str] = field(default_factory=list)
+    means: list[float] = field(default_factory=list)
+    colours: list[str] = field(default_factory=list)
+    run_x: list[str] = field(default_factory=list)  # the label of each run's bar
+    run_y: list[float] = field(default_factory=list)
+    run_text: list[str] = field(default_factory=list)
+
+
+def _bars(rows: pd.DataFrame, colours: dict[str, str]) -> tuple[_Bars, str]:
+    """One bar per variant, varying variant parameters, machine and dtype of ``rows``, named by
+    what differs between the bars; and what is the same for all of them, as text."""
     vparams = expand_params(rows, "variant_params", "variant")
     vothers = varying(vparams, within=rows["variant"])
     keys = ["variant", *vothers, "machine", "dtype"]
@@ -744,38 +899,26 @@ def bar_figure(
         for key, group in rows.groupby(keys, sort=True)
     ]
     shown, constant = split_keys(keys, [key for key, _ in groups])
-    labels, means, bar_colours, run_x, run_y, run_text = [], [], [], [], [], []
+    bars = _Bars()
     for key, group in groups:
         label = entry_label(keys, key, shown)
-        labels.append(label)
-        bar_colours.append(_colour(colours, str(key[0])))
-        means.append(float(group["value"].mean()))
-        run_x += [label] * len(group)
-        run_y += group["value"].tolist()
-        run_text += [f"run {r}" for r in group["run_id"]]
-    fig = go.Figure(
-        go.Bar(
-            x=labels,
-            y=means,
-            name=f"{metric} (mean over runs)",
-            marker={"color": bar_colours},
-            opacity=0.85,
-        )
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=run_x,
-            y=run_y,
-            mode="markers",
-            name="each run",
-            marker={"color": "#1d2330", "size": 6},
-            text=run_text,
-            hoverinfo="text+y",
-        )
-    )
+        bars.labels.append(label)
+        bars.colours.append(_colour(colours, str(key[0])))
+        bars.means.append(float(group["value"].mean()))
+        bars.run_x += [label] * len(group)
+        bars.run_y += group["value"].tolist()
+        bars.run_text += [f"run {r}" for r in group["run_id"]]
+    return bars, constant
+
+
+def _add_levels(
+    fig: go.Figure, scalar: pd.DataFrame, labels: list[str], references: dict[str, str]
+) -> dict[str, float]:
+    """Draw each reference metric (metric → label) of ``scalar`` as a dashed level across the
+    bars ``labels``: its mean over the runs; returns label → level."""
     levels: dict[str, float] = {}
     for dash, (ref_metric, ref_label) in zip(
-        itertools.cycle(REFERENCE_DASHES), (references or {}).items(), strict=False
+        itertools.cycle(REFERENCE_DASHES), references.items(), strict=False
     ):
         ref = scalar.loc[scalar["metric"] == ref_metric, "value"]
         if ref.empty:
@@ -792,17 +935,21 @@ def bar_figure(
                 hoverinfo="name",
             )
         )
-    y_type = axis_type(pd.Series(means + list(levels.values())))
-    yaxis = {"title": f"{metric} ({unit})" if unit else metric, "type": y_type}
+    return levels
+
+
+def _bar_yaxis(
+    title: str, bars: _Bars, levels: dict[str, float], constant: str
+) -> tuple[dict, str]:
+    """The value axis (log where bars and levels span decades) and ``constant``: on a linear axis
+    a level far beyond the bars is left off it, the axis ending above the bars, and named in
+    ``constant`` with its value."""
+    y_type = axis_type(pd.Series(bars.means + list(levels.values())))
+    yaxis = {"title": title, "type": y_type}
     log = y_type == "log"
-    bars = means + run_y
-    off = [f"{n} ({v:.3g})" for n, v in levels.items() if _beyond([v], [*bars, 0.0], log)]
+    values = bars.means + bars.run_y
+    off = [f"{n} ({v:.3g})" for n, v in levels.items() if _beyond([v], [*values, 0.0], log)]
     if off and not log:
-        yaxis["range"] = [min(0.0, *bars) * 1.08, max(0.0, *bars) * 1.12]
+        yaxis["range"] = [min(0.0, *values) * 1.08, max(0.0, *values) * 1.12]
         constant = " · ".join([*(c for c in [constant] if c), "beyond the axis: " + ", ".join(off)])
-    fig.update_layout(
-        xaxis={"type": "category", "automargin": True},
-        yaxis=yaxis,
-    )
-    finish_layout(fig, title, " · ".join(p for p in (subtitle, constant) if p), bottom=40)
-    return fig
+    return yaxis, constant

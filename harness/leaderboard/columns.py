@@ -12,9 +12,8 @@ split the same way. The task sections of the page keep the real task names.
 at each sequence length, decode's at each context) is not averaged over the axis: a mean of
 per-token costs at 1k and 32k tokens of context describes neither, and it would change with
 whichever sizes a sweep happened to run. The column keeps the rows at one position,
-`stated_position` (the one measured for the most variants, the largest of ties: 4096 tokens on
-the reference board's throughput, 64k on its decode), names it in its header, and the
-quality-against-cost charts use the same position.
+`stated_position` (the one measured for the most variants, the largest of ties), names it in its
+header, and the quality-against-cost charts use the same position.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from attnbench.harness.leaderboard.ranking import Headline
-from attnbench.harness.task_info import TaskInfo
+from attnbench.task_info import TaskInfo
 
 
 @dataclass

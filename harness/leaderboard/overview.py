@@ -63,17 +63,33 @@ def overview(
     computed = standings(frame, headlines)
     if computed is None:
         return None
-    headlines = computed.headlines
+    ordered = _column_order(computed.headlines)
     labels = _labels(computed.entries.to_frame(index=False))
-    overall, aggregate = computed.overall, computed.aggregate
-    value_cols, rank_cols = computed.values, computed.task_ranks
+    result = Overview(table=Table(columns=_columns(ordered)))
+    for key in _row_order(computed):
+        variant, _, machine, dtype = key
+        family = families.get(variant, "")
+        result.table.rows.append(_row(computed, key, labels, ordered, family))
+        result.filters.append({"machine": machine, "dtype": dtype, "family": family})
+    for name in ("machine", "dtype", "family"):
+        result.options[name] = sorted({f[name] for f in result.filters})
+    result.rule = _rule(computed, [h for h in ordered if h.cost])
+    return result
 
-    # ranked quality columns, then the cost, then what has no direction (shown, not ranked):
-    # the columns the ranks are made of come first, so that they fit a 1400 px window
+
+def _column_order(headlines: list[Headline]) -> list[Headline]:
+    """Ranked quality columns, then the cost, then what has no direction (shown, not ranked):
+    the columns the ranks are made of come first, so that they fit a 1400 px window."""
     quality = [h for h in headlines if not h.cost and h.higher_is_better is not None]
     cost = [h for h in headlines if h.cost]
     unranked = [h for h in headlines if not h.cost and h.higher_is_better is None]
-    columns = [
+    return [*quality, *cost, *unranked]
+
+
+def _columns(ordered: list[Headline]) -> list[Column]:
+    """The overview's columns: rank, variant and win rate, a column per headline (in the order
+    of ``ordered``), then the row's attributes."""
+    return [
         Column("rank", "quality rank", _RANK_HELP, True),
         Column("variant", "variant"),
         Column(
@@ -83,32 +99,7 @@ def overview(
             "won (ties ½); (k of n): ranked in k of the n quality columns the rank compares",
             True,
         ),
-    ]
-    for h in [*quality, *cost, *unranked]:  # headline columns first, the row's attributes after
-        what = (
-            "ranked by win rate" if h.higher_is_better is not None else "no direction: not ranked"
-        )
-        if h.cost:
-            what += "; a cost: ranked on its own, never averaged into the quality rank"
-        if h.steady_flag or h.accuracy_flag:
-            judged = "unsteady or inaccurate" if h.accuracy_flag else "unsteady"
-            what += f"; {UNSTEADY_MARK}: {judged} timings left out (hover the cell)"
-        where = (
-            f"at {h.at} (the size measured for the most variants), mean over the task's other "
-            "settings"
-            if h.at
-            else "mean over the task's settings"
-        )
-        columns.append(
-            Column(
-                h.task,
-                f"{h.task}: {h.metric}" + (f" @ {h.at}" if h.at else ""),
-                f"{h.description} — {where} (± spread over seeds or IQR), #rank within the "
-                f"task; {what}",
-                h.higher_is_better,
-            )
-        )
-    columns += [
+        *[_headline_column(h) for h in ordered],
         Column("family", "family"),
         Column(
             "machine",
@@ -117,57 +108,84 @@ def overview(
         ),
         Column("dtype", "dtype"),
     ]
-    table = Table(columns=columns)
-    result = Overview(table=table)
 
-    def order(key: tuple) -> tuple:  # ranked rows by rank, then the rest by win rate
-        rank, rate = overall.get(key, math.nan), aggregate.get(key, math.nan)
+
+def _headline_column(h: Headline) -> Column:
+    """A task's column: its headline, where it is taken, and how it is ranked."""
+    what = "ranked by win rate" if h.higher_is_better is not None else "no direction: not ranked"
+    if h.cost:
+        what += "; a cost: ranked on its own, never averaged into the quality rank"
+    if h.steady_flag or h.accuracy_flag:
+        judged = "unsteady or inaccurate" if h.accuracy_flag else "unsteady"
+        what += f"; {UNSTEADY_MARK}: {judged} timings left out (hover the cell)"
+    where = (
+        f"at {h.at} (the size measured for the most variants), mean over the task's other settings"
+        if h.at
+        else "mean over the task's settings"
+    )
+    return Column(
+        h.task,
+        f"{h.task}: {h.metric}" + (f" @ {h.at}" if h.at else ""),
+        f"{h.description} — {where} (± spread over seeds or IQR), #rank within the task; {what}",
+        h.higher_is_better,
+    )
+
+
+def _row_order(computed: Standings) -> list[tuple]:
+    """The entries in row order: the ranked ones by rank, then the rest by win rate."""
+
+    def order(key: tuple) -> tuple:
+        rank, rate = computed.overall.get(key, math.nan), computed.aggregate.get(key, math.nan)
         return (_sort(rank), -_sort(rate, missing=-math.inf), key)
 
-    for key in sorted(computed.entries, key=order):
-        variant, params, machine, dtype = key
-        rank = overall.get(key, math.nan)
-        rate = aggregate.get(key, math.nan)
-        cells = [
-            Cell(_rank_text(rank), _sort(rank), rank == 1, note=_unranked_note(computed, key)),
-            Cell(labels[(variant, params)], variant),
-            Cell(
-                "–" if math.isnan(rate) else f"{rate:.3f}" + _columns_text(computed, key),
-                _sort(rate, missing=-math.inf),
-                rank == 1,
-            ),
-        ]
-        for h in [*quality, *cost, *unranked]:
-            value, spread = value_cols[h.task]
-            v, s = value.get(key, math.nan), spread.get(key, math.nan)
-            r = rank_cols.get(h.task, pd.Series(dtype=float)).get(key, math.nan)
-            # three figures here (the task tables keep four): the overview must fit 1400 px
-            text = f"{v:.3g}" if not math.isnan(v) else "–"
-            if not math.isnan(v) and not math.isnan(s):
-                text += f" ± {s:.2g}"  # a spread needs two figures, and the column less width
-            if not math.isnan(r):
-                text += f" · #{int(r)}"
-            note = _unsteady_note(computed, h, key)
-            if note:
-                text = UNSTEADY_MARK + text
-            # sorting by a task column sorts by its rank (values of different settings do not
-            # compare); unranked tasks sort by value, in their arrow's direction if any
-            cells.append(
-                Cell(text, _sort(r) if h.task in rank_cols else _sort(v), r == 1, note=note)
-            )
-        cells += [
-            Cell(families.get(variant, ""), families.get(variant, "")),
-            Cell(machine, machine),
-            Cell(dtype, dtype),
-        ]
-        table.rows.append(cells)
-        result.filters.append(
-            {"machine": machine, "dtype": dtype, "family": families.get(variant, "")}
-        )
-    for name in ("machine", "dtype", "family"):
-        result.options[name] = sorted({f[name] for f in result.filters})
-    result.rule = _rule(computed, cost)
-    return result
+    return sorted(computed.entries, key=order)
+
+
+def _row(
+    computed: Standings,
+    key: tuple,
+    labels: dict[tuple[str, str], str],
+    ordered: list[Headline],
+    family: str,
+) -> list[Cell]:
+    """The cells of one entry's row (columns as `_columns`)."""
+    variant, params, machine, dtype = key
+    rank = computed.overall.get(key, math.nan)
+    rate = computed.aggregate.get(key, math.nan)
+    return [
+        Cell(_rank_text(rank), _sort(rank), rank == 1, note=_unranked_note(computed, key)),
+        Cell(labels[(variant, params)], variant),
+        Cell(
+            "–" if math.isnan(rate) else f"{rate:.3f}" + _columns_text(computed, key),
+            _sort(rate, missing=-math.inf),
+            rank == 1,
+        ),
+        *[_headline_cell(computed, h, key) for h in ordered],
+        Cell(family, family),
+        Cell(machine, machine),
+        Cell(dtype, dtype),
+    ]
+
+
+def _headline_cell(computed: Standings, h: Headline, key: tuple) -> Cell:
+    """An entry's cell in the column of ``h``: value ± spread · #rank, marked where timings were
+    left out."""
+    value, spread = computed.values[h.task]
+    v, s = value.get(key, math.nan), spread.get(key, math.nan)
+    r = computed.task_ranks.get(h.task, pd.Series(dtype=float)).get(key, math.nan)
+    # three figures here (the task tables keep four): the overview must fit 1400 px
+    text = f"{v:.3g}" if not math.isnan(v) else "–"
+    if not math.isnan(v) and not math.isnan(s):
+        text += f" ± {s:.2g}"  # a spread needs two figures, and the column less width
+    if not math.isnan(r):
+        text += f" · #{int(r)}"
+    note = _unsteady_note(computed, h, key)
+    if note:
+        text = UNSTEADY_MARK + text
+    # sorting by a task column sorts by its rank (values of different settings do not
+    # compare); unranked tasks sort by value, in their arrow's direction if any
+    ranked = h.task in computed.task_ranks
+    return Cell(text, _sort(r) if ranked else _sort(v), r == 1, note=note)
 
 
 _RANK_HELP = (

@@ -5,7 +5,7 @@ table's ``variant_library`` column holds "<distribution> <version>" (empty for o
 and ``peer_of`` names our variant with the same maths (empty for a library variant with no
 counterpart here). The board finds the pairs from these two columns only; it names no variant.
 
-What is compared, per task, comes from the task's own declarations (`harness.task_info`):
+What is compared, per task, comes from the task's own declarations (`attnbench.task_info`):
 - a task that measures a cost (it declares ``cost_metric``, e.g. latency) is compared as a
   *ratio* ours / peer of its headline and its charted metrics (the ones with a direction), per
   task setting: below 1 means ours is lower (faster, less memory) for a lower-is-better metric;
@@ -50,8 +50,8 @@ from attnbench.harness.leaderboard.tables import (
     key_columns,
     varying,
 )
-from attnbench.harness.metric_points import declared_steadiness, unsteady_rows
-from attnbench.harness.task_info import TaskInfo
+from attnbench.harness.results.metric_points import declared_steadiness, unsteady_rows
+from attnbench.task_info import TaskInfo
 
 PEER_OF = "peer_of"  # column: our variant with the same maths ("" for none)
 LIBRARY = "variant_library"  # column: "<distribution> <version>" ("" for our own variants)
@@ -202,6 +202,39 @@ def _column_name(metric: str, x_name: str, x_value: float, params: dict) -> str:
 
 def _task_table(pairs: pd.DataFrame, info: TaskInfo, metrics: list[str], ratio: bool) -> Table:
     """The comparison table of one task: a row per pair, machine, dtype and setting."""
+    pairs = pairs.assign(pair=_pair_labels(pairs))
+    task_params = expand_params(pairs, "task_params", "task")
+    settings = varying(task_params)
+    pairs = pd.concat([pairs, task_params[settings]], axis=1)
+    own = pairs["task_params"].map(json.loads)
+    pairs = pairs.assign(
+        column=[
+            _column_name(m, x, v, p)
+            for m, x, v, p in zip(
+                pairs["metric"], pairs["x_name"], pairs["x_value"], own, strict=True
+            )
+        ]
+    )
+    keys = ["pair", MACHINE, "dtype", *settings]
+    pairs = key_columns(pairs, keys)
+    base = {c: m for c, m in zip(pairs["column"], pairs["metric"], strict=True)}
+    columns = sorted(set(pairs["column"]), key=lambda c: (metrics.index(base[c]), c))
+    table = Table(columns=_pair_headers(info, settings, {c: base[c] for c in columns}, ratio))
+    for key, group in pairs.groupby(keys, sort=True):
+        key = key if isinstance(key, tuple) else (key,)
+        by_column = group.set_index("column")
+        table.rows.append(
+            [
+                *(Cell(str(k), _sortable(k)) for k in key),
+                *(_pair_cell(by_column, c, ratio) for c in columns),
+            ]
+        )
+    return table
+
+
+def _pair_labels(pairs: pd.DataFrame) -> pd.Series:
+    """Each pair as "ours (attnbench version) / peer (library)", a side's parameters named where
+    it has several configurations in the task."""
     several = {
         side: pairs.groupby(f"variant_{side}")[f"variant_params_{side}"].nunique()
         for side in ("ours", "peer")
@@ -222,32 +255,22 @@ def _task_table(pairs: pd.DataFrame, info: TaskInfo, metrics: list[str], ratio: 
         )
         return f"{ours} / {peer}"
 
-    pairs = pairs.assign(pair=pairs.apply(label, axis=1))
-    task_params = expand_params(pairs, "task_params", "task")
-    settings = varying(task_params)
-    pairs = pd.concat([pairs, task_params[settings]], axis=1)
-    own = pairs["task_params"].map(json.loads)
-    pairs = pairs.assign(
-        column=[
-            _column_name(m, x, v, p)
-            for m, x, v, p in zip(
-                pairs["metric"], pairs["x_name"], pairs["x_value"], own, strict=True
-            )
-        ]
-    )
-    keys = ["pair", MACHINE, "dtype", *settings]
-    pairs = key_columns(pairs, keys)
-    base = {c: m for c, m in zip(pairs["column"], pairs["metric"], strict=True)}
-    columns = sorted(set(pairs["column"]), key=lambda c: (metrics.index(base[c]), c))
+    return pairs.apply(label, axis=1)
 
+
+def _pair_headers(
+    info: TaskInfo, settings: list[str], columns: dict[str, str], ratio: bool
+) -> list[Column]:
+    """The comparison table's columns: the pair, machine, dtype, the settings that differ, then
+    one per value column (column → the metric it shows), described as a ratio or side by side."""
     headers = [
         Column("pair", "ours / peer" if ratio else "ours vs peer", "Our variant and its peer"),
         Column(MACHINE, MACHINE, "Hardware (and threads on CPU): both rows measured here"),
         Column("dtype", "dtype"),
         *[Column(k, k) for k in settings],
     ]
-    for c in columns:
-        declared = info.metric(base[c])
+    for c, metric in columns.items():
+        declared = info.metric(metric)
         desc = declared.description if declared else ""
         unit = f" ({declared.unit})" if declared and declared.unit else ""
         if ratio:
@@ -256,41 +279,38 @@ def _task_table(pairs: pd.DataFrame, info: TaskInfo, metrics: list[str], ratio: 
         else:
             what = f"ours vs peer, {c}{unit}; sorted by ours − peer. {desc}"
         headers.append(Column(c, c, what, declared.higher_is_better if declared else None))
-    table = Table(columns=headers)
-    for key, group in pairs.groupby(keys, sort=True):
-        key = key if isinstance(key, tuple) else (key,)
-        cells = [Cell(str(k), _sortable(k)) for k in key]
-        by_column = group.set_index("column")
-        for c in columns:
-            if c not in by_column.index:
-                cells.append(Cell("–", math.inf))
-                continue
-            row = by_column.loc[c]
-            if isinstance(row, pd.DataFrame):  # several peer/our configurations agree: first
-                row = row.iloc[0]
-            ours, peer = float(row["value_ours"]), float(row["value_peer"])
-            if ratio:
-                value = ours / peer if peer else math.nan
-                text = (
-                    f"{format_value(value)} ({format_value(ours)} / {format_value(peer)})"
-                    if not math.isnan(value)
-                    else f"– ({format_value(ours)} / {format_value(peer)})"
-                )
-                cell = Cell(text, value if not math.isnan(value) else math.inf)
-            else:
-                seeds = f"{int(row['seeds_ours'])} / {int(row['seeds_peer'])} seeds"
-                text = f"{format_value(ours)} vs {format_value(peer)} ({seeds})"
-                cell = Cell(text, ours - peer)
-            sides = [side for side in ("ours", "peer") if row[f"unsteady_{side}"]]
-            if sides:
-                cell.text = UNSTEADY_MARK + cell.text
-                cell.note = (
-                    f"the timing of {' and '.join(sides)} is unsteady: its samples never "
-                    "settled within the time cap"
-                )
-            cells.append(cell)
-        table.rows.append(cells)
-    return table
+    return headers
+
+
+def _pair_cell(by_column: pd.DataFrame, column: str, ratio: bool) -> Cell:
+    """One pair's cell in ``column`` (``by_column``: the pair's values, indexed by column): ours /
+    peer, or the two side by side; marked where either side's timing is unsteady."""
+    if column not in by_column.index:
+        return Cell("–", math.inf)
+    row = by_column.loc[column]
+    if isinstance(row, pd.DataFrame):  # several peer/our configurations agree: first
+        row = row.iloc[0]
+    ours, peer = float(row["value_ours"]), float(row["value_peer"])
+    if ratio:
+        value = ours / peer if peer else math.nan
+        text = (
+            f"{format_value(value)} ({format_value(ours)} / {format_value(peer)})"
+            if not math.isnan(value)
+            else f"– ({format_value(ours)} / {format_value(peer)})"
+        )
+        cell = Cell(text, value if not math.isnan(value) else math.inf)
+    else:
+        seeds = f"{int(row['seeds_ours'])} / {int(row['seeds_peer'])} seeds"
+        text = f"{format_value(ours)} vs {format_value(peer)} ({seeds})"
+        cell = Cell(text, ours - peer)
+    sides = [side for side in ("ours", "peer") if row[f"unsteady_{side}"]]
+    if sides:
+        cell.text = UNSTEADY_MARK + cell.text
+        cell.note = (
+            f"the timing of {' and '.join(sides)} is unsteady: its samples never "
+            "settled within the time cap"
+        )
+    return cell
 
 
 def _sortable(value: object) -> float | str:

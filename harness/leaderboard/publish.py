@@ -11,8 +11,8 @@ A leaderboard folder is meant to be uploaded as it is, so what lands in it is de
   says what is wrong in one sentence (`SiteError`) before anything is written.
 - **Which records.** `copy_records` publishes a file of ``results/runs/`` only if it is a regular
   file (a link could publish any file the builder can read), named ``<run_id>.json`` with a
-  run_id of the hash form (`harness.records.is_run_id`), a valid record
-  (`harness.records.read_record`) whose own run_id is that name, and a run of the table being
+  run_id of the hash form (`harness.jobs.records.is_run_id`), a valid record
+  (`harness.jobs.records.read_record`) whose own run_id is that name, and a run of the table being
   published. The bytes checked are the bytes published: the file is opened once without
   following links and its contents are validated in the site folder before they take the
   record's name. A ``runs/`` folder that links out of the results folder is not read at all.
@@ -28,8 +28,8 @@ import stat
 import tempfile
 from pathlib import Path
 
-from attnbench.harness.paths import too_long
-from attnbench.harness.records import attempt_run_id, is_run_id, read_record, runs_dir
+from attnbench.harness.jobs.paths import too_long
+from attnbench.harness.jobs.records import attempt_run_id, is_run_id, read_record, runs_dir
 
 log = logging.getLogger(__name__)
 

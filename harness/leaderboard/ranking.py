@@ -9,8 +9,8 @@ its quality runs (one thread each under joblib) and its timings (two threads) to
 when its task's headline is the cost metric the task declares (`TaskInfo.cost_metric`, e.g.
 throughput's ratio to dense SDPA), else a *quality* column. Why not one number over both: any
 single score trades quality for speed at an exchange rate the page would have to invent (is
-0.1 of recall worth 2× the latency?), and issue #24's board showed what an average over
-whatever columns a row happens to have does: a variant timed but never trained ranked first.
+0.1 of recall worth 2× the latency?), and an average over whatever columns a row happens to
+have can rank first a variant that was timed but never trained.
 So the overview's rank is the **quality rank**: the mean win rate over the quality columns,
 given only to the entries ranked in *the same set* of quality columns, namely the set with the
 most columns (ties: the one more entries share) within each machine and dtype. An entry ranked
@@ -39,11 +39,10 @@ An entry's win rate in a task is its mean score over the task's contests, each c
 divided by the number of opponents; its aggregate is the mean over the *tasks* of its win rates
 in their quality columns, a task split into several columns (its modes, `columns`) averaging
 them first: **each task has one vote**, however many columns it shows, so a task does not weigh
-more for measuring several things (issue #24's board gave in-context regression's three modes
-three votes of five, and put decay first on them). Ranks are within a machine and dtype ("min"
-method: ties share a rank).
+more for measuring several things. Ranks are within a machine and dtype ("min" method: ties share
+a rank).
 Headline metrics without a direction (e.g. concentration's S(x)) are shown but not ranked.
-Values and their spread (seed std, else the recorded IQR) come from `harness.metric_points`.
+Values and their spread (seed std, else the recorded IQR) come from `harness.results.metric_points`.
 
 Entries that never met (no shared contest) are not compared; an entry's aggregate averages the
 quality tasks it was ranked in, and it gets a quality rank only with the full set (above).
@@ -67,7 +66,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from attnbench.harness.metric_points import POINT, point_stats, unsteady_rows
+from attnbench.harness.results.metric_points import POINT, point_stats, unsteady_rows
 
 TIE_RTOL = 1e-9
 TIE_Z = 2.0  # a difference within TIE_Z combined standard errors is a tie
@@ -209,6 +208,53 @@ def hardware_of(entry: tuple) -> tuple[str, str]:
 def standings(frame: pd.DataFrame, headlines: list[Headline]) -> Standings | None:
     """Win rates and ranks of the ok run rows of ``frame`` (see the module docstring); None when
     no headline has results."""
+    judged = _judged(frame, headlines)
+    every = judged.every
+    headlines = [
+        h for h in headlines if ((every["task"] == h.task) & (every["metric"] == h.metric)).any()
+    ]
+    if not headlines:
+        return None
+    entries = every[every["task"].isin([h.task for h in headlines])][ENTRY].drop_duplicates()
+    entries = entries.sort_values(ENTRY).set_index(ENTRY).index
+    tasks = _TaskResults()
+    for h in headlines:
+        _add_task(tasks, h, judged)
+    quality = _quality_rank(headlines, tasks.rates)
+    return Standings(
+        entries=entries,
+        headlines=headlines,
+        values=tasks.values,
+        task_ranks=tasks.task_ranks,
+        aggregate=quality.aggregate,
+        overall=quality.overall,
+        unsteady=tasks.unsteady,
+        steady_values=tasks.steady_values,
+        compared=quality.compared,
+        ranked_in=quality.ranked_in,
+    )
+
+
+@dataclass
+class _Judged:
+    """The run rows and their points, with the untrusted timings told apart.
+
+    Attributes:
+        runs: The run rows (no derived rows).
+        left_out: Per row of ``runs``, whether it is an unsteady timing, or one of a kernel
+            outside its error tolerance, of a headline that declares the flag.
+        every: The points of every run row.
+        stats: The points of the rows not left out: what competes.
+    """
+
+    runs: pd.DataFrame
+    left_out: pd.Series
+    every: pd.DataFrame
+    stats: pd.DataFrame
+
+
+def _judged(frame: pd.DataFrame, headlines: list[Headline]) -> _Judged:
+    """The run rows of ``frame`` and their points, judged by the flags the ``headlines`` name."""
     runs = frame[~frame["derived"].astype(bool)]
     flagged = [
         (h.task, h.metric, flag)
@@ -219,35 +265,58 @@ def standings(frame: pd.DataFrame, headlines: list[Headline]) -> Standings | Non
     left_out = unsteady_rows(runs, flagged)
     every = point_stats(runs, MACHINE_POINT)
     stats = point_stats(runs[~left_out], MACHINE_POINT) if left_out.any() else every
-    headlines = [
-        h for h in headlines if ((every["task"] == h.task) & (every["metric"] == h.metric)).any()
-    ]
-    if not headlines:
-        return None
-    entries = every[every["task"].isin([h.task for h in headlines])][ENTRY].drop_duplicates()
-    entries = entries.sort_values(ENTRY).set_index(ENTRY).index
-    values, task_ranks, rates, unsteady, steady_values = {}, {}, {}, {}, {}
-    for h in headlines:
-        points, every_point = (
-            table[(table["task"] == h.task) & (table["metric"] == h.metric)].set_index(
-                [*ENTRY, *SETTING]
-            )
-            for table in (stats, every)
-        )  # the steady (or unjudged) values compete; every value is shown where none is left
-        means = [p[["mean", "spread"]].groupby(level=ENTRY).mean() for p in (points, every_point)]
-        only_unsteady = means[1][~means[1].index.isin(means[0].index)]
-        shown = pd.concat([means[0], only_unsteady])
-        values[h.task] = (shown["mean"], shown["spread"])
-        mine = runs[left_out & (runs["task"] == h.task) & (runs["metric"] == h.metric)]
-        if not mine.empty:
-            unsteady[h.task] = mine.groupby(ENTRY).size()
-            steady_values[h.task] = points["n"].groupby(level=ENTRY).sum()
-        if h.higher_is_better is not None:
-            rate = task_win_rates(points["mean"], h.higher_is_better, uncertainty(points))
-            if rate.empty:  # no contest had two entries: nothing to rank in this task
-                continue
-            rates[h.task] = rate
-            task_ranks[h.task] = rank_within_hardware(rate)
+    return _Judged(runs, left_out, every, stats)
+
+
+@dataclass
+class _TaskResults:
+    """Per task (column): the fields of the same names of `Standings`, and ``rates``, its win
+    rates (ranked tasks with a contest only)."""
+
+    values: dict[str, tuple[pd.Series, pd.Series]] = field(default_factory=dict)
+    task_ranks: dict[str, pd.Series] = field(default_factory=dict)
+    rates: dict[str, pd.Series] = field(default_factory=dict)
+    unsteady: dict[str, pd.Series] = field(default_factory=dict)
+    steady_values: dict[str, pd.Series] = field(default_factory=dict)
+
+
+def _add_task(tasks: _TaskResults, h: Headline, judged: _Judged) -> None:
+    """Enter the values, left-out counts, win rates and ranks of the column of ``h``."""
+    points, every_point = (
+        table[(table["task"] == h.task) & (table["metric"] == h.metric)].set_index(
+            [*ENTRY, *SETTING]
+        )
+        for table in (judged.stats, judged.every)
+    )  # the steady (or unjudged) values compete; every value is shown where none is left
+    means = [p[["mean", "spread"]].groupby(level=ENTRY).mean() for p in (points, every_point)]
+    only_unsteady = means[1][~means[1].index.isin(means[0].index)]
+    shown = pd.concat([means[0], only_unsteady])
+    tasks.values[h.task] = (shown["mean"], shown["spread"])
+    runs = judged.runs
+    mine = runs[judged.left_out & (runs["task"] == h.task) & (runs["metric"] == h.metric)]
+    if not mine.empty:
+        tasks.unsteady[h.task] = mine.groupby(ENTRY).size()
+        tasks.steady_values[h.task] = points["n"].groupby(level=ENTRY).sum()
+    if h.higher_is_better is not None:
+        rate = task_win_rates(points["mean"], h.higher_is_better, uncertainty(points))
+        if not rate.empty:  # else no contest had two entries: nothing to rank in this task
+            tasks.rates[h.task] = rate
+            tasks.task_ranks[h.task] = rank_within_hardware(rate)
+
+
+@dataclass
+class _QualityRank:
+    """The fields of the same names of `Standings`."""
+
+    aggregate: pd.Series
+    overall: pd.Series
+    compared: dict[tuple[str, str], tuple[str, ...]]
+    ranked_in: pd.Series
+
+
+def _quality_rank(headlines: list[Headline], rates: dict[str, pd.Series]) -> _QualityRank:
+    """The aggregate over the quality columns' win ``rates`` (one vote per task) and the quality
+    rank of the entries ranked in the compared set of columns (module docstring)."""
     quality = [h.task for h in headlines if not h.cost and h.task in rates]
     group = {h.task: h.group or h.task for h in headlines}
     by_task = pd.concat({t: rates[t] for t in quality}, axis=1) if quality else pd.DataFrame()
@@ -265,18 +334,8 @@ def standings(frame: pd.DataFrame, headlines: list[Headline]) -> Standings | Non
         index=ranked_in.index,
         dtype=bool,
     )
-    return Standings(
-        entries=entries,
-        headlines=headlines,
-        values=values,
-        task_ranks=task_ranks,
-        aggregate=aggregate,
-        overall=rank_within_hardware(aggregate[like_with_like]) if quality else aggregate,
-        unsteady=unsteady,
-        steady_values=steady_values,
-        compared=compared,
-        ranked_in=ranked_in,
-    )
+    overall = rank_within_hardware(aggregate[like_with_like]) if quality else aggregate
+    return _QualityRank(aggregate, overall, compared, ranked_in)
 
 
 def compared_columns(ranked_in: pd.Series) -> dict[tuple[str, str], tuple[str, ...]]:

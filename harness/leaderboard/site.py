@@ -1,23 +1,21 @@
 """Build the leaderboard site from the results table (see the package docstring).
 
 Everything shown comes from the table and the task descriptions in its metadata
-(`harness.collect.read_table`): no task or variant is imported, so the page builds where the
+(`harness.results.collect.read_table`): no task or variant is imported, so the page builds where the
 plugins that produced the results are not installed, and without torch.
 
 Bad input is refused before anything is written, in one sentence with exit status 2: a missing
 results folder, a site folder that cannot or must not be written (`publish.check_paths`), and a
-table that is corrupt or of an older layout (`harness.table_file`). A results folder with no
+table that is corrupt or of an older layout (`harness.results.table_file`). A results folder with no
 records yet still gets a page that says how to produce some.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
 import shutil
-import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -26,9 +24,7 @@ import jinja2
 import pandas as pd
 from plotly.offline import get_plotlyjs
 
-from attnbench.harness.collect import COLUMNS, TABLE_NAME, collect, uncollected
-from attnbench.harness.fit_quality import EXPONENT_RANGE, MAX_HALF_WIDTH, RELIABLE_SUFFIX
-from attnbench.harness.interrupt import quiet_when_the_reader_leaves
+from attnbench.harness.jobs.records import atomic_write_text, runs_dir
 from attnbench.harness.leaderboard.charts import (
     Chart,
     CurveExtras,
@@ -54,11 +50,10 @@ from attnbench.harness.leaderboard.tables import (
 )
 from attnbench.harness.leaderboard.tradeoffs import tradeoff_charts
 from attnbench.harness.leaderboard.tuning import Choice, select_tuned, tuning_table
-from attnbench.harness.outcome import INTERRUPTED
-from attnbench.harness.records import atomic_write_text, runs_dir
-from attnbench.harness.strict import add_strict_flag, bad_records, report_bad_records
-from attnbench.harness.table_file import TableError, load
-from attnbench.harness.task_info import TaskInfo
+from attnbench.harness.results.collect import COLUMNS, TABLE_NAME, collect, uncollected
+from attnbench.harness.results.fit_quality import EXPONENT_RANGE, MAX_HALF_WIDTH, RELIABLE_SUFFIX
+from attnbench.harness.results.table_file import load
+from attnbench.task_info import TaskInfo
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +79,7 @@ class TaskSection:
 
 def _metric_info(info: TaskInfo | None) -> dict[str, tuple[str, bool | None]]:
     """metric → (description, higher_is_better), declared metrics first, then fit metrics and
-    each fit's reliability mark (`harness.fit_quality`)."""
+    each fit's reliability mark (`harness.results.fit_quality`)."""
     if info is None:
         return {}
     described = {m.name: (m.description, m.higher_is_better) for m in info.all_metrics()}
@@ -101,7 +96,8 @@ def _metric_info(info: TaskInfo | None) -> dict[str, tuple[str, bool | None]]:
 def _fit_notes(rows: pd.DataFrame, info: TaskInfo | None, metric: str, x_name: str) -> dict:
     """variant → " · ∝ x^1.02": the fitted exponent of ``metric`` along ``x_name``, for the legend
     of its curve chart (only where a variant has one such fit), or " · fit unreliable" where
-    `harness.fit_quality` marked it so: a legend never states an exponent nobody should believe."""
+    `harness.results.fit_quality` marked it so: a legend never states an exponent nobody should
+    believe."""
     notes: dict[str, str] = {}
     for fit in info.scaling_fits if info else []:
         if (fit.metric, fit.axis) != (metric, x_name):
@@ -438,6 +434,38 @@ def build_site(
     out = Path(out_dir) if out_dir is not None else results_dir / "leaderboard"
     check_paths(results_dir, out)
     table_path = results_dir / TABLE_NAME
+    _bring_up_to_date(results_dir, table_path)
+    frame, infos = load(table_path, COLUMNS)[:2] if table_path.exists() else (pd.DataFrame(), {})
+    _start_site(out)
+    published: set[str] = set()
+    n_stale = 0
+    if not frame.empty:
+        published = _publish_table(frame, table_path, results_dir, out)
+        frame, n_stale = _shown(frame, include_stale)
+    html = (
+        _environment()
+        .get_template("index.html.j2")
+        .render(
+            results_dir=str(results_dir),
+            **_page(frame, infos, published),
+            n_stale=n_stale,
+            unsteady_mark=UNSTEADY_MARK,
+            include_stale=include_stale,
+            plotly_js=PLOTLY_JS,
+        )
+    )
+    index = out / "index.html"
+    atomic_write_text(index, html)
+    return index
+
+
+def _bring_up_to_date(results_dir: Path, table_path: Path) -> None:
+    """Collect the records of ``results_dir`` where it has records but no table, or records the
+    table does not hold yet (`_collect_first`).
+
+    Raises:
+        SiteError: the folder has records but no table, and collecting them failed.
+    """
     if not table_path.exists() and runs_dir(results_dir).is_dir():
         try:
             collect(results_dir)
@@ -448,132 +476,72 @@ def build_site(
             ) from None
     elif table_path.exists() and (n_new := uncollected(results_dir)):
         _collect_first(results_dir, n_new)
-    frame, infos = load(table_path, COLUMNS)[:2] if table_path.exists() else (pd.DataFrame(), {})
 
+
+def _start_site(out: Path) -> None:
+    """Create the site folder with its mark (`publish.SITE_MARK`) and Plotly's JavaScript."""
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / SITE_MARK, "Written by attnbench-leaderboard: its site folder.\n")
     if not (out / PLOTLY_JS).exists():
         atomic_write_text(out / PLOTLY_JS, get_plotlyjs())
-    published: set[str] = set()
-    n_stale = 0
-    if not frame.empty:
-        shutil.copyfile(table_path, out / "results.parquet")
-        frame.to_csv(out / "results.csv", index=False)
-        runs = set(frame.loc[~frame["derived"].astype(bool), "run_id"].dropna())
-        published = copy_records(results_dir, out / "runs", runs)
-        frame, n_stale = _shown(frame, include_stale)
+
+
+def _publish_table(frame: pd.DataFrame, table_path: Path, results_dir: Path, out: Path) -> set[str]:
+    """Copy the table beside the page (parquet and CSV) and the valid records of its runs
+    (`publish.copy_records`); returns the run_ids whose records were published."""
+    shutil.copyfile(table_path, out / "results.parquet")
+    frame.to_csv(out / "results.csv", index=False)
+    runs = set(frame.loc[~frame["derived"].astype(bool), "run_id"].dropna())
+    return copy_records(results_dir, out / "runs", runs)
+
+
+def _page(frame: pd.DataFrame, infos: dict[str, TaskInfo], published: set[str]) -> dict:
+    """The template's values that come from the shown rows ``frame`` (see `_shown`)."""
     every_run = frame  # before tuning keeps only the winning values: failures of all are listed
     frame, choices = select_tuned(frame, infos) if not frame.empty else (frame, [])
     # ours vs theirs from the plain names; then every library variant is named with its library
     peers = peer_section(frame, infos) if not frame.empty else None
     frame = labelled(frame)
-    colours = variant_colours(frame["variant"]) if not frame.empty else {}  # one per variant
+    page = {"empty": frame.empty, "peers": peers}
+    if frame.empty:
+        return {
+            **page,
+            "sections": [],
+            "overview": None,
+            "cost_charts": [],
+            "unfinished": None,
+            "unsupported": "",
+            "provenance": None,
+            "n_runs": 0,
+            "n_unsteady": _count_unsteady(frame, infos),
+            "n_tuned_out": 0,
+        }
+    return {**page, **_contents(frame, every_run, infos, published, choices)}
+
+
+def _contents(
+    frame: pd.DataFrame,
+    every_run: pd.DataFrame,
+    infos: dict[str, TaskInfo],
+    published: set[str],
+    choices: list[Choice],
+) -> dict:
+    """The template's values of a page with results: ``frame`` the rows shown after tuning,
+    ``every_run`` the rows before it."""
+    colours = variant_colours(frame["variant"])  # one per variant
     columns = overview_columns(frame, infos)
-    families = (
-        frame.groupby("variant")["variant_family"].first().dropna().to_dict()
-        if not frame.empty
-        else {}
-    )
-    html = (
-        _environment()
-        .get_template("index.html.j2")
-        .render(
-            empty=frame.empty,
-            results_dir=str(results_dir),
-            sections=_sections(frame, infos, published, choices, colours)
-            if not frame.empty
-            else [],
-            overview=overview(columns.frame, columns.headlines, families)
-            if not frame.empty
-            else None,
-            cost_charts=tradeoff_charts(frame, columns, infos, colours) if not frame.empty else [],
-            peers=peers,
-            # a library that cannot run here is listed with the peers as unavailable, not here
-            unfinished=(
-                unfinished_table(labelled(every_run)[~unavailable(every_run)])
-                if not frame.empty
-                else None
-            ),
-            unsupported=(
-                unsupported_line(labelled(every_run)[~unavailable(every_run)])
-                if not frame.empty
-                else ""
-            ),
-            provenance=_provenance(frame) if not frame.empty else None,
-            n_runs=frame.loc[~frame["derived"], "run_id"].nunique() if not frame.empty else 0,
-            n_stale=n_stale,
-            n_unsteady=_count_unsteady(frame, infos),
-            unsteady_mark=UNSTEADY_MARK,
-            n_tuned_out=(
-                every_run.loc[~every_run["derived"], "run_id"].nunique()
-                - frame.loc[~frame["derived"], "run_id"].nunique()
-                if not frame.empty
-                else 0
-            ),
-            include_stale=include_stale,
-            plotly_js=PLOTLY_JS,
-        )
-    )
-    index = out / "index.html"
-    atomic_write_text(index, html)
-    return index
-
-
-@quiet_when_the_reader_leaves
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``attnbench-leaderboard`` (see `_main`): Ctrl-C is one line and exit status
-    130, not a traceback; every write is atomic, so what it leaves is whole."""
-    try:
-        return _main(argv)
-    except KeyboardInterrupt:
-        print(
-            "attnbench-leaderboard: interrupted by Ctrl-C; each file it wrote is whole, but the "
-            "site may mix two builds (build it again).",
-            file=sys.stderr,
-        )
-        return INTERRUPTED
-
-
-def _main(argv: list[str] | None = None) -> int:
-    """Entry point of ``attnbench-leaderboard [RESULTS_DIR] [-o OUT_DIR]``."""
-    parser = argparse.ArgumentParser(
-        prog="attnbench-leaderboard", description="Build the static leaderboard site."
-    )
-    parser.add_argument(
-        "results_dir",
-        nargs="?",
-        default="results",
-        help="folder with results.parquet / runs/ (default: results)",
-    )
-    parser.add_argument(
-        "-o",
-        "--out",
-        default=None,
-        help="site folder, not the results folder or its runs/ (default RESULTS_DIR/leaderboard)",
-    )
-    parser.add_argument(
-        "--include-stale",
-        action="store_true",
-        help="also show runs of older code (default: only runs of the installed code)",
-    )
-    add_strict_flag(parser, reads_records=True)
-    args = parser.parse_args(argv)
-    for value, what in ((args.results_dir, "the results folder"), (args.out, "-o")):
-        if value is not None and not value.strip():  # Path("") is the working folder
-            print(f"attnbench-leaderboard: {what} is empty; give a folder.", file=sys.stderr)
-            return 2
-    try:
-        index = build_site(args.results_dir, args.out, include_stale=args.include_stale)
-    except (SiteError, TableError) as exc:
-        print(f"attnbench-leaderboard: {exc}", file=sys.stderr)
-        return 2
-    if not (Path(args.results_dir) / TABLE_NAME).exists():
-        print(
-            f"attnbench-leaderboard: no results yet in {args.results_dir}; run "
-            "`attnbench -m sweep=quick` first. Wrote an empty page:",
-            file=sys.stderr,
-        )
-    print(index.resolve())
-    if args.strict:  # the page is built from the valid records; the status names the others
-        return report_bad_records("attnbench-leaderboard", bad_records(args.results_dir))
-    return 0
+    families = frame.groupby("variant")["variant_family"].first().dropna().to_dict()
+    # a library that cannot run here is listed with the peers as unavailable, not here
+    not_unavailable = labelled(every_run)[~unavailable(every_run)]
+    n_runs = frame.loc[~frame["derived"], "run_id"].nunique()
+    return {
+        "sections": _sections(frame, infos, published, choices, colours),
+        "overview": overview(columns.frame, columns.headlines, families),
+        "cost_charts": tradeoff_charts(frame, columns, infos, colours),
+        "unfinished": unfinished_table(not_unavailable),
+        "unsupported": unsupported_line(not_unavailable),
+        "provenance": _provenance(frame),
+        "n_runs": n_runs,
+        "n_unsteady": _count_unsteady(frame, infos),
+        "n_tuned_out": every_run.loc[~every_run["derived"], "run_id"].nunique() - n_runs,
+    }

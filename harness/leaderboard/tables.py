@@ -1,7 +1,7 @@
 """Tables of the leaderboard: per-task result tables and the list of unfinished runs.
 
-Everything here works on the tidy results table (see `harness.collect`) and returns plain data;
-rendering is the template's job.
+Everything here works on the tidy results table (see `harness.results.collect`) and returns plain
+data; rendering is the template's job.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from attnbench.harness.records import is_run_id
+from attnbench.harness.jobs.records import is_run_id
 
 ARROWS = {True: "↑", False: "↓"}
 
@@ -33,7 +33,7 @@ class Column:
         return ARROWS.get(self.higher_is_better, "")
 
 
-UNSTEADY_MARK = "~"  # before a value that rests on unsteady timings (harness.timing)
+UNSTEADY_MARK = "~"  # before a value that rests on unsteady timings (attnbench.toolkit.timing)
 INACCURATE_MARK = "✗"  # before a timing of a kernel outside its declared error tolerance
 
 
@@ -161,8 +161,9 @@ def task_table(
         run_link: Format of a link to a run's record (``{run_id}``); adds a "runs" column whose
             cell links every run behind the row (config, seed, commit, versions, machine).
         linked: The run_ids whose records are there to link (default: all). Whatever the
-            default, only a run_id of the hash form becomes a link (`harness.records.is_run_id`):
-            the table is input, and ``../../x`` or a quote must not become a path or an href.
+            default, only a run_id of the hash form becomes a link
+            (`harness.jobs.records.is_run_id`): the table is input, and ``../../x`` or a quote
+            must not become a path or an href.
         steadiness: metric → its 0/1 steadiness flag metric (`TaskInfo.steadiness`). A value
             whose row has the flag below 1 (a seed's timing was unsteady) is marked with
             UNSTEADY_MARK and a note, and is never the best of its group; rows without the
@@ -171,6 +172,46 @@ def task_table(
             kernel erred beyond its declared tolerance in a seed is marked with INACCURATE_MARK
             and a note, and is never the best of its group.
     """
+    wide = _wide(ok)
+    metrics = _metric_order(wide.metric_columns, metric_info)
+    table = Table(columns=_task_columns(wide.keys, metrics, metric_info, run_link is not None))
+    means = wide.means
+    steady = {m: _steady_share(means, m, _base(m), steadiness or {}) for m in metrics}
+    accurate = {m: _steady_share(means, m, _base(m), accuracy or {}) for m in metrics}
+    group_keys = ["machine", "dtype", *wide.settings]
+    best = _best_rows(means, metrics, metric_info, group_keys, (steady, accurate))
+    for i, row in means.iterrows():
+        cells = [Cell(str(row[k]), _sortable(row[k])) for k in wide.keys]
+        cells += [
+            _value_cell(row[m], steady[m][i], i in best.get(m, ()), accurate[m][i]) for m in metrics
+        ]
+        if run_link is not None:
+            cells.append(_runs_cell(wide, row, run_link, linked))
+        table.rows.append(cells)
+    return table
+
+
+@dataclass
+class _Wide:
+    """A task table's values: one row per key, one column per metric column.
+
+    Attributes:
+        means: The key columns, then each metric column's mean over seeds; rows sorted by key.
+        metric_columns: The metric columns (a metric, or "metric (mean over x)").
+        keys: variant, its varying parameters, machine, dtype, the varying task parameters.
+        settings: The varying task parameters.
+        runs: key → the run_ids behind it.
+    """
+
+    means: pd.DataFrame
+    metric_columns: list[str]
+    keys: list[str]
+    settings: list[str]
+    runs: pd.Series
+
+
+def _wide(ok: pd.DataFrame) -> _Wide:
+    """The values of the rows of ``ok`` with a metric, by key and metric column."""
     ok = ok[ok["metric"].notna()]
     task_params = expand_params(ok, "task_params", "task")
     variant_params = expand_params(ok, "variant_params", "variant")
@@ -182,53 +223,82 @@ def task_table(
     frame["metric"] = _column_names(ok, task_params)
     wide = frame.pivot_table(index=keys, columns="metric", values="value", aggfunc="mean")
     runs = frame.groupby(keys)["run_id"].unique()
+    means = wide.reset_index().sort_values(keys, key=_numbers_first, ignore_index=True)
+    return _Wide(means, list(wide.columns), keys, setting_cols, runs)
+
+
+def _base(column: str) -> str:
+    """The metric behind a table column ("metric (mean over x)" or the metric itself)."""
+    return column.split(" (mean over ")[0]
+
+
+def _column_info(
+    metric_info: dict[str, tuple[str, bool | None]], column: str
+) -> tuple[str, bool | None]:
+    """(description, higher_is_better) of the metric behind ``column``."""
+    return metric_info.get(_base(column), ("", None))
+
+
+def _metric_order(columns: list[str], metric_info: dict[str, tuple[str, bool | None]]) -> list:
+    """The metric columns in table order: declared metrics in declaration order, each before its
+    curve mean; the rest by name."""
     order = list(metric_info)
-
-    def base(column: str) -> str:  # the metric behind a "metric (mean over x)" column
-        return column.split(" (mean over ")[0]
-
-    def info(column: str) -> tuple[str, bool | None]:
-        return metric_info.get(base(column), ("", None))
-
-    # declared metrics in declaration order, each before its curve mean; the rest by name
-    metrics = sorted(
-        wide.columns,
-        key=lambda c: (order.index(base(c)) if base(c) in metric_info else len(order), c),
+    return sorted(
+        columns,
+        key=lambda c: (order.index(_base(c)) if _base(c) in metric_info else len(order), c),
     )
-    columns = [Column(k, k) for k in keys] + [Column(m, m, *info(m)) for m in metrics]
-    if run_link is not None:
+
+
+def _task_columns(
+    keys: list[str],
+    metrics: list[str],
+    metric_info: dict[str, tuple[str, bool | None]],
+    with_runs: bool,
+) -> list[Column]:
+    """A task table's columns: its keys, its metric columns, and the "runs" column if wanted."""
+    columns = [Column(k, k) for k in keys] + [
+        Column(m, m, *_column_info(metric_info, m)) for m in metrics
+    ]
+    if with_runs:
         columns.append(Column("runs", "runs", "The run records behind this row (click to open)"))
-    wide = wide.reset_index().sort_values(keys, key=_numbers_first, ignore_index=True)
-    group_keys = ["machine", "dtype", *setting_cols]
-    steady = {m: _steady_share(wide, m, base(m), steadiness or {}) for m in metrics}
-    accurate = {m: _steady_share(wide, m, base(m), accuracy or {}) for m in metrics}
+    return columns
+
+
+def _best_rows(
+    means: pd.DataFrame,
+    metrics: list[str],
+    metric_info: dict[str, tuple[str, bool | None]],
+    group_keys: list[str],
+    shares: tuple[dict[str, pd.Series], dict[str, pd.Series]],
+) -> dict[str, set[int]]:
+    """metric column → the rows of ``means`` holding the best value among the rows that share
+    ``group_keys``, in the metric's direction (none without one). An unsteady value, or one of
+    an inaccurate kernel (``shares``: steady and accurate share per column), is never the best."""
+    steady, accurate = shares
     best: dict[str, set[int]] = {}
     for m in metrics:
-        direction = info(m)[1]
+        direction = _column_info(metric_info, m)[1]
         if direction is None:
             continue
-        # an unsteady value, or one of an inaccurate kernel, is never the best
-        candidates = wide[m].where(~(steady[m] < 1) & ~(accurate[m] < 1))
-        pick = candidates.groupby([wide[k] for k in group_keys]).transform(
+        candidates = means[m].where(~(steady[m] < 1) & ~(accurate[m] < 1))
+        pick = candidates.groupby([means[k] for k in group_keys]).transform(
             "max" if direction else "min"
         )
-        best[m] = set(wide.index[(candidates == pick) & candidates.notna()])
-    table = Table(columns=columns)
-    for i, row in wide.iterrows():
-        cells = [Cell(str(row[k]), _sortable(row[k])) for k in keys]
-        cells += [
-            _value_cell(row[m], steady[m][i], i in best.get(m, ()), accurate[m][i]) for m in metrics
-        ]
-        if run_link is not None:
-            ids = sorted(runs.loc[tuple(row[k] for k in keys) if len(keys) > 1 else row[keys[0]]])
-            links = [
-                (run_link.format(run_id=r), r[:8])
-                for r in ids
-                if is_run_id(r) and (linked is None or r in linked)
-            ]
-            cells.append(Cell(f"{len(ids)}:", len(ids), links=links))
-        table.rows.append(cells)
-    return table
+        best[m] = set(means.index[(candidates == pick) & candidates.notna()])
+    return best
+
+
+def _runs_cell(wide: _Wide, row: pd.Series, run_link: str, linked: Collection[str] | None) -> Cell:
+    """A row's "runs" cell: how many runs are behind it, with a link to each record that is there
+    to link (``linked``; None: all) and whose run_id is of the hash form."""
+    keys = wide.keys
+    ids = sorted(wide.runs.loc[tuple(row[k] for k in keys) if len(keys) > 1 else row[keys[0]]])
+    links = [
+        (run_link.format(run_id=r), r[:8])
+        for r in ids
+        if is_run_id(r) and (linked is None or r in linked)
+    ]
+    return Cell(f"{len(ids)}:", len(ids), links=links)
 
 
 def _steady_share(wide: pd.DataFrame, column: str, metric: str, steadiness: dict) -> pd.Series:

@@ -26,8 +26,8 @@ from attnbench.harness.leaderboard.charts import Chart, chart, scatter_figure, v
 from attnbench.harness.leaderboard.columns import Columns, stated_position
 from attnbench.harness.leaderboard.ranking import MACHINE, THREADS, Headline
 from attnbench.harness.leaderboard.tables import differing_keys
-from attnbench.harness.metric_points import declared_steadiness, unsteady_rows
-from attnbench.harness.task_info import TaskInfo
+from attnbench.harness.results.metric_points import declared_steadiness, unsteady_rows
+from attnbench.task_info import TaskInfo
 
 DENSITY = "density"  # the scalar metric every task records (see the module docstring)
 DENSITY_TITLE = "density (fraction of query–key pairs scored)"

@@ -36,7 +36,7 @@ from attnbench.harness.leaderboard.tables import (
     differing_keys,
     format_value,
 )
-from attnbench.harness.task_info import TaskInfo
+from attnbench.task_info import TaskInfo
 
 TUNED = "tuned"  # column of the kept rows: the winning values, e.g. "lr=0.003"
 GROUP = ["task", "variant", "variant_params", MACHINE, "dtype", "setting"]

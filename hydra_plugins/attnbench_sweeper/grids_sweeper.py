@@ -24,20 +24,20 @@ by itself in the sweep's own process (Hydra's basic launcher), whatever the conf
 so that with a parallel launcher (joblib) a job that times something never shares the machine
 with another job of the sweep, while the other grids' jobs still run side by side
 (conf/sweep/quick.yaml, standard.yaml). In-process also keeps the per-process set-up a timing job
-reuses (the memory probe, `attnbench.harness.memory`), which a worker process must shut down after
+reuses (the memory probe, `attnbench.toolkit.memory`), which a worker process must shut down after
 every job.
 
 Beyond the basic sweeper, three promises (see ``attnbench --help`` in README.md):
 
 * every job is checked before the first one runs (``job_check``, by default
-  `attnbench.harness.validation.prepare_job`; a ``ValueError`` is one sentence and exit 2), and a
-  job with a finished record is not launched at all (``job_done``);
+  `attnbench.harness.jobs.validation.prepare_job`; a ``ValueError`` is one sentence and exit 2),
+  and a job with a finished record is not launched at all (``job_done``);
 * every job's result is checked after its batch, as Hydra's basic sweeper does by reading each
   ``JobReturn.return_value``, but a job that raised does not end the sweep: the other jobs run,
-  the callbacks still collect, and the failure is reported through `attnbench.harness.outcome`
+  the callbacks still collect, and the failure is reported through `attnbench.harness.jobs.outcome`
   (the ``attnbench`` command lists it and exits 1);
 * Ctrl-C stops after the running job, a second Ctrl-C at once, and the sweep still ends through
-  Hydra's callbacks (`attnbench.harness.interrupt`).
+  Hydra's callbacks (`attnbench.harness.cli.interrupt`).
 """
 
 # No `from __future__ import annotations` here: Hydra imports plugin modules without entering them
@@ -59,8 +59,8 @@ from hydra.types import HydraContext, TaskFunction
 from hydra.utils import get_method
 from omegaconf import DictConfig, OmegaConf
 
-from attnbench.harness.interrupt import SKIPPED, STOP_FILE, GracefulStop, GuardedTask, StopSweep
-from attnbench.harness.outcome import OUTCOME
+from attnbench.harness.cli.interrupt import SKIPPED, STOP_FILE, GracefulStop, GuardedTask, StopSweep
+from attnbench.harness.jobs.outcome import OUTCOME
 
 log = logging.getLogger(__name__)
 RUN_ALONE = "run_alone"  # a grid key: launch each of the grid's jobs in a batch of its own
@@ -74,10 +74,10 @@ class GridsSweeperConf:
     max_batch_size: int | None = None  # jobs handed to the launcher at once; None = all
     grids: list[dict[str, Any]] = field(default_factory=list)  # each a basic-sweeper params dict
     # checks one composed job before any runs: a ValueError refuses the sweep; null = no check
-    job_check: str | None = "attnbench.harness.validation.prepare_job"
+    job_check: str | None = "attnbench.harness.jobs.validation.prepare_job"
     # (composed job, job_check's return) -> whether it finished earlier and is not launched;
     # null = launch every job
-    job_done: str | None = "attnbench.harness.run.finished_earlier"
+    job_done: str | None = "attnbench.harness.jobs.job.finished_earlier"
 
 
 ConfigStore.instance().store(
@@ -209,7 +209,7 @@ class GridsSweeper(BasicSweeper):
         A bad value anywhere in the sweep prints one sentence and exits with status 2, so a
         sweep never stops half-way on bad input. A job finished earlier is not launched: on a
         cluster each launch is a scheduled job and an interpreter start, only for the job to
-        find its record (`harness.run` would skip it too).
+        find its record (`harness.jobs.job` would skip it too).
         """
         if not self.job_check:
             return jobs

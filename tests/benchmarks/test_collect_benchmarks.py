@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from conftest import make_record
 
-from attnbench.harness.collect import collect
-from attnbench.harness.records import write_record
+from attnbench.harness.jobs.records import write_record
+from attnbench.harness.results.collect import collect
 
 N_RECORDS = 1000
 

@@ -2,7 +2,7 @@
 
 Each timed call (a forward, or a forward+backward) is a pytest-benchmark case, so its
 statistics land in pytest-benchmark's table and JSON; `test_speed_targets_hold` measures every
-target as a ratio within interleaved rounds (`attnbench.tasks.speed_targets`) and asserts the
+target as a ratio within interleaved rounds (`attnbench.tasks.throughput.targets`) and asserts the
 bounds. Run on demand:
 
     pytest -o addopts="" tests/benchmarks
@@ -13,8 +13,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnbench.harness.memory import reuse_freed_memory
-from attnbench.tasks.speed_targets import Case, _call, all_targets, format_table, measure
+from attnbench.tasks.throughput.targets import Case, _call, all_targets, format_table, measure
+from attnbench.toolkit.memory import reuse_freed_memory
 
 CASES = sorted(
     {c for t in all_targets() if t.quantity == "time" for c in t.cases()}, key=lambda c: c.key

@@ -10,7 +10,6 @@ import math
 import pandas as pd
 import plotly.graph_objects as go
 
-from attnbench.harness.collect import COLUMNS
 from attnbench.harness.leaderboard.charts import (
     PALETTE,
     CurveExtras,
@@ -20,6 +19,7 @@ from attnbench.harness.leaderboard.charts import (
     scatter_figure,
     variant_colours,
 )
+from attnbench.harness.results.collect import COLUMNS
 
 LINK = '<a href="https://evil.example/q">x</a>'
 IMG = "<img src=x onerror=alert(1)>"

@@ -6,8 +6,9 @@ import pandas as pd
 import pytest
 from conftest import make_record, test_run_id
 
-from attnbench.harness.collect import COLUMNS, collect, main
-from attnbench.harness.records import SCHEMA_VERSION, write_record
+from attnbench.harness.cli.collect import main
+from attnbench.harness.jobs.records import SCHEMA_VERSION, write_record
+from attnbench.harness.results.collect import COLUMNS, collect
 
 DESIGN_COLUMNS = [
     "run_id",
@@ -202,7 +203,7 @@ def test_a_record_of_a_newer_schema_is_reported_and_left_untouched(tmp_path):
 
 def test_records_of_older_code_are_history_not_current(tmp_path):
     _write(tmp_path, "now", metrics=_point(1.0))
-    _write(tmp_path, "edited", metrics=_point(2.0), code_modules={"attnbench.harness.metrics": "0"})
+    _write(tmp_path, "edited", metrics=_point(2.0), code_modules={"attnbench.metrics": "0"})
     _write(tmp_path, "removed", metrics=_point(3.0), code_modules={"attnbench.gone": "0"})
     _write(tmp_path, "unfingerprinted", metrics=_point(4.0), code_modules={})
     summary = collect(tmp_path)
@@ -231,7 +232,7 @@ def test_records_of_a_plugin_not_installed_here_are_current_unless_superseded(tm
         metrics=_point(2.0),
         code_modules=newer_code,
         created_at="2026-01-02T00:00:00+00:00",
-    )  # same job (same JOB columns), newer code
+    )  # same job (same JOB_KEY columns), newer code
     collect(tmp_path)
     current = _table(tmp_path).set_index("run_id")["current"]
     assert current[rid("new")] and not current[rid("old")]
@@ -259,7 +260,7 @@ def test_a_results_folder_that_cannot_be_written_is_one_sentence(tmp_path, capsy
     def refuse(*args, **kwargs):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr("attnbench.harness.collect.FileLock", refuse)
+    monkeypatch.setattr("attnbench.harness.results.collect.FileLock", refuse)
     assert main([str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "cannot write the table" in err and "Traceback" not in err
@@ -292,7 +293,7 @@ def test_a_full_disk_is_said_as_such(tmp_path, capsys, monkeypatch):
     def full(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("attnbench.harness.collect.write_table", full)
+    monkeypatch.setattr("attnbench.harness.results.collect.write_table", full)
     assert main([str(tmp_path)]) == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line.endswith(
@@ -309,7 +310,7 @@ def test_ctrl_c_is_one_line_exit_130_and_leaves_the_table_as_it_was(tmp_path, ca
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("attnbench.harness.collect.pq.write_table", interrupted)
+    monkeypatch.setattr("attnbench.harness.results.collect.pq.write_table", interrupted)
     assert main([str(tmp_path), "--full"]) == 130
     (line,) = capsys.readouterr().err.splitlines()
     assert line == (
@@ -339,7 +340,7 @@ def test_a_copied_results_folder_is_still_collected(tmp_path):
     import os
     import shutil
 
-    from attnbench.harness.collect import uncollected
+    from attnbench.harness.results.collect import uncollected
 
     for i in range(3):
         _write(tmp_path / "a", f"r{i}", metrics=_point(float(i)))

@@ -8,8 +8,9 @@ import pandas as pd
 import pytest
 from conftest import run_cli
 
-from attnbench.harness.collect import COLUMNS
-from attnbench.harness.compare import compare, format_report, main
+from attnbench.harness.cli.compare import main
+from attnbench.harness.results.collect import COLUMNS
+from attnbench.harness.results.compare import compare, format_report
 
 
 def _row(variant, metric, value, higher, seed=0, x=None, status="ok", n=256, **extra):
@@ -363,8 +364,8 @@ def test_timings_without_the_flag_are_judged_as_before():
 def test_the_command_reads_the_flags_from_the_tables_task_descriptions(tmp_path, capsys):
     from conftest import make_record
 
-    from attnbench.harness.collect import collect
-    from attnbench.harness.records import write_record
+    from attnbench.harness.jobs.records import write_record
+    from attnbench.harness.results.collect import collect
     from attnbench.tasks.throughput import Throughput
 
     for name, ms, steady in (("old", 10.0, 1.0), ("new", 20.0, 0.0)):

@@ -11,10 +11,10 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from attnbench.harness.app import CONF_DIR
-from attnbench.harness.config import store_configs
-from attnbench.harness.task_api import TASKS
-from attnbench.harness.variant_api import VARIANTS
+from attnbench.harness.cli.app import CONF_DIR
+from attnbench.harness.jobs.config import store_configs
+from attnbench.task import TASKS
+from attnbench.variant import VARIANTS
 from hydra_plugins.attnbench_sweeper.grids_sweeper import RUN_ALONE
 
 store_configs()

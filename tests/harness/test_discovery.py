@@ -16,7 +16,7 @@ import pytest
 from conftest import REPO, run_cli
 
 from attnbench.harness.discovery import OLD_IMPORTS_HINT, _describe
-from attnbench.harness.variant_api import VARIANTS
+from attnbench.variant import VARIANTS
 
 EXAMPLE = REPO / "examples" / "attnbench-plugin-example"
 
@@ -267,7 +267,7 @@ def test_failing_plugin_warns_in_process(tmp_path, monkeypatch):
     code = textwrap.dedent("""
         import warnings
         from attnbench.harness.discovery import load_plugins, PluginLoadWarning
-        from attnbench.harness.variant_api import VARIANTS
+        from attnbench.variant import VARIANTS
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             failed = load_plugins()

@@ -5,11 +5,10 @@ from __future__ import annotations
 import pytest
 from conftest import make_record
 
-from attnbench.harness.collect import collect, read_table
-from attnbench.harness.fit_quality import FLAT_SLOPE, MAX_HALF_WIDTH, reliable
-from attnbench.harness.records import write_record
-from attnbench.harness.scaling import ScalingFit
-from attnbench.harness.task_info import TaskInfo
+from attnbench.harness.jobs.records import write_record
+from attnbench.harness.results.collect import collect, read_table
+from attnbench.harness.results.fit_quality import FLAT_SLOPE, MAX_HALF_WIDTH, reliable
+from attnbench.task_info import ScalingFit, TaskInfo
 
 DECLARED = TaskInfo(
     name="speedtask",

@@ -6,11 +6,11 @@ from html import escape as html_escape
 import pandas as pd
 from conftest import make_record, test_run_id
 
-from attnbench.harness.collect import collect
+from attnbench.harness.jobs.records import write_record
 from attnbench.harness.leaderboard import build_site
 from attnbench.harness.leaderboard.ranking import with_machine
 from attnbench.harness.leaderboard.tables import task_table
-from attnbench.harness.records import write_record
+from attnbench.harness.results.collect import collect
 from attnbench.tasks.throughput import Throughput
 
 HOSTILE = "<img src=x onerror=alert(1)>"
@@ -237,8 +237,8 @@ def test_overview_with_its_filters_is_on_the_page(tmp_path):
 
 
 def test_curve_chart_draws_bands_and_reference_lines():
-    from attnbench.harness.collect import COLUMNS
     from attnbench.harness.leaderboard.charts import CurveExtras, curve_figure
+    from attnbench.harness.results.collect import COLUMNS
 
     rows = []
     for variant in ("softmax", "linear"):
@@ -275,8 +275,8 @@ def test_curve_chart_draws_each_lines_companion_dashed_in_its_colour():
     """A per-line companion (a variant's own closed form) comes from that line's runs only,
     is dashed in the line's colour, is absent where the runs do not report it, and its label
     (escaped like everything else) says in the subtitle what the dashed lines are."""
-    from attnbench.harness.collect import COLUMNS
     from attnbench.harness.leaderboard.charts import CurveExtras, curve_figure, embeddable_json
+    from attnbench.harness.results.collect import COLUMNS
 
     rows = []
     for variant, own in (("softmax", 0.9), ("relu2", 0.4), ("window", None)):
@@ -324,7 +324,7 @@ class Blocked(importlib.abc.MetaPathFinder):
             raise ImportError(f"the leaderboard must not import {name}")
 
 sys.meta_path.insert(0, Blocked())
-from attnbench.harness.leaderboard import main
+from attnbench.harness.cli.leaderboard import main
 sys.exit(main([sys.argv[1]]))
 """
 
@@ -336,8 +336,8 @@ def test_board_builds_from_the_table_alone_without_torch_or_the_plugin(tmp_path)
     import subprocess
     import sys
 
-    from attnbench.harness.metrics import Metric
-    from attnbench.harness.task_info import TaskInfo
+    from attnbench.metrics import Metric
+    from attnbench.task_info import TaskInfo
 
     info = TaskInfo(
         name="plugin_task",
@@ -385,7 +385,7 @@ def _write_stale(tmp_path):
             task_params={"seq_len": 64},
             metrics=[_point("fwd_ms", 9.0, 64, False)],
             task_info=Throughput.describe().to_dict(),
-            code_modules={"attnbench.harness.metrics": "an older digest"},
+            code_modules={"attnbench.metrics": "an older digest"},
         ),
     )
 
@@ -458,8 +458,8 @@ def test_bar_chart_compares_each_variant_with_the_reference_level_per_setting(tm
     runs, each run a marker) and each reference metric as one horizontal level averaged over that
     setting's runs only; the single values never become a curve over one x value, and text from
     the results is escaped."""
-    from attnbench.harness.metrics import Metric
-    from attnbench.harness.task_info import TaskInfo
+    from attnbench.metrics import Metric
+    from attnbench.task_info import TaskInfo
 
     info = TaskInfo(
         name="bars_task",
@@ -570,8 +570,8 @@ def _peer_record(tmp_path, name, variant, seq_len, fwd_ms, peer_of="", library="
 
 
 def _section(tmp_path):
-    from attnbench.harness.collect import read_table
     from attnbench.harness.leaderboard.peers import peer_section
+    from attnbench.harness.results.collect import read_table
 
     collect(tmp_path)
     frame, infos = read_table(tmp_path / "results.parquet")
@@ -678,8 +678,8 @@ def test_an_unavailable_peer_is_listed_as_such_and_not_as_a_failure(tmp_path):
 
 
 def test_a_quality_task_shows_both_values_side_by_side(tmp_path):
-    from attnbench.harness.metrics import Metric
-    from attnbench.harness.task_info import TaskInfo
+    from attnbench.metrics import Metric
+    from attnbench.task_info import TaskInfo
 
     info = TaskInfo(name="quality", headline="accuracy", metrics=[Metric("accuracy", True, "acc")])
     for name, variant, acc, peer_of, lib in (
@@ -808,7 +808,7 @@ def test_widths_along_the_state_axis_are_one_chart_with_a_line_per_variant(tmp_p
 
 
 def _curve_rows(x_name, xs, variants=("softmax",)):
-    from attnbench.harness.collect import COLUMNS
+    from attnbench.harness.results.collect import COLUMNS
 
     rows = [
         {
@@ -871,8 +871,8 @@ def test_scatter_names_each_variant_in_the_legend_and_puts_no_text_on_the_plot()
 
 
 def _modes_info():
-    from attnbench.harness.metrics import Metric
-    from attnbench.harness.task_info import TaskInfo
+    from attnbench.metrics import Metric
+    from attnbench.task_info import TaskInfo
 
     return TaskInfo(
         name="modes_task",
@@ -906,8 +906,8 @@ def test_a_task_with_column_by_gets_a_column_per_value_with_its_own_headline(tmp
     """Rows are relabelled per mode (rows of older records without the parameter stay in the
     task's own column); each column ranks by its declared headline, in sorted order of the
     values."""
-    from attnbench.harness.collect import read_table
     from attnbench.harness.leaderboard.columns import overview_columns
+    from attnbench.harness.results.collect import read_table
 
     _write_modes(
         tmp_path,
@@ -966,7 +966,7 @@ def test_the_overview_shows_each_mode_apart_and_never_their_average(tmp_path):
 def test_every_registered_tasks_columns_name_a_parameter_and_declared_metrics():
     import dataclasses
 
-    from attnbench.harness.task_api import TASKS
+    from attnbench.task import TASKS
 
     for name in TASKS.names():
         task = TASKS.get(name)
@@ -1002,8 +1002,8 @@ def _write_quality(tmp_path, runs, info):
 
 
 def _quality_info():
-    from attnbench.harness.metrics import Metric
-    from attnbench.harness.task_info import TaskInfo
+    from attnbench.metrics import Metric
+    from attnbench.task_info import TaskInfo
 
     return TaskInfo(name="quality", headline="accuracy", metrics=[Metric("accuracy", True, "acc")])
 
@@ -1047,8 +1047,8 @@ def test_a_table_without_density_rows_has_no_density_view(tmp_path):
 
 
 def test_quality_against_cost_and_density_escape_names_and_titles(tmp_path):
-    from attnbench.harness.metrics import Metric
-    from attnbench.harness.task_info import TaskInfo
+    from attnbench.metrics import Metric
+    from attnbench.task_info import TaskInfo
 
     info = TaskInfo(
         name=f"q{HOSTILE}", headline="accuracy", metrics=[Metric("accuracy", True, "acc")]
@@ -1087,7 +1087,7 @@ def test_quality_against_cost_and_density_escape_names_and_titles(tmp_path):
 
 
 def test_every_registered_tasks_steadiness_pairs_declared_metrics():
-    from attnbench.harness.task_api import TASKS
+    from attnbench.task import TASKS
 
     for name in TASKS.names():
         info = TASKS.get(name).describe()
@@ -1312,7 +1312,7 @@ def test_the_cost_axis_is_the_cost_measured_for_the_most_variants():
     import pandas as pd
 
     from attnbench.harness.leaderboard.tradeoffs import _cost_axis
-    from attnbench.harness.task_info import TaskInfo
+    from attnbench.task_info import TaskInfo
 
     def info(name, cost):
         return TaskInfo(name=name, description="", headline=cost, metrics=[], cost_metric=cost)

@@ -12,13 +12,14 @@ import pandas as pd
 import pytest
 from conftest import make_record, run_cli, test_run_id
 
-from attnbench.harness.collect import COLUMNS, collect, write_table
-from attnbench.harness.leaderboard import build_site, main
+from attnbench.harness.cli.leaderboard import main
+from attnbench.harness.jobs.records import Record, record_path, write_record
+from attnbench.harness.leaderboard import build_site
 from attnbench.harness.leaderboard import site as site_module
 from attnbench.harness.leaderboard.ranking import with_machine
 from attnbench.harness.leaderboard.site import RUN_LINK
 from attnbench.harness.leaderboard.tables import task_table
-from attnbench.harness.records import Record, record_path, write_record
+from attnbench.harness.results.collect import COLUMNS, collect, write_table
 
 RUN = {name: test_run_id(name) for name in ["a", "b", "c", "d", "e", "f"]}
 NAME = {run_id: name for name, run_id in RUN.items()}

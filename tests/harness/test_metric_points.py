@@ -6,8 +6,8 @@ import math
 
 import pandas as pd
 
-from attnbench.harness.collect import COLUMNS
-from attnbench.harness.metric_points import point_stats, spread_of, steadiness_flags
+from attnbench.harness.results.collect import COLUMNS
+from attnbench.harness.results.metric_points import point_stats, spread_of, steadiness_flags
 
 
 def _row(metric, value, run_id="r", x=256.0, seed=0):

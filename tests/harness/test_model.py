@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnbench.harness.model import ModelConfig, SequenceModel
+from attnbench.toolkit.model import ModelConfig, SequenceModel
 
 ZOOLOGY = dict(mlp=False, positions=False, short_conv=3, tie_embeddings=True, n_heads=1)
 

@@ -1,10 +1,10 @@
-"""harness.paths: the reason a path or a write fails, in words."""
+"""harness.jobs.paths: the reason a path or a write fails, in words."""
 
 from __future__ import annotations
 
 import errno
 
-from attnbench.harness.paths import NAME_MAX, PATH_MAX, too_long, write_failure
+from attnbench.harness.jobs.paths import NAME_MAX, PATH_MAX, too_long, write_failure
 
 
 def test_a_name_is_too_long_from_one_byte_over_the_limit():

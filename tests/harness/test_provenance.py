@@ -11,10 +11,11 @@ import pandas as pd
 import pytest
 from conftest import make_record, test_run_id
 
-from attnbench.harness import env
-from attnbench.harness.collect import collect, main, read_table
-from attnbench.harness.provenance import per_run_lines, summary_lines
-from attnbench.harness.records import write_record
+from attnbench.harness.cli.collect import main
+from attnbench.harness.jobs import env
+from attnbench.harness.jobs.records import write_record
+from attnbench.harness.results.collect import collect, read_table
+from attnbench.harness.results.provenance import per_run_lines, summary_lines
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -30,7 +31,7 @@ def _git(repo: Path, *args: str) -> None:
 def checkout(tmp_path, monkeypatch):
     """A git checkout laid out like attnbench's, with results/ ignored; `env` reads it."""
     repo = tmp_path / "repo"
-    for name in ("harness/env.py", "tasks/copy.py", "docs/index.md", "results/README.md"):
+    for name in ("harness/jobs/env.py", "tasks/copy.py", "docs/index.md", "results/README.md"):
         (repo / name).parent.mkdir(parents=True, exist_ok=True)
         (repo / name).write_text("x\n")
     (repo / ".gitignore").write_text("results/runs/\n*.pyc\n")
@@ -69,7 +70,7 @@ def test_results_docs_and_ignored_files_are_not_code(checkout):
     [
         (lambda repo: (repo / "tasks" / "copy.py").write_text("y\n"), "tasks/copy.py"),
         (lambda repo: (repo / "tasks" / "new_task.py").write_text("y\n"), "tasks/new_task.py"),
-        (lambda repo: (repo / "harness" / "env.py").unlink(), "harness/env.py"),
+        (lambda repo: (repo / "harness" / "jobs" / "env.py").unlink(), "harness/jobs/env.py"),
     ],
     ids=["modified", "untracked", "deleted"],
 )

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from attnbench.harness.collect import COLUMNS
 from attnbench.harness.leaderboard.overview import overview
 from attnbench.harness.leaderboard.ranking import (
     ENTRY,
@@ -17,7 +16,8 @@ from attnbench.harness.leaderboard.ranking import (
     task_win_rates,
     uncertainty,
 )
-from attnbench.harness.metric_points import POINT, point_stats
+from attnbench.harness.results.collect import COLUMNS
+from attnbench.harness.results.metric_points import POINT, point_stats
 
 HEADLINES = [
     Headline("t_up", "acc", True, "accuracy"),

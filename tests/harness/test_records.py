@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from attnbench.harness.records import (
+from attnbench.harness.jobs.records import (
     IDENTITY_FIELDS,
     SCHEMA_VERSION,
     Record,
@@ -116,7 +116,7 @@ def test_process_killed_mid_write_leaves_no_partial_record(tmp_path):
 
     code = textwrap.dedent(f"""
         import os, signal
-        from attnbench.harness import records
+        from attnbench.harness.jobs import records
         real_write = records.os.fdopen
         def dying_fdopen(fd, *args, **kwargs):
             f = real_write(fd, *args, **kwargs)
@@ -135,7 +135,7 @@ def test_process_killed_mid_write_leaves_no_partial_record(tmp_path):
     leftovers = [p.name for p in (tmp_path / "runs").iterdir()]
     assert "x.json" not in leftovers and all(n.startswith(".x.json.") for n in leftovers)
     assert leftovers  # the torn temporary file is there (the kill skipped the clean-up) …
-    from attnbench.harness.collect import collect
+    from attnbench.harness.results.collect import collect
 
     assert collect(tmp_path).n_records == 0  # … and the collector does not see it
 

@@ -4,8 +4,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from attnbench.harness.registry import DuplicateNameError, Registry, UnknownNameError
-from attnbench.harness.variant_api import (
+from attnbench.registry import DuplicateNameError, Registry, UnknownNameError
+from attnbench.variant import (
     VARIANTS,
     AttentionVariant,
     build_variant,

@@ -1,4 +1,4 @@
-"""harness.run: every job outcome becomes a record; finished jobs are skipped."""
+"""harness.jobs.job: every job outcome becomes a record; finished jobs are skipped."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from attnbench.harness.app import CONF_DIR
-from attnbench.harness.config import store_configs
-from attnbench.harness.metrics import POINT_FIELDS
-from attnbench.harness.records import find_finished_record, read_record, record_path
-from attnbench.harness.run import run
-from attnbench.harness.validation import ConfigError
-from attnbench.harness.variant_api import VARIANTS, AttentionVariant, register_variant
+from attnbench.harness.cli.app import CONF_DIR
+from attnbench.harness.jobs.config import store_configs
+from attnbench.harness.jobs.job import run
+from attnbench.harness.jobs.records import find_finished_record, read_record, record_path
+from attnbench.harness.jobs.validation import ConfigError
+from attnbench.metrics import POINT_FIELDS
+from attnbench.variant import VARIANTS, AttentionVariant, register_variant
 
 
 @dataclass
@@ -186,7 +186,7 @@ def test_job_over_its_time_budget_is_recorded_as_timeout(tmp_path):
 
 
 def test_thread_count_and_hardware_are_part_of_the_identity(tmp_path):
-    from attnbench.harness.env import device_name
+    from attnbench.harness.jobs.env import device_name
 
     one = run(_cfg(tmp_path, "variant=softmax", "threads=1"))
     two = run(_cfg(tmp_path, "variant=softmax", "threads=2"))
@@ -248,7 +248,7 @@ def test_editing_a_variant_module_reruns_exactly_its_jobs(tmp_path, monkeypatch)
 
         import pandas as pd
 
-        from attnbench.harness.collect import collect
+        from attnbench.harness.results.collect import collect
 
         collect(results)
         table = pd.read_parquet(results / "results.parquet")
@@ -309,7 +309,7 @@ def test_a_plugin_constructor_that_raises_a_bug_is_the_job_s_failed_record(tmp_p
 def test_a_failure_s_error_is_its_first_line_and_the_traceback_keeps_the_rest():
     """torch's C++ errors append a stack dump; the record's error (shown in the log line and on
     the board) is the sentence, the details keep the traceback."""
-    from attnbench.harness.run import _classify
+    from attnbench.harness.jobs.job import _classify
 
     exc = RuntimeError("Storage size calculation overflowed\nException raised from x\nframe #0")
     assert _classify(exc) == ("failed", "RuntimeError: Storage size calculation overflowed")

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from conftest import make_record
 
-from attnbench.harness.collect import collect, read_table
-from attnbench.harness.records import write_record
-from attnbench.harness.scaling import ScalingFit, fit_loglog
-from attnbench.harness.task_info import TaskInfo
+from attnbench.harness.jobs.records import write_record
+from attnbench.harness.results.collect import collect, read_table
+from attnbench.harness.results.scaling import fit_loglog
+from attnbench.task_info import ScalingFit, TaskInfo
 
 # A made-up task: the fits come from the declaration its records carry, not from a task name the
 # collector knows.

@@ -1,4 +1,4 @@
-"""``--strict`` on every command (`harness.strict`): a plugin that failed to load stops the
+"""``--strict`` on every command (`harness.cli.strict`): a plugin that failed to load stops the
 commands that load plugins (exit 2, before anything is done, one sentence naming it); a record
 that cannot be read makes the commands that read results exit 1 after their work, naming it.
 Each passes with ``--strict`` where nothing is wrong.
@@ -16,11 +16,14 @@ import sys
 import pytest
 from conftest import make_record, run_cli
 
-from attnbench.harness import app, collect, compare, discovery, listing
+from attnbench.harness import discovery
+from attnbench.harness.cli import app, collect, compare
+from attnbench.harness.cli import variants as listing
+from attnbench.harness.cli.strict import bad_records, take_strict_flag
 from attnbench.harness.discovery import PluginFailure
-from attnbench.harness.records import write_record
-from attnbench.harness.strict import bad_records, take_strict_flag
-from attnbench.tasks import speed_targets
+from attnbench.harness.jobs.records import write_record
+from attnbench.harness.results.collect import collect as collect_table
+from attnbench.tasks.throughput import targets as speed_targets
 
 BROKEN = PluginFailure(
     "attnbench.variants", "broken", "broken_plugin_mod", "broken-plugin", "ImportError: xyz"
@@ -136,7 +139,7 @@ def _results(folder, *names):
     for name in names:
         metrics = [{"metric": "fwd_ms", "value": 1.0, "x_name": "seq_len", "x_value": 8.0}]
         write_record(folder, make_record(name, metrics=metrics))
-    collect.collect(folder)
+    collect_table(folder)
     return folder
 
 
@@ -198,7 +201,7 @@ def test_bad_records_of_a_table_without_a_runs_folder_are_none(tmp_path):
 
 
 def test_leaderboard_strict_builds_then_fails_naming_the_record(tmp_path, capsys):
-    from attnbench.harness.leaderboard import site
+    from attnbench.harness.cli import leaderboard as site
 
     _results(tmp_path, "a")
     assert site.main([str(tmp_path), "--strict"]) == 0

@@ -11,8 +11,8 @@ import time
 import pytest
 import torch
 
-from attnbench.harness import timing
-from attnbench.harness.timing import Steadiness, sample_until_steady, time_call
+from attnbench.toolkit import timing
+from attnbench.toolkit.timing import Steadiness, sample_until_steady, time_call
 
 
 def test_first_call_is_reported_apart_from_steady_state():
@@ -105,8 +105,8 @@ def test_the_time_cap_is_respected_and_min_samples_always_taken():
 
 
 def test_a_disturbance_of_most_of_a_short_window_would_pass_unseen():
-    """Why min_samples is 10, not the old 5 (harness.timing docstring): with 5, issue #15's
-    four slow samples then a quiet one look steady; with 10 they do not."""
+    """Why min_samples is 10, not the old 5 (attnbench.toolkit.timing docstring): with 5,
+    issue #15's four slow samples then a quiet one look steady; with 10 they do not."""
     issue = [0.50, 0.45, 0.52, 0.48, 0.06, 0.06, 0.059, 0.061, 0.06, 0.06]
     assert Steadiness(min_samples=5).judge(issue[:5]).steady
     assert not Steadiness().judge(issue).steady
@@ -224,12 +224,12 @@ def _stop(spinners: list[subprocess.Popen]) -> None:
 def test_a_load_that_lasts_the_whole_timing_is_flagged():
     """Issue #24's busy machine: a neighbour on every core that starts before the timing and
     outlasts it slows every sample alike, so the window rule alone passes it as steady (the
-    docstring of `harness.timing` says so). The machine check must flag it, naming the other
-    processes' CPU time. The ratio to the interleaved reference is *not* asserted to survive:
-    under this much oversubscription a 2-thread kernel waits a whole scheduler slice whenever
-    one of its threads is descheduled, so a 1 ms GEMM and a 2 ms one both take ~30 ms and their
-    ratio collapses towards 1 (measured while writing this test). That is why a loaded timing is
-    flagged and left out, not rescued by the ratio.
+    docstring of `attnbench.toolkit.timing` says so). The machine check must flag it, naming the
+    other processes' CPU time. The ratio to the interleaved reference is *not* asserted to survive:
+    under this much oversubscription a 2-thread kernel waits a whole scheduler slice whenever one of
+    its threads is descheduled, so a 1 ms GEMM and a 2 ms one both take ~30 ms and their ratio
+    collapses towards 1 (measured while writing this test). That is why a loaded timing is flagged
+    and left out, not rescued by the ratio.
 
     Why it cannot be flaky: 3 spinners per core take about 3/4 of every core from a 2-thread
     job under a fair scheduler, far over the 25 % bound; the flag reads CPU time that the

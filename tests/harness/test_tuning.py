@@ -6,11 +6,11 @@ import json
 
 import pandas as pd
 
-from attnbench.harness.collect import COLUMNS
 from attnbench.harness.leaderboard.ranking import machine_labels
 from attnbench.harness.leaderboard.tuning import TUNED, select_tuned, tuning_table
-from attnbench.harness.metrics import Metric
-from attnbench.harness.task_info import TaskInfo, Tuning
+from attnbench.harness.results.collect import COLUMNS
+from attnbench.metrics import Metric
+from attnbench.task_info import TaskInfo, Tuning
 
 INFOS = {
     "train": TaskInfo(

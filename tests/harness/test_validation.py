@@ -1,11 +1,12 @@
-"""harness.validation's job layer: resolving device and dtype (CLI refusals: test_bad_input.py)."""
+"""harness.jobs.validation's job layer: resolving device and dtype (CLI refusals:
+test_bad_input.py)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from attnbench.harness.validation import ConfigError, resolve_device, resolve_dtype
+from attnbench.harness.jobs.validation import ConfigError, resolve_device, resolve_dtype
 
 
 def test_device_resolution():

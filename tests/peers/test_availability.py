@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 from hydra import compose, initialize_config_dir
 
-from attnbench.harness.app import CONF_DIR
-from attnbench.harness.config import store_configs
-from attnbench.harness.listing import variant_table
-from attnbench.harness.run import run
-from attnbench.harness.variant_api import VARIANTS, library_version
+from attnbench.harness.cli.app import CONF_DIR
+from attnbench.harness.cli.variants import variant_table
+from attnbench.harness.jobs.config import store_configs
+from attnbench.harness.jobs.job import run
 from attnbench.peers.availability import import_problem
+from attnbench.variant import VARIANTS, library_version
 
 CUDA_PEERS = {
     "peer_flash_softmax": "flash-attn",

@@ -3,7 +3,7 @@
 Every closed form is checked against the weights a variant actually computes, never against
 itself. Tolerances (see `_mc_tolerance`): for one row of n keys, S = A/√B with A, B the
 key-averages of |f| and f²; its relative bias is at most (3/8)·r² (delta method,
-`tasks.concentration_theory`) and its relative standard deviation at most sd(A)/A + sd(B)/(2B)
+`tasks.concentration.theory`) and its relative standard deviation at most sd(A)/A + sd(B)/(2B)
 = √((1/S² − 1)/n) + r/2, since sd(A)/A = √((E f²/(E|f|)² − 1)/n) = √((1/S² − 1)/n). We allow
 the bias bound plus four of those standard deviations.
 """
@@ -16,17 +16,17 @@ import pytest
 import torch
 from scipy import integrate, stats
 
-from attnbench.harness.model import ModelConfig, SequenceModel
-from attnbench.harness.task_api import JobContext, build_task
-from attnbench.harness.variant_api import VariantShape, build_variant
+from attnbench.task import JobContext, build_task
 from attnbench.tasks import concentration
-from attnbench.tasks import concentration_theory as theory
 from attnbench.tasks.concentration import (
     attention_maps,
     closed_form,
     row_statistics,
     sparsity_s,
+    theory,
 )
+from attnbench.toolkit.model import ModelConfig, SequenceModel
+from attnbench.variant import VariantShape, build_variant
 from attnbench.variants.linear import FEATURE_MAPS
 
 D = 16

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnbench.harness.task_api import JobContext, build_task
+from attnbench.task import JobContext, build_task
 from attnbench.tasks.copy import BLANK, SEPARATOR, copy_batch, greedy_copy
 
 

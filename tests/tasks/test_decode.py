@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from attnbench import UnsupportedError
-from attnbench.harness.incremental_api import INCREMENTAL, register_incremental
-from attnbench.harness.task_api import JobContext, build_task
-from attnbench.harness.variant_api import VARIANTS, register_variant
+from attnbench.incremental import INCREMENTAL, register_incremental
+from attnbench.task import JobContext, build_task
+from attnbench.variant import VARIANTS, register_variant
 from attnbench.variants.incremental import SoftmaxIncremental
 from attnbench.variants.softmax import SoftmaxAttention
 

@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from attnbench.harness.task_api import TASKS, JobContext, build_task
+from attnbench.task import TASKS, JobContext, build_task
 
 # (task, tiny params, (n, causal) the variant must be scored at)
 SETTINGS = [

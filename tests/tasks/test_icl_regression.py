@@ -5,9 +5,8 @@ import math
 import pytest
 import torch
 
-from attnbench.harness.task_api import JobContext, build_task
-from attnbench.harness.validation import ConfigError, check_overrides
-from attnbench.tasks import regression_baselines as rb
+from attnbench.harness.jobs.validation import ConfigError, check_overrides
+from attnbench.task import JobContext, build_task
 from attnbench.tasks.icl_regression import (
     AttentionSystem,
     IclRegression,
@@ -15,6 +14,7 @@ from attnbench.tasks.icl_regression import (
     bootstrap_band,
     paired_ratio,
 )
+from attnbench.tasks.icl_regression import baselines as rb
 
 # theory.md §3: n = 100, d = 10, X ~ U[−10, 10], noise N(0, 1), β ~ N(0, I), 1000 steps, 10 runs
 SYSTEM = dict(

@@ -11,11 +11,11 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from attnbench.harness.app import CONF_DIR
-from attnbench.harness.task_api import JobContext, build_task
-from attnbench.tasks import icl_shifts
-from attnbench.tasks import regression_baselines as rb
-from attnbench.tasks.icl_curriculum import Curriculum
+from attnbench.harness.cli.app import CONF_DIR
+from attnbench.task import JobContext, build_task
+from attnbench.tasks.icl_regression import baselines as rb
+from attnbench.tasks.icl_regression import shifts as icl_shifts
+from attnbench.tasks.icl_regression.curriculum import Curriculum
 
 D, N = 6, 10
 

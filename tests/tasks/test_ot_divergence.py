@@ -8,9 +8,9 @@ import ot
 import pytest
 import torch
 
-from attnbench.harness.task_api import JobContext, build_task
-from attnbench.harness.variant_api import VariantShape, build_variant
-from attnbench.tasks import ot_divergence as od
+from attnbench.task import JobContext, build_task
+from attnbench.tasks.concentration import ot_divergence as od
+from attnbench.variant import VariantShape, build_variant
 
 
 def _problem(m: int = 40, seed: int = 0):

@@ -15,15 +15,15 @@ from scipy import stats
 
 from attnbench import UnsupportedError, incremental_form, why_no_incremental_form
 from attnbench.harness.discovery import load_plugins
-from attnbench.harness.task_api import TEST_STREAM, VALIDATION_STREAM, JobContext, build_task
-from attnbench.harness.variant_api import VARIANTS
-from attnbench.tasks.mqar_data import (
+from attnbench.task import TEST_STREAM, VALIDATION_STREAM, JobContext, build_task
+from attnbench.tasks.recall import RecallParams, evaluation_ladder, state_bytes, training_mixture
+from attnbench.tasks.recall.mqar_data import (
     IGNORE,
     gap_probabilities,
     mqar_batch,
     sequence_accuracy,
 )
-from attnbench.tasks.recall import RecallParams, evaluation_ladder, state_bytes, training_mixture
+from attnbench.variant import VARIANTS
 
 
 def _ctx(variant="softmax", seed=0):

@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from attnbench.tasks import regression_baselines as rb
+from attnbench.tasks.icl_regression import baselines as rb
 
 
 def _prompts(n_prompts, n, d, noise=0.0, seed=0):

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from attnbench.tasks import speed_targets
-from attnbench.tasks.speed_targets import Case, Outcome, Target, format_table, measure
+from attnbench.tasks.throughput import targets as speed_targets
+from attnbench.tasks.throughput.targets import Case, SpeedVerdict, Target, format_table, measure
 
 
 def test_bounds_in_both_directions():
     case = Case("softmax", 64, False)
     at_least = Target("x", case, case, 4.0, True)
     at_most = Target("y", case, case, 4.0, False)
-    assert Outcome(at_least, 5.0, 4.5, 6.0).met and not Outcome(at_least, 3.9, 3, 5).met
-    assert Outcome(at_most, 3.9, 3, 5).met and not Outcome(at_most, 4.1, 4, 5).met
-    assert not Outcome(at_most, None, None, None).met  # unknown is never a pass
+    assert SpeedVerdict(at_least, 5.0, 4.5, 6.0).met and not SpeedVerdict(at_least, 3.9, 3, 5).met
+    assert SpeedVerdict(at_most, 3.9, 3, 5).met and not SpeedVerdict(at_most, 4.1, 4, 5).met
+    assert not SpeedVerdict(at_most, None, None, None).met  # unknown is never a pass
 
 
 def test_measure_gives_one_ratio_per_round_and_a_memory_reading():
@@ -38,10 +38,10 @@ def test_marginal_cost_factor_and_reported_rows():
     a, b, c = Case("softmax", 64, False), Case("softmax", 128, False), Case("softmax", 256, False)
     marginal = Target("step", c, a, None, False, minus=b)
     assert marginal.value({a: 2.0, b: 3.0, c: 7.0}) == 2.0
-    assert Outcome(marginal, 9.0, 9.0, 9.0).met
+    assert SpeedVerdict(marginal, 9.0, 9.0, 9.0).met
     scaled = Target("ideal", a, b, 0.5, True, factor=0.25)
     assert scaled.value({a: 8.0, b: 1.0}) == 2.0
-    assert "(reported)" in format_table([Outcome(marginal, 2.0, 1.0, 3.0)], {}, 1)
+    assert "(reported)" in format_table([SpeedVerdict(marginal, 2.0, 1.0, 3.0)], {}, 1)
 
 
 def test_cases_differ_by_every_parameter_and_by_backward():
@@ -63,7 +63,7 @@ def test_forward_backward_case_times_gradients_and_its_peak_is_measured():
 
 def test_main_exits_non_zero_when_a_target_is_missed(monkeypatch, capsys):
     case = Case("softmax", 64, False)
-    missed = Outcome(Target("too slow", case, case, 1.0, True), 0.5, 0.4, 0.6)
+    missed = SpeedVerdict(Target("too slow", case, case, 1.0, True), 0.5, 0.4, 0.6)
     monkeypatch.setattr(speed_targets, "measure", lambda **_: ([missed], {case.key: 1.0}))
     assert speed_targets.main(["--rounds", "1"]) == 1
     assert "| too slow | 0.4 | 0.5 | 0.6 | ≥ 1 | NO |" in capsys.readouterr().out
@@ -72,7 +72,7 @@ def test_main_exits_non_zero_when_a_target_is_missed(monkeypatch, capsys):
 def test_sparse_targets_time_the_papers_absolute_sizes():
     """The sparse defaults are fractions of the sequence (a pattern that grows with n); the
     speed targets time the O(n·w) algorithms at the papers' absolute sizes, given explicitly."""
-    from attnbench.harness.variant_api import VARIANTS
+    from attnbench.variant import VARIANTS
 
     swept = set(speed_targets.cliff_targets())  # the density sweep: fractions on purpose
     sparse = [
@@ -92,7 +92,7 @@ def test_every_sparse_variant_is_swept_over_its_size_for_cliffs():
     """Issue #27's "no cliffs": each of our sparse variants at several values of its size
     parameter, counts and fractions, causal 8k, bounded by 1.5× dense causal SDPA; each
     setting at density <= 0.1 also bounded below by half its ideal speed-up."""
-    from attnbench.harness.variant_api import VARIANTS
+    from attnbench.variant import VARIANTS
 
     ours = {
         n

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from attnbench import VariantShape, build_variant
-from attnbench.harness.task_api import JobContext, build_task
-from attnbench.harness.task_info import TaskInfo
+from attnbench.task import JobContext, build_task
+from attnbench.task_info import TaskInfo
 from attnbench.tasks.throughput import Throughput
 
 
@@ -62,7 +62,7 @@ def test_bad_size_is_one_clear_sentence():
 
 
 def test_a_variant_whose_forward_disagrees_with_its_weights_is_not_timed():
-    from attnbench.harness.variant_api import VARIANTS, register_variant
+    from attnbench.variant import VARIANTS, register_variant
     from attnbench.variants.softmax import SoftmaxAttention
 
     class Wrong(SoftmaxAttention):  # forward is off by 1% from its own weights·V
@@ -152,7 +152,7 @@ def planted():
     """A planted wrong kernel: softmax whose float32 path silently rounds q and k to bfloat16
     (in its weights too, so it passes the weights·V check); float64 is left exact. Its error
     in float32 is ~10⁻³, a hundred times the declared 10⁻⁵."""
-    from attnbench.harness.variant_api import VARIANTS, register_variant
+    from attnbench.variant import VARIANTS, register_variant
     from attnbench.variants.softmax import SoftmaxAttention
 
     def rounded(x):
@@ -202,7 +202,7 @@ def test_outlier_inputs_are_flashattention3s():
     """N(0, 100) added at 0.1 % of the entries: over 10⁶ entries the count of changed entries is
     Binomial(10⁶, 10⁻³), 1000 ± 32 (five standard deviations allowed), and the added values have
     a standard deviation of 10 (±5 % at ~1000 samples: its standard error is ~2.2 %)."""
-    from attnbench.tasks.timed import outlier_inputs
+    from attnbench.toolkit.timed import outlier_inputs
 
     x = torch.zeros(1000, 1000, dtype=torch.float64)
     spikes = outlier_inputs(x, torch.Generator().manual_seed(0))
@@ -213,7 +213,7 @@ def test_outlier_inputs_are_flashattention3s():
 
 def test_outliers_are_added_on_the_inputs_device():
     """The generator draws on the CPU; the inputs may live elsewhere (CUDA; here meta)."""
-    from attnbench.tasks.timed import outlier_inputs
+    from attnbench.toolkit.timed import outlier_inputs
 
     x = torch.zeros(2, 3, device="meta", dtype=torch.float64)
     assert outlier_inputs(x, torch.Generator().manual_seed(0)).device.type == "meta"
@@ -223,7 +223,7 @@ def test_a_kernel_without_a_float64_reference_records_no_error_and_no_flag():
     """A library kernel that refuses float64 (half-precision-only) is still timed: its error is
     unmeasured, said in the details, and no accuracy flag is invented."""
     from attnbench import UnsupportedError
-    from attnbench.tasks.timed import error_metrics, kernel_errors
+    from attnbench.toolkit.timed import error_metrics, kernel_errors
 
     def run(xs, dtype):
         if dtype == torch.float64:
@@ -239,7 +239,7 @@ def test_a_kernel_without_a_float64_reference_records_no_error_and_no_flag():
 def test_an_overflowing_kernel_is_flagged_not_failed():
     """Float16 overflowing where float64 does not: the error is not finite; the job records no
     error value (a non-finite point would fail it), says why, and sets the flag to 0."""
-    from attnbench.tasks.timed import error_metrics, kernel_errors
+    from attnbench.toolkit.timed import error_metrics, kernel_errors
 
     def run(xs, dtype):
         return (xs[0] * 1e5).to(dtype)  # 1e5 > float16's largest, 65504: inf

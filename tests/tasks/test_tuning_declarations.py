@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from attnbench.harness.discovery import load_plugins
-from attnbench.harness.task_api import TASKS
+from attnbench.task import TASKS
 
 load_plugins()
 TUNED = [name for name in TASKS.names() if TASKS.get(name).tuning]

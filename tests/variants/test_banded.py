@@ -1,4 +1,5 @@
-"""The banded engine (`variants.banded`) against dense masked softmax, forward and gradients."""
+"""The banded engine (`variants.kernels.banded`) against dense masked softmax, forward and
+gradients."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import pytest
 import torch
 from references import dense_masked_softmax
 
-from attnbench.variants import banded
-from attnbench.variants.banded import banded_attention
+from attnbench.variants.kernels import banded
+from attnbench.variants.kernels.banded import banded_attention
 
 
 def band(n: int, before: int, after: int) -> torch.Tensor:

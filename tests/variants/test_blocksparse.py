@@ -13,7 +13,7 @@ import torch
 from conftest import random_qkv
 from references import dense_masked_softmax
 
-from attnbench.variants.blocksparse import (
+from attnbench.variants.kernels.blocksparse import (
     block_sparse_attention,
     dedupe_blocks,
     flex_block_sparse_attention,
@@ -103,7 +103,7 @@ def test_compiled_flex_matches_the_tiles():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("name", ["window", "bigbird"])
 def test_cuda_block_sparse_variants_match_cpu(name):
-    from attnbench.harness.variant_api import VariantShape, build_variant
+    from attnbench.variant import VariantShape, build_variant
 
     q, k, v = random_qkv(b=1, h=4, n=1024, d=64, seed=5)
     variant = build_variant(name, {}, VariantShape(4, 64, 1024))
@@ -120,7 +120,7 @@ def test_flex_in_bfloat16_is_within_the_declared_tolerance(case):
     variants declare (10⁻¹ of the output's scale). Eager flex on the CPU is its unfused math
     fallback, not the Triton kernel a GPU compiles: this checks the pattern and the dtype's
     handling, not that kernel's numerics (it measures a few 10⁻³, bfloat16's 2⁻⁸ per rounding)."""
-    from attnbench.harness.variant_api import AttentionVariant
+    from attnbench.variant import AttentionVariant
 
     _, n, block, key_blocks, allowed = case
     q, k, v = random_qkv(b=2, h=3, n=n, d=8, seed=5, dtype=torch.float64)

@@ -1,4 +1,4 @@
-"""The build helper of the compiled kernels (`variants.compiled`): cache names that separate
+"""The build helper of the compiled kernels (`variants.kernels.compiled`): cache names that separate
 CPU capabilities and torch versions, ninja found beside the interpreter, and a failed build that
 warns once, naming what runs instead."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnbench.variants import compiled
+from attnbench.variants.kernels import compiled, tile, topk
 
 
 def test_extension_names_separate_capabilities_and_torch_versions(monkeypatch):
@@ -53,4 +53,30 @@ def test_a_failed_build_warns_naming_the_fallback(monkeypatch):
 
     monkeypatch.setattr(cpp_extension, "load_inline", fail)
     with pytest.warns(RuntimeWarning, match="no compiler here.*the slow path runs"):
-        assert not compiled.build("attnbench_test", "", "DEFAULT", "the slow path runs.")
+        assert not compiled.build("attnbench_test", tile.SOURCE, "DEFAULT", "the slow path runs.")
+
+
+def test_a_missing_source_file_warns_naming_the_fallback(tmp_path):
+    with pytest.warns(RuntimeWarning, match="FileNotFoundError.*the slow path runs"):
+        assert not compiled.build(
+            "attnbench_test", tmp_path / "none.cpp", "DEFAULT", "the slow path runs."
+        )
+
+
+@pytest.mark.parametrize("module", [tile, topk], ids=["tile", "topk"])
+def test_each_kernel_builds_the_cpp_file_beside_its_module(module, monkeypatch):
+    """The C++ is a file of the package (``tile.py`` -> ``tile.cpp``), its text what load_inline
+    compiles, under the capability's cache name; no Python source holds it."""
+    import torch.utils.cpp_extension as cpp_extension
+
+    source = Path(module.__file__).with_name(Path(module.__file__).stem + ".cpp")
+    assert source == module.SOURCE and source.is_file()
+    assert "TORCH_LIBRARY(" in source.read_text()
+    assert "TORCH_LIBRARY(" not in Path(module.__file__).read_text()
+    calls = []
+    monkeypatch.setattr(cpp_extension, "load_inline", lambda **kw: calls.append(kw))
+    assert compiled.build("attnbench_test", module.SOURCE, "AVX2", "unused")
+    (call,) = calls
+    assert call["cpp_sources"] == [source.read_text()]
+    assert call["name"] == compiled.extension_name("attnbench_test", "AVX2")
+    assert "-DCPU_CAPABILITY=AVX2" in call["extra_cflags"]

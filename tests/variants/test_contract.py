@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from attnbench.harness.variant_api import VARIANTS
 from attnbench.testing import VariantContractTests
+from attnbench.variant import VARIANTS
 
 # Contract tests a variant fails for a known reason in code that is not ours (a peer's
 # library), marked strict xfail: the day the library changes, the test says so.

@@ -5,7 +5,7 @@ import torch
 from conftest import random_qkv
 from references import decay_recurrence
 
-from attnbench.harness.variant_api import VariantShape, build_variant
+from attnbench.variant import VariantShape, build_variant
 
 
 def _make(h, **params):

@@ -15,7 +15,7 @@ import pytest
 import torch
 from conftest import random_qkv
 
-from attnbench.harness.variant_api import (
+from attnbench.variant import (
     VARIANTS,
     VariantShape,
     allowed_pairs,

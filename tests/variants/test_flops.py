@@ -27,7 +27,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from attnbench.harness.discovery import load_plugins
-from attnbench.harness.variant_api import VARIANTS, VariantShape, build_variant
+from attnbench.variant import VARIANTS, VariantShape, build_variant
 
 load_plugins()
 OURS = sorted(name for name in VARIANTS.names() if not VARIANTS.get(name).library)

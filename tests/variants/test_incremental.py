@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from attnbench import VariantShape, build_variant, incremental_form, why_no_incremental_form
-from attnbench.harness.variant_api import VARIANTS
 from attnbench.testing import random_qkv
+from attnbench.variant import VARIANTS
 
 H, D, DV = 3, 8, 5
 

@@ -5,7 +5,7 @@ import torch
 from conftest import random_qkv
 from references import linear_dense, linear_recurrence
 
-from attnbench.harness.variant_api import build_variant
+from attnbench.variant import build_variant
 from attnbench.variants.linear import FEATURE_MAPS
 
 # φ = identity lets the normaliser φ(q)·Σφ(k) come close to 0, where any two correct float32

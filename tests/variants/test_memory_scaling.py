@@ -1,11 +1,11 @@
 """No variant materialises an N×N matrix: peak memory at N = 8192 is far below 4·N² bytes.
 
-Measured like the throughput task does (harness.memory: VmHWM in the memory-probe process),
-forward only, B = H = 1, D = 16: an N×N float32 matrix alone would be 256 MiB. The bound of a
-quarter of that leaves room for the O(N·w) tiles and chunked score blocks the variants do hold,
+Measured like the throughput task does (attnbench.toolkit.memory: VmHWM in the memory-probe
+process), forward only, B = H = 1, D = 16: an N×N float32 matrix alone would be 256 MiB. The bound
+of a quarter of that leaves room for the O(N·w) tiles and chunked score blocks the variants do hold,
 and fails for any dense N×N temporary. The sparse variants run at their papers' absolute sizes
-(`tasks.speed_targets.PAPER_SIZES`): their defaults are fractions of the sequence, a pattern that
-grows with N by design.
+(`tasks.throughput.targets.PAPER_SIZES`): their defaults are fractions of the sequence, a pattern
+that grows with N by design.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import sys
 
 import pytest
 
-from attnbench.harness.memory import isolated_cpu_peak
-from attnbench.harness.variant_api import VARIANTS
-from attnbench.tasks.speed_targets import PAPER_SIZES
 from attnbench.tasks.throughput import forward_peak_mib
+from attnbench.tasks.throughput.targets import PAPER_SIZES
+from attnbench.toolkit.memory import isolated_cpu_peak
+from attnbench.variant import VARIANTS
 
 N = 8192
 DENSE_MIB = 4 * N * N / 2**20

@@ -9,7 +9,7 @@ import torch
 from conftest import random_qkv
 from scipy import stats
 
-from attnbench.harness.variant_api import build_variant
+from attnbench.variant import build_variant
 
 
 def _scores(q, k):

@@ -11,7 +11,7 @@ import torch
 from conftest import random_qkv
 from references import naive_softmax, sinkhorn_dense, sinkhorn_log_dense
 
-from attnbench.harness.variant_api import build_variant
+from attnbench.variant import build_variant
 
 
 def _logits(q, k, eps=1.0):

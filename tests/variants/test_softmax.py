@@ -8,8 +8,8 @@ import torch.nn.functional as F
 from conftest import random_qkv
 from references import naive_softmax
 
-from attnbench.harness.variant_api import VariantShape, build_variant
 from attnbench.tasks.concentration import row_statistics
+from attnbench.variant import VariantShape, build_variant
 
 
 @pytest.mark.parametrize("causal", [False, True])

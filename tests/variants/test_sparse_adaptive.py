@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from conftest import random_qkv
 from references import dense_masked_softmax, naive_softmax
 
-from attnbench.harness.variant_api import VariantShape, build_variant
+from attnbench.variant import VariantShape, build_variant
 from attnbench.variants import sparse_adaptive
 from attnbench.variants.sparse_adaptive import TOPK_CHUNK_BYTES
 

@@ -13,7 +13,7 @@ import torch
 from conftest import random_qkv
 from references import dense_masked_softmax
 
-from attnbench.harness.variant_api import build_variant
+from attnbench.variant import build_variant
 
 
 def _pattern(n, rule):

@@ -1,4 +1,4 @@
-"""The compiled tile kernel (`variants.tile_kernel`) against the definitions it computes,
+"""The compiled tile kernel (`variants.kernels.tile`) against the definitions it computes,
 evaluated in float64 with the pattern as a boolean mask: the banded op (query i over keys
 [i − before, i + after]) and the block op (listed key blocks, a per-block bias, lo <= p − i <= hi).
 Tolerance 1e-5 relative: float32 sums over at most a few hundred keys and ``exp_u20`` (within
@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 from conftest import failed_build
 
-from attnbench.variants import tile_kernel
-from attnbench.variants.banded import banded_attention
+from attnbench.variants.kernels import tile as tile_kernel
+from attnbench.variants.kernels.banded import banded_attention
 
 SERVED = bool(shutil.which("c++") or shutil.which("g++")) and (
     torch.backends.cpu.get_cpu_capability() == "AVX512"
@@ -210,7 +210,7 @@ def test_banded_op_with_a_stride_equals_the_definition(n, before, after, stride,
 @needs_kernel
 def test_a_failed_build_warns_once_and_the_engines_keep_working(monkeypatch):
     """No compiler (here: a build that raises): one warning, the SDPA paths, the same output."""
-    from attnbench.harness.variant_api import build_variant
+    from attnbench.variant import build_variant
 
     q, k, v = (
         torch.randn(1, 2, 200, 16, generator=torch.Generator().manual_seed(1)) for _ in "qkv"

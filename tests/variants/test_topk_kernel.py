@@ -1,4 +1,4 @@
-"""topk's compiled CPU kernel (`variants.topk_kernel`) against the definition it computes: the
+"""topk's compiled CPU kernel (`variants.kernels.topk`) against the definition it computes: the
 softmax over each row's k highest scores, evaluated in float64 from the same float32 scores.
 
 The weights compare with rtol 1e-5: the kernel's exp is torch's ``exp_u20`` (within 20 ulp,
@@ -16,8 +16,9 @@ import torch
 from conftest import failed_build, random_qkv
 from references import dense_masked_softmax
 
-from attnbench.harness.variant_api import build_variant
-from attnbench.variants import sparse_adaptive, topk_kernel
+from attnbench.variant import build_variant
+from attnbench.variants import sparse_adaptive
+from attnbench.variants.kernels import topk as topk_kernel
 
 HAS_COMPILER = bool(shutil.which("c++") or shutil.which("g++"))
 needs_kernel = pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler on PATH")

@@ -1,0 +1,181 @@
+"""What the timed tasks (throughput, decode) share: one timing against its reference kernel
+under the task's steadiness settings, what a record keeps of how that timing went, and the error
+of the timed kernel beside it.
+
+Both tasks time a kernel in alternating rounds with a reference on the same inputs
+(`attnbench.toolkit.timing.time_call`) and take the same settings (``min_samples``,
+``min_run_time``, ``steady_rtol``, ``steady_max_rel_iqr``, ``max_timing_s``), so that a timing means
+the same thing in both; `timing_metrics` names what a timing gives the same way in both, per call
+or, for decode, per generated token.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from attnbench import JobContext, Task, UnsupportedError
+from attnbench.toolkit.timing import FEWEST_SAMPLES, PROBE_SIZE, Timing, time_call
+
+OUTLIER_RATE, OUTLIER_STD = 1e-3, 10.0  # FlashAttention-3's outliers: N(0, 100) at 0.1 %
+
+
+def outlier_inputs(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """``x`` plus FlashAttention-3's outliers: N(0, 100) added at a random 0.1 % of the entries
+    (their paper's test of low-precision attention on inputs with large, rare values)."""
+    spikes = torch.randn(x.shape, generator=generator, dtype=x.dtype) * OUTLIER_STD
+    hit = torch.rand(x.shape, generator=generator, dtype=x.dtype) < OUTLIER_RATE
+    return x + (spikes * hit).to(x.device)  # drawn on the generator's device (the CPU)
+
+
+def kernel_errors(
+    run: Callable[[list[torch.Tensor], torch.dtype], torch.Tensor],
+    inputs: list[torch.Tensor],
+    dtype: torch.dtype,
+    generator: torch.Generator,
+) -> dict[str, float]:
+    """The error of ``run`` in the timed ``dtype`` against ``run`` in float64, on the float64
+    ``inputs`` (unit normal) and on the same plus FlashAttention-3's outliers.
+
+    ``run(inputs, dtype)`` computes the outputs from inputs cast to ``dtype``. Returns
+    ``max_abs_error`` and ``rms_error`` (normal inputs), ``outlier_max_abs_error``, and
+    ``scale`` = max(1, max |reference|) on the normal inputs, by which a variant's declared
+    tolerance is relative (`AttentionVariant.within_tolerance`). An error that is not finite
+    (the timed dtype overflowed where float64 did not) is inf: within no tolerance. A kernel
+    that refuses float64 (a library's half-precision-only kernel) has no reference here: the
+    result is ``{"unmeasured": reason}``, and the job records no error and no flag.
+    """
+    results: dict[str, float] = {}
+    for name, xs in (("", inputs), ("outlier_", [outlier_inputs(x, generator) for x in inputs])):
+        with torch.no_grad():
+            try:
+                reference = run(xs, torch.float64)
+            except (UnsupportedError, RuntimeError, NotImplementedError) as exc:
+                return {"unmeasured": f"no float64 reference: {exc}"}
+            error = (run(xs, dtype).double() - reference).abs()
+        worst = float(error.max())
+        results[f"{name}max_abs_error"] = worst if math.isfinite(worst) else math.inf
+        if not name:
+            rms = float(error.square().mean().sqrt())
+            results["rms_error"] = rms if math.isfinite(rms) else math.inf
+            results["scale"] = max(1.0, float(reference.abs().max()))
+    return results
+
+
+def error_metrics(
+    errors: dict, variant, dtype: torch.dtype, flag: str
+) -> tuple[dict[str, float], dict[str, object]]:
+    """The error metrics and accuracy flag ``flag`` of `kernel_errors`' result, and what the
+    record's details keep: an infinite error is recorded as no value, with the reason; the
+    flag is 0 for it; without a reference, neither metrics nor flag."""
+    errors = dict(errors)
+    if "unmeasured" in errors:
+        return {}, {"kernel_error": errors["unmeasured"]}
+    scale = errors.pop("scale")
+    name = str(dtype).removeprefix("torch.")
+    details: dict[str, object] = {
+        "error_scale": scale,
+        "error_tolerance": variant.error_tolerance.get(name),
+    }
+    overflowed = sorted(k for k, v in errors.items() if not math.isfinite(v))
+    if overflowed:
+        details["kernel_error"] = (
+            f"{', '.join(overflowed)}: not finite in {name} where float64 is (an overflow)"
+        )
+    values = {k: v for k, v in errors.items() if math.isfinite(v)}
+    within = variant.within_tolerance(errors["max_abs_error"] / scale, dtype)
+    values[flag] = 1.0 if within else 0.0
+    return values, details
+
+
+def gemm_gflops(device: torch.device, probe_ms: float) -> float:
+    """GFLOP/s of the calibration GEMM (`attnbench.toolkit.timing.calibration_probe`: square,
+    PROBE_SIZE of the device type) that took ``probe_ms``: 2·n³ products and sums."""
+    n = PROBE_SIZE.get(device.type, PROBE_SIZE["cpu"])
+    return 2.0 * n**3 / (probe_ms * 1e-3) / 1e9
+
+
+def check_timing_settings(task: Task) -> None:
+    """Refuse timing settings the steadiness rule cannot use, each in one sentence."""
+    if task.params.min_samples < FEWEST_SAMPLES:
+        raise ValueError(
+            f"task.min_samples must be >= {FEWEST_SAMPLES} (the steadiness rule compares two "
+            f"halves of at least two samples), got {task.params.min_samples}."
+        )
+    task.require_finite("min_run_time", "steady_rtol", "steady_max_rel_iqr", above=0)
+    task.require_finite("max_timing_s", at_least=0)
+
+
+def time_against(
+    fn: Callable[[], object], reference: Callable[[], object], ctx: JobContext, params: Any
+) -> Timing:
+    """Time ``fn`` against ``reference`` in alternating rounds, with the machine check and the
+    steadiness settings of the task's ``params``."""
+    return time_call(
+        fn,
+        reference=reference,
+        device=ctx.device,
+        num_threads=ctx.threads,
+        min_samples=params.min_samples,
+        min_run_time=params.min_run_time,
+        rtol=params.steady_rtol,
+        max_rel_iqr=params.steady_max_rel_iqr,
+        max_time_s=params.max_timing_s,
+    )
+
+
+def timing_metrics(
+    prefix: str,
+    timing: Timing,
+    *,
+    per: int = 1,
+    median: str = "ms",
+    spread: tuple[str, str] = ("ms_iqr", "ms_rel_iqr"),
+) -> dict[str, float]:
+    """The metrics of one timing, each named ``<prefix>_<name>``, its times divided by ``per``
+    (decode: the tokens of a timed block, for per-token times).
+
+    * ``median`` (default ``ms``): the median time;
+    * ``spread`` (default ``ms_iqr``, ``ms_rel_iqr``): its IQR and IQR / median;
+    * ``samples``: the samples behind them; ``steady``: the steadiness verdict (1.0 / 0.0);
+    * ``ratio``, ``ref_ms``: the time over the reference's, and the reference's median time;
+    * ``probe_drift``, ``foreign_cpu``: the busy-machine readings (`attnbench.toolkit.timing`).
+
+    The names are parameters because they are public record metrics: throughput's forward is
+    ``fwd_ms`` / ``fwd_ms_iqr``, decode's per-token time ``decode_ms_per_token`` / ``decode_iqr``.
+    """
+    iqr, rel_iqr = spread
+    return {
+        f"{prefix}_{median}": timing.median_ms / per,
+        f"{prefix}_{iqr}": timing.iqr_ms / per,
+        f"{prefix}_{rel_iqr}": timing.rel_iqr,
+        f"{prefix}_samples": timing.n_samples,
+        f"{prefix}_steady": 1.0 if timing.steady else 0.0,
+        f"{prefix}_ratio": timing.ratio,
+        f"{prefix}_ref_ms": timing.reference_ms / per,
+        f"{prefix}_probe_drift": timing.probe_drift,
+        f"{prefix}_foreign_cpu": timing.foreign_cpu,
+    }
+
+
+def timing_details(timing: Timing) -> dict[str, object]:
+    """What the record keeps of how a timing went (its samples are kept apart); an unknown
+    reading is null."""
+    details = {
+        "steady": timing.steady,
+        "samples_judged": timing.n_samples,
+        "samples_taken": timing.n_taken,
+        "sampling_s": round(timing.sampling_s, 4),
+        "halves_gap": timing.halves_gap,
+        "rel_iqr": timing.rel_iqr,
+        "unsteady_reasons": list(timing.reasons),
+        "probe_before_ms": timing.probe_before_ms,
+        "probe_after_ms": timing.probe_after_ms,
+        "load_avg": timing.load_avg,
+    }
+    return {
+        k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in details.items()
+    }

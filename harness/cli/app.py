@@ -1,0 +1,189 @@
+"""The ``attnbench`` command: a thin Hydra app around `harness.jobs.job.run`.
+
+Before Hydra composes anything, plugins are loaded and every registered variant and task is put
+into the ConfigStore, the command line is checked against Hydra's grammar, the registries,
+typed schemas and presets, and the results directory is checked for writing
+(`harness.jobs.validation`): bad input gets one sentence and exit status 2, not a traceback, and
+nothing is written. With ``--strict`` (taken off the command line before Hydra sees it), a plugin
+that failed to load is such bad input too, one sentence each (`harness.cli.strict`), instead of a
+warning.
+
+After Hydra returns, the command's outcome (`harness.jobs.outcome`) decides the exit status: 1 if a
+job ended without a record or the collection failed (one line each on stderr), 130 after Ctrl-C
+(`harness.cli.interrupt`), else 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import warnings
+from pathlib import Path
+from typing import NoReturn
+
+import hydra
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.errors import HydraException
+from hydra.types import RunMode
+from hydra.utils import to_absolute_path
+from omegaconf import DictConfig, open_dict
+from omegaconf.errors import OmegaConfBaseException
+
+import attnbench.conf
+from attnbench.harness.cli.interrupt import quiet_when_the_reader_leaves, terminate_now
+from attnbench.harness.cli.strict import refuse_broken_plugins, take_strict_flag
+from attnbench.harness.discovery import PluginLoadWarning, failures, load_plugins
+from attnbench.harness.jobs.config import store_configs
+from attnbench.harness.jobs.job import run
+from attnbench.harness.jobs.outcome import INTERRUPTED, OUTCOME, TERMINATED
+from attnbench.harness.jobs.validation import (
+    ConfigError,
+    check_hydra_settings,
+    check_overrides,
+    check_preset,
+    check_results_dir,
+    parse_overrides,
+    prepare_job,
+    results_dir_of,
+)
+from attnbench.registry import UnknownNameError
+
+# The configs ship inside the package (attnbench.conf), so they are found from any working
+# directory, in a checkout and in an installed wheel alike. An absolute path: Hydra would
+# otherwise resolve a relative one against the calling module.
+CONF_DIR = str(Path(attnbench.conf.__file__).resolve().parent)
+
+MULTIRUN = {"-m", "--multirun"}
+# Hydra's modes that print instead of running; Hydra allows only one of them, without -m
+PRINT_MODES = {"--cfg", "-c", "--info"}
+INFORMATIONAL = PRINT_MODES | {"--help", "-h", "--hydra-help"}
+
+
+def refuse(exc: Exception) -> NoReturn:
+    """Print one sentence for bad input and exit with status 2 (nothing has been written)."""
+    print(f"attnbench: {exc}", file=sys.stderr)
+    sys.exit(2)
+
+
+@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
+def _hydra_main(cfg: DictConfig) -> str | None:
+    """One job, in whichever process the launcher runs it.
+
+    ``results_dir`` is made absolute against the directory the command started in, so that
+    ``hydra.job.chdir=true`` (which moves the job into its Hydra output folder) still writes
+    records where the callbacks collect them.
+
+    In a sweep, an exception propagates: Hydra stores it in the job's ``JobReturn``, where the
+    `grids` sweeper reads it (the job may run in a worker process, which cannot reach this
+    process's outcome). In a single run, it becomes the command's outcome here.
+    """
+    cfg.results_dir = to_absolute_path(cfg.results_dir)
+    if HydraConfig.get().mode == RunMode.MULTIRUN:
+        return run(cfg).status
+    try:
+        return run(cfg).status
+    except ConfigError as exc:
+        refuse(exc)
+    except Exception as exc:  # no record was written: say so, and exit 1 after collecting
+        OUTCOME.job_failed(HydraConfig.get().overrides.task, exc)
+        return None
+
+
+def check_command_line(args: list[str]) -> None:
+    """Check a command line before Hydra starts (`harness.jobs.validation`); `ConfigError` if bad.
+
+    The config is composed once, without the sweep's values, to read ``results_dir`` exactly as
+    the jobs will; a single job is checked in full (a sweep's jobs are checked by the `grids`
+    sweeper before the first one runs). Runs before Hydra creates its run directory, so a
+    refused command leaves nothing behind. ``--strict`` is not Hydra's: `main` takes it off the
+    command line (and checks the plugins) before calling this.
+    """
+    multirun = bool(MULTIRUN & set(args))
+    informational = bool(INFORMATIONAL & set(args))
+    if multirun and PRINT_MODES & set(args):
+        flag = sorted(PRINT_MODES & set(args))[0]
+        raise ConfigError(
+            f"{flag} prints one job's config and cannot be combined with -m (Hydra refuses it "
+            "too); drop -m and give one job's values (attnbench --cfg job task=recall …), or see "
+            "a preset's grids with attnbench --cfg hydra sweep=NAME."
+        )
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        # the preset first: a misspelt one would otherwise be reported as whatever key of the
+        # command line its grids would have given meaning to
+        loader = GlobalHydra.instance().config_loader()
+        check_preset(parse_overrides(args), loader, multirun or informational)
+        overrides = check_overrides(args, multirun=multirun or informational)
+        if informational:
+            return
+        fixed = [o.input_line for o in overrides if not o.is_sweep_override()]
+        try:
+            cfg = compose("config", overrides=fixed, return_hydra_config=True)
+        except (HydraException, OmegaConfBaseException) as exc:
+            reason = str(exc).strip().splitlines()[0]
+            raise ConfigError(f"the command line does not compose: {reason}") from None
+        check_results_dir(results_dir_of(cfg))
+        check_hydra_settings(cfg.hydra, multirun)
+        with open_dict(cfg):
+            del cfg["hydra"]  # a job's config, as Hydra hands it to the job
+        if not multirun:
+            prepare_job(cfg)
+
+
+def _done() -> None:
+    """Ignore Ctrl-C from here on: the command's work is over, and a Ctrl-C while the interpreter
+    shuts down (it joins the memory probe's process, `attnbench.toolkit.memory`) would only print a
+    traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+@quiet_when_the_reader_leaves
+def main() -> None:
+    """Entry point of the ``attnbench`` console script.
+
+    ``--strict`` is this command's flag, not Hydra's: it is taken off ``sys.argv`` before Hydra
+    parses it, and makes a plugin that failed to load an error (exit 2) before anything runs.
+    Without it, such a plugin is one warning line once the command line is accepted; a refused
+    command line prints its one sentence only (which names the plugin when it asked for one of
+    its names).
+    """
+    OUTCOME.reset()
+    # a log handler that cannot write (Hydra's job log on a full disk) must not print a
+    # traceback per line: what failed is reported once, by the outcome
+    logging.raiseExceptions = False
+    signal.signal(signal.SIGTERM, terminate_now)
+    sys.argv[1:], strict = take_strict_flag(sys.argv[1:])
+    try:
+        if strict and (status := refuse_broken_plugins("attnbench")):
+            sys.exit(status)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PluginLoadWarning)  # said below, or in the refusal
+            load_plugins()
+        store_configs()
+        try:
+            check_command_line(sys.argv[1:])
+        except (ConfigError, UnknownNameError) as exc:
+            refuse(exc)
+        for failure in failures():
+            print(
+                f"attnbench: warning: {failure.source} failed to load and is skipped: "
+                f"{failure.reason}",
+                file=sys.stderr,
+            )
+        _hydra_main()
+    except KeyboardInterrupt:  # outside a sweep's jobs (which the sweeper stops cleanly)
+        _done()
+        print(f"attnbench: interrupted by {OUTCOME.stopped_by}.", file=sys.stderr)
+        sys.exit(TERMINATED if OUTCOME.stopped_by == "SIGTERM" else INTERRUPTED)
+    _done()
+    for line in OUTCOME.report():
+        print(f"attnbench: {line}", file=sys.stderr)
+    if OUTCOME.exit_status():
+        sys.exit(OUTCOME.exit_status())
+
+
+if __name__ == "__main__":
+    main()

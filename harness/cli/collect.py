@@ -1,0 +1,105 @@
+"""``attnbench-collect``: the command line of `attnbench.harness.results.collect`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from pathlib import Path
+
+from attnbench.harness.cli.interrupt import quiet_when_the_reader_leaves
+from attnbench.harness.jobs.outcome import INTERRUPTED
+from attnbench.harness.jobs.paths import too_long, write_failure
+from attnbench.harness.jobs.records import (
+    runs_dir,
+)
+from attnbench.harness.results.collect import (
+    TABLE_NAME,
+    collect,
+    read_table,
+)
+
+
+@quiet_when_the_reader_leaves
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``attnbench-collect`` (see `_main`): Ctrl-C is one line and exit status
+    130, not a traceback; every write is atomic, so what it leaves is whole."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print(
+            "attnbench-collect: interrupted by Ctrl-C; the table is as it was (collect again "
+            "to finish).",
+            file=sys.stderr,
+        )
+        return INTERRUPTED
+
+
+def _main(argv: list[str] | None = None) -> int:
+    """Entry point of ``attnbench-collect [RESULTS_DIR] [--full] [--strict]``.
+
+    With ``--strict``, a record file that is skipped (invalid, or of a newer schema) makes the
+    command exit 1 after the table is written from the valid ones, one line per file instead of
+    the warnings (`harness.cli.strict`: the table is then right about every record it holds, and
+    the status says some are missing from it).
+    """
+    from attnbench.harness.cli.strict import add_strict_flag, bad_records, report_bad_records
+    from attnbench.harness.results.provenance import per_run_lines, summary_lines
+
+    parser = argparse.ArgumentParser(prog="attnbench-collect", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "results_dir", nargs="?", default="results", help="folder holding runs/ (default: results)"
+    )
+    parser.add_argument(
+        "--full", action="store_true", help="re-read every record (ignore the last collection)"
+    )
+    parser.add_argument(
+        "--provenance",
+        action="store_true",
+        help="print each run's provenance: its commit and whether the code differed from it",
+    )
+    add_strict_flag(parser, reads_records=True)
+    args = parser.parse_args(argv)
+    if not args.results_dir.strip():  # Path("") is the working folder
+        print("attnbench-collect: the results folder is empty; give a folder.", file=sys.stderr)
+        return 2
+    if reason := too_long(runs_dir(args.results_dir)):
+        print(f"attnbench-collect: {args.results_dir} is too long ({reason}).", file=sys.stderr)
+        return 2
+    if not Path(args.results_dir).is_dir():
+        print(
+            f"attnbench-collect: no results folder {args.results_dir}; give the folder a sweep "
+            "wrote (results_dir=…), or run a sweep first (attnbench -m sweep=quick).",
+            file=sys.stderr,
+        )
+        return 2
+    if not runs_dir(args.results_dir).is_dir():
+        print(
+            f"attnbench-collect: no run records in {runs_dir(args.results_dir)}; "
+            "run a sweep first (attnbench -m sweep=quick).",
+            file=sys.stderr,
+        )
+        return 1
+    try:
+        with warnings.catch_warnings():
+            if args.strict:  # reported below as errors instead
+                warnings.simplefilter("ignore")
+            summary = collect(args.results_dir, incremental=not args.full)
+    except OSError as exc:
+        print(
+            f"attnbench-collect: cannot write the table in {args.results_dir} "
+            f"({write_failure(exc)}).",
+            file=sys.stderr,
+        )
+        return 2
+    print(summary.describe())
+    frame = read_table(Path(args.results_dir) / TABLE_NAME)[0]
+    for line in per_run_lines(frame) if args.provenance else summary_lines(frame):
+        print(line)
+    if args.strict:  # the files left out, each named with its path, as the other commands do
+        return report_bad_records("attnbench-collect", bad_records(args.results_dir))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,198 @@
+"""Ctrl-C during a sweep: the first stops after the running job, the second stops now.
+
+A benchmark job can take minutes, and its record is the only thing that survives it; a Ctrl-C
+that throws it away, prints a traceback and leaves the table uncollected loses the most work. So
+the `grids` sweeper runs its launches inside `GracefulStop` and hands the launcher a
+`GuardedTask` instead of the bare task function:
+
+* first Ctrl-C: one line on stderr saying so; the running job finishes and writes its record,
+  the jobs not yet started are not run (no record, no Hydra job directory where avoidable: a
+  re-run of the same command runs them), and the sweep ends normally, so Hydra's callbacks
+  collect the table. The command exits with 130.
+* second Ctrl-C: ``KeyboardInterrupt`` now, in the running job; the sweeper catches it, the
+  callbacks still collect what finished, exit 130. No traceback either way.
+
+How the stop reaches the jobs depends on where they run:
+
+* In the sweeper's own process (Hydra's basic launcher), `GuardedTask` raises `StopSweep` when
+  the running job returns. It derives from ``BaseException``, so Hydra's ``run_job`` does not
+  turn it into a failed job: it leaves the launcher's loop and the sweeper catches it.
+* In other processes (joblib's loky workers, submitit jobs), which share the terminal's process
+  group and receive the same SIGINT, jobs ignore SIGINT: the sweeper's process decides. A file,
+  ``.stop`` in the sweep directory, tells jobs that have not started to return `SKIPPED` instead
+  of running. A second Ctrl-C interrupts the launcher's wait in the sweeper's process; joblib
+  then terminates its workers (their running jobs leave no record).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+STOP_FILE = ".stop"
+SKIPPED = "not run: the sweep was stopped"  # what a guarded job returns when it does not start
+FIRST_CTRL_C = (
+    "attnbench: Ctrl-C: stopping after the running job (not starting new ones); "
+    "press Ctrl-C again to stop now.\n"
+)
+
+_stop_requested = False  # set by GracefulStop's handler in the sweeper's process
+
+
+def terminate_now(signum: int, frame: Any) -> None:
+    """SIGTERM (``kill``, a scheduler's stop, ``docker stop``) handled as a second Ctrl-C: stop
+    now, and still collect the finished jobs and say what was not run (exit 143). Not as a first
+    Ctrl-C: whoever sends SIGTERM usually sends SIGKILL a few seconds later, too soon to let the
+    running job finish. A second SIGTERM kills at once."""
+    from attnbench.harness.jobs.outcome import OUTCOME
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    OUTCOME.stopped_by = "SIGTERM"
+    os.write(2, b"attnbench: SIGTERM: stopping now; the finished jobs are collected.\n")
+    raise KeyboardInterrupt
+
+
+class StopSweep(BaseException):  # noqa: N818 (a control-flow signal, like KeyboardInterrupt)
+    """Raised by `GuardedTask` in the sweeper's process when the running job is done and a stop
+    was requested: ends the launcher's loop without starting the next job."""
+
+
+def _in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def stop_requested(stop_file: Path | None) -> bool:
+    """Whether a Ctrl-C asked the sweep to stop (in this process, or in the sweeper's)."""
+    return _stop_requested or (stop_file is not None and stop_file.exists())
+
+
+class GracefulStop:
+    """Context manager for a sweep's launches: SIGINT handling as in the module docstring.
+
+    Installs its handler only in the main thread (where Python delivers signals); elsewhere it
+    changes nothing. Removes the stop file on entry (a stale one from an earlier sweep in the
+    same directory) and on exit.
+    """
+
+    def __init__(self, stop_file: Path) -> None:
+        self.stop_file = stop_file
+        self.previous: Any = None
+        self.installed = False
+
+    @property
+    def requested(self) -> bool:
+        return stop_requested(None)
+
+    def __enter__(self) -> GracefulStop:
+        global _stop_requested
+        _stop_requested = False
+        self.stop_file.unlink(missing_ok=True)
+        if _in_main_thread():
+            self.previous = signal.signal(signal.SIGINT, self._handle)
+            self.installed = True
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        global _stop_requested
+        if _stop_requested:  # the second Ctrl-C: stop now
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            raise KeyboardInterrupt
+        _stop_requested = True
+        with contextlib.suppress(OSError):  # the jobs of this process still see the flag
+            self.stop_file.touch()
+        os.write(2, FIRST_CTRL_C.encode())  # not print(): a handler may interrupt a write
+
+    def __exit__(self, *exc: object) -> None:
+        global _stop_requested
+        if self.installed:
+            signal.signal(signal.SIGINT, self.previous)
+        _stop_requested = False
+        self.stop_file.unlink(missing_ok=True)
+
+
+@dataclass
+class GuardedTask:
+    """The task function as the launcher runs it: a stop is honoured between jobs.
+
+    Picklable (launchers send it to worker processes), so it holds only the task function, the
+    stop file's absolute path and the sweeper's process id. In the sweeper's process it also
+    keeps what a launch aborted by `StopSweep` or ``KeyboardInterrupt`` cannot return: how many
+    jobs started and finished, and the failures among them (`take_batch`).
+    """
+
+    task_function: Callable[[Any], Any]
+    stop_file: Path
+    sweeper_pid: int = field(default_factory=os.getpid)
+    started: int = 0
+    finished: int = 0
+    failures: list[tuple[Sequence[str], BaseException]] = field(default_factory=list)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "started": 0, "finished": 0, "failures": []}  # per process
+
+    def __call__(self, cfg: Any) -> Any:
+        here = os.getpid() == self.sweeper_pid
+        if not here and _in_main_thread():
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # the sweeper's process decides
+        if stop_requested(self.stop_file):
+            if here:
+                raise StopSweep
+            return SKIPPED
+        self.started += here
+        try:
+            value = self.task_function(cfg)
+        except Exception as exc:
+            if here:
+                self.finished += 1
+                self.failures.append((_job_overrides(), exc))
+                if stop_requested(self.stop_file):
+                    raise StopSweep from exc
+            raise
+        if here:
+            self.finished += 1
+            if stop_requested(self.stop_file):
+                raise StopSweep
+        return value
+
+    def take_batch(self) -> tuple[int, int, list[tuple[Sequence[str], BaseException]]]:
+        """Jobs started and finished in this process since the last call, and the failures
+        among them; then starts counting afresh."""
+        taken = (self.started, self.finished, self.failures)
+        self.started, self.finished, self.failures = 0, 0, []
+        return taken
+
+
+def _job_overrides() -> list[str]:
+    """The running job's overrides, as Hydra logs them."""
+    from hydra.core.hydra_config import HydraConfig
+
+    with contextlib.suppress(ValueError):
+        return list(HydraConfig.get().overrides.task)
+    return []
+
+
+def quiet_when_the_reader_leaves(main: Callable[..., Any]) -> Callable[..., Any]:
+    """A console script's ``main`` that ends quietly when the reader of its output has gone
+    (``attnbench-collect | head -1``): Python turns SIGPIPE into ``BrokenPipeError`` at the next
+    print, a traceback about nothing the user did wrong. What the command wrote (records, a
+    table, a site) stays; stdout is pointed at /dev/null so that the interpreter's last flush
+    does not raise again; the status is 141, a shell's for a process ended by SIGPIPE."""
+
+    @functools.wraps(main)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return main(*args, **kwargs)
+        except BrokenPipeError:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            return 128 + signal.SIGPIPE
+
+    return wrapped

@@ -1,0 +1,81 @@
+"""``attnbench-leaderboard``: the command line of `attnbench.harness.leaderboard.site`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from attnbench.harness.cli.interrupt import quiet_when_the_reader_leaves
+from attnbench.harness.cli.strict import add_strict_flag, bad_records, report_bad_records
+from attnbench.harness.jobs.outcome import INTERRUPTED
+from attnbench.harness.leaderboard.publish import SiteError
+from attnbench.harness.leaderboard.site import (
+    build_site,
+)
+from attnbench.harness.results.collect import TABLE_NAME
+from attnbench.harness.results.table_file import TableError
+
+
+@quiet_when_the_reader_leaves
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``attnbench-leaderboard`` (see `_main`): Ctrl-C is one line and exit status
+    130, not a traceback; every write is atomic, so what it leaves is whole."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print(
+            "attnbench-leaderboard: interrupted by Ctrl-C; each file it wrote is whole, but the "
+            "site may mix two builds (build it again).",
+            file=sys.stderr,
+        )
+        return INTERRUPTED
+
+
+def _main(argv: list[str] | None = None) -> int:
+    """Entry point of ``attnbench-leaderboard [RESULTS_DIR] [-o OUT_DIR]``."""
+    parser = argparse.ArgumentParser(
+        prog="attnbench-leaderboard", description="Build the static leaderboard site."
+    )
+    parser.add_argument(
+        "results_dir",
+        nargs="?",
+        default="results",
+        help="folder with results.parquet / runs/ (default: results)",
+    )
+    parser.add_argument(
+        "-o",
+        "--out",
+        default=None,
+        help="site folder, not the results folder or its runs/ (default RESULTS_DIR/leaderboard)",
+    )
+    parser.add_argument(
+        "--include-stale",
+        action="store_true",
+        help="also show runs of older code (default: only runs of the installed code)",
+    )
+    add_strict_flag(parser, reads_records=True)
+    args = parser.parse_args(argv)
+    for value, what in ((args.results_dir, "the results folder"), (args.out, "-o")):
+        if value is not None and not value.strip():  # Path("") is the working folder
+            print(f"attnbench-leaderboard: {what} is empty; give a folder.", file=sys.stderr)
+            return 2
+    try:
+        index = build_site(args.results_dir, args.out, include_stale=args.include_stale)
+    except (SiteError, TableError) as exc:
+        print(f"attnbench-leaderboard: {exc}", file=sys.stderr)
+        return 2
+    if not (Path(args.results_dir) / TABLE_NAME).exists():
+        print(
+            f"attnbench-leaderboard: no results yet in {args.results_dir}; run "
+            "`attnbench -m sweep=quick` first. Wrote an empty page:",
+            file=sys.stderr,
+        )
+    print(index.resolve())
+    if args.strict:  # the page is built from the valid records; the status names the others
+        return report_bad_records("attnbench-leaderboard", bad_records(args.results_dir))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

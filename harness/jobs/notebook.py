@@ -1,0 +1,255 @@
+"""The Python entry point, for notebooks and scripts: `run` jobs and read `results` as tables.
+
+``attnbench.run(variant, task, **overrides)`` is ``attnbench -m variant=… task=… key=value…``
+without a shell: the same checks of every job before the first (a bad value raises `ValueError` with
+the command line's one sentence), the same jobs, records and run ids (each job runs through
+`harness.jobs.job.run`, as a Hydra job does), the same collection. A keyword's list value sweeps, as
+a comma list does on the command line. What it returns is the results table's rows of the jobs it
+ran (a job finished earlier is not run again: its existing rows are returned).
+
+A variant may be a registered name or an `AttentionVariant` subclass defined in the notebook: it
+is registered under its ``name`` attribute (or its class name in lower case). Its module has no
+source file to fingerprint, so the identity of its jobs carries a digest of the class itself
+(`harness.jobs.fingerprint.class_digest`): an edited class makes new jobs, not stale skips.
+
+``attnbench.results(path)`` reads a results folder's table as a DataFrame, collecting first the
+records written since it was collected.
+
+Presets (``sweep=NAME``) and Hydra's launchers stay the command line's: this runs the jobs one
+after another in the calling process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from attnbench.harness.jobs.validation import ConfigError
+from attnbench.harness.results.collect import COLUMNS, TABLE_NAME, collect, uncollected
+from attnbench.harness.results.table_file import TableError, load
+from attnbench.registry import UnknownNameError
+
+_PLAIN = re.compile(r"[A-Za-z0-9_./+-]+")  # a value Hydra's grammar reads as it is written
+
+
+def _override_value(value: Any) -> str:
+    """One Python value as Hydra override text."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    text = str(value)
+    if _PLAIN.fullmatch(text):
+        return text
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _override(key: str, value: Any) -> str:
+    """``key=value``; a list or tuple sweeps (``key=a,b``), as a comma list does in a shell."""
+    if isinstance(value, (list, tuple)):
+        if not value:
+            raise ValueError(f"{key}=[] sweeps over nothing; give at least one value.")
+        return f"{key}=" + ",".join(_override_value(v) for v in value)
+    return f"{key}={_override_value(value)}"
+
+
+def _variant_names(variant: Any) -> list[str]:
+    """Registered names for ``variant``: a name, an `AttentionVariant` subclass (registered here
+    if it is not yet), or a list of either."""
+    from attnbench.variant import VARIANTS, AttentionVariant, register_variant
+
+    items = list(variant) if isinstance(variant, (list, tuple)) else [variant]
+    names = []
+    for item in items:
+        if isinstance(item, str):
+            names.append(item)
+        elif isinstance(item, type) and issubclass(item, AttentionVariant):
+            name = getattr(item, "name", None) or item.__name__.lower()
+            if name not in VARIANTS or VARIANTS.get(name) is not item:
+                if name in VARIANTS:
+                    VARIANTS.unregister(name)  # the notebook redefined it: the new class counts
+                register_variant(name)(item)
+            names.append(name)
+        else:
+            raise ValueError(
+                f"variant={item!r} is neither a registered name nor an AttentionVariant "
+                "subclass; give one of them (attnbench-variants lists the names)."
+            )
+    return names
+
+
+def _defined_here(names: list[str]) -> dict[str, type]:
+    """The variants among ``names`` whose class has no source file another process could import
+    it from (defined in a notebook or a script's ``__main__``)."""
+    from attnbench.harness.jobs.fingerprint import module_file
+    from attnbench.variant import VARIANTS
+
+    classes = {name: VARIANTS.get(name) for name in names}
+    return {n: c for n, c in classes.items() if module_file(c.__module__) is None}
+
+
+class _ClassesByValue:
+    """Notebook variant classes on their way to the memory probe. ``multiprocessing`` sends a
+    child's start-up arguments by pickling them, which names a class by module and name; a class
+    from a notebook or ``__main__`` has no module the child could import, so this wrapper asks
+    to be sent by value instead (cloudpickle writes the class's code). Nothing is read from a
+    file: the bytes go from this process to the probe it has just started."""
+
+    def __init__(self, classes: dict[str, type]) -> None:
+        self.classes = classes
+
+    def __reduce__(self) -> tuple[Any, tuple[bytes]]:
+        import cloudpickle
+
+        return cloudpickle.loads, (cloudpickle.dumps(self.classes),)
+
+
+def _register_in_probe(classes: dict[str, type]) -> None:
+    """The memory probe's start (`attnbench.toolkit.memory`) in a run from Python: its own set-up,
+    then the caller's notebook variants (sent by value, `_ClassesByValue`), registered by name."""
+    from attnbench.toolkit import memory
+    from attnbench.variant import VARIANTS, register_variant
+
+    memory._init_probe()
+    for name, cls in classes.items():
+        if name not in VARIANTS:
+            register_variant(name)(cls)
+
+
+@contextlib.contextmanager
+def _probe_knowing(classes: dict[str, type]) -> Iterator[None]:
+    """CPU peak memory is measured in a spawned probe process that builds the variant by name
+    (`attnbench.toolkit.memory.isolated_cpu_peak`); a class defined in a notebook is registered only
+    here. So for the jobs of such a class the probe is started here, with the classes sent by value,
+    and without the caller's ``__main__`` (spawn would run a script's top level again in the probe,
+    ``attnbench.run`` call included). It is shut down afterwards."""
+    if not classes:
+        yield
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from attnbench.harness.jobs.job import main_script_hidden
+    from attnbench.toolkit import memory
+
+    memory.release_probe()
+    with main_script_hidden(), memory._sigint_ignored():
+        memory._probe = ProcessPoolExecutor(
+            1,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_register_in_probe,
+            initargs=(_ClassesByValue(classes),),
+        )
+        memory._probe.submit(int).result()  # started now, while __main__ is hidden
+    try:
+        yield
+    finally:
+        memory.release_probe()
+
+
+def _jobs(args: Sequence[str]) -> list[list[str]]:
+    """The command line ``args`` (with comma sweeps) as one override list per job."""
+    from attnbench.harness.jobs.validation import parse_overrides
+
+    choices = []
+    for o in parse_overrides(list(args)):
+        if o.is_sweep_override():
+            values = list(o.sweep_string_iterator())
+            choices.append([f"{o.key_or_group}={v}" for v in values])
+        else:
+            choices.append([o.input_line])
+    return [list(job) for job in itertools.product(*choices)]
+
+
+def run(
+    variant: Any,
+    task: str | Iterable[str] = "throughput",
+    *,
+    results_dir: str | os.PathLike = "results",
+    **overrides: Any,
+) -> pd.DataFrame:
+    """Run the jobs ``attnbench -m variant=… task=… key=value…`` would run; return their rows.
+
+    Args:
+        variant: A registered name, an `AttentionVariant` subclass, or a list of them (a sweep).
+        task: A task name, or a list of them.
+        results_dir: Where the records and the table go (the command line's ``results_dir``).
+        **overrides: Config keys as on the command line: ``seed=0``, ``threads=1``; dotted keys
+            through a dict, ``**{"task.seq_len": [256, 512]}`` (a list sweeps).
+
+    Returns:
+        The results table's rows of these jobs (`results`), one row per metric point.
+
+    Raises:
+        ValueError: a value no job could run with, in the command line's one sentence, before
+            any job ran.
+    """
+    from hydra import compose, initialize_config_dir
+
+    from attnbench.harness.cli.app import CONF_DIR, check_command_line
+    from attnbench.harness.discovery import load_plugins
+    from attnbench.harness.jobs.config import store_configs
+    from attnbench.harness.jobs.job import run as run_job
+    from attnbench.harness.jobs.validation import prepare_job
+
+    load_plugins()
+    if "sweep" in overrides:
+        raise ValueError(
+            "attnbench.run runs the jobs it is given; run a preset from the shell "
+            f"(attnbench -m sweep={overrides['sweep']})."
+        )
+    if hydra_keys := [k for k in overrides if k.split(".")[0].split("/")[0] == "hydra"]:
+        raise ValueError(
+            f"{hydra_keys[0]} is a setting of Hydra's command line (its folders, launchers), "
+            "which attnbench.run does not start: it runs the jobs here and writes only their "
+            "records under results_dir; drop it, or use the attnbench command."
+        )
+    names = _variant_names(variant)
+    tasks = [task] if isinstance(task, str) else list(task)
+    store_configs()  # a notebook's variant class becomes variant=<name>
+    results_dir = os.path.abspath(results_dir)
+    args = [
+        _override("variant", names),
+        _override("task", tasks),
+        *(_override(key, value) for key, value in overrides.items()),
+        _override("results_dir", results_dir),
+    ]
+    try:
+        check_command_line(["-m", *args])
+        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+            configs = [compose("config", overrides=job) for job in _jobs(args)]
+        jobs = [prepare_job(cfg) for cfg in configs]  # every job checked before the first
+    except (ConfigError, UnknownNameError) as exc:
+        raise ValueError(str(exc)) from None
+    del jobs
+    with _probe_knowing(_defined_here(names)):
+        run_ids = [run_job(cfg).run_id for cfg in configs]
+    table = results(results_dir)
+    return table[table["run_id"].isin(run_ids)].reset_index(drop=True)
+
+
+def results(path: str | os.PathLike = "results") -> pd.DataFrame:
+    """The results table of a results folder (or a table file) as a DataFrame, one row per
+    metric point (columns: docs/results.md). Records written since the table was collected are
+    collected first.
+
+    Raises:
+        ValueError: no results there, or a table that cannot be read; one sentence.
+    """
+    folder = Path(path)
+    stale = not (folder / TABLE_NAME).exists() or uncollected(folder)
+    if folder.is_dir() and (folder / "runs").is_dir() and stale:
+        collect(folder)
+    try:
+        return load(folder, COLUMNS)[0]
+    except TableError as exc:
+        raise ValueError(str(exc)) from None

@@ -1,0 +1,619 @@
+"""Bad input is refused before any job runs, with one sentence that names the value and the fix.
+
+Three layers, cheapest first:
+
+1. `check_overrides`: the command line against Hydra's override grammar, the registries and the
+   typed schemas, without composing anything: syntax (``task.seq_len=[64``), a key given twice
+   (``seed=1 seed=2``), a sweep without ``-m`` (``variant=a,b``, ``variant=glob(s*)``), a glob that
+   matches nothing, unknown ``variant=``/``task=`` names (with "did you mean"; a name that a
+   plugin which failed to load would have provided names that plugin and its error), unknown keys
+   (``variant.windw=4``), and values of the wrong type (``task.seq_len=abc``, ``device=gpu``).
+   `check_preset` then asks Hydra's config loader whether ``sweep=NAME`` is a preset (an optional
+   config group: Hydra itself would silently run the default job).
+2. `check_results_dir`: the results directory, read from the composed config (`results_dir_of`,
+   so quotes and ``${oc.env:…}`` resolve exactly as in the jobs), is not empty, exists or can be
+   made, and takes a file.
+3. `prepare_job`: each composed job's values (a seed numpy and torch accept, a thread count this
+   process can use, a finite time budget, sizes ≥ 1, heads dividing the width, a device and dtype
+   this machine can run). The ``attnbench`` command calls it for a single job before Hydra
+   starts, the `grids` sweeper for every job of a sweep before launching the first one, and
+   `harness.jobs.job.run` for the job it runs — the one check all three share, kept here with the
+   other checks so that `harness.jobs.job` only runs jobs.
+
+Resolving ``device=auto`` and ``dtype=auto`` belongs to the third layer: the resolved values are
+part of a job's identity (its run_id), and resolving is where an impossible device or dtype is
+refused.
+
+Every refusal is a `ConfigError`; the ``attnbench`` command prints it and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import errno
+import functools
+import math
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Glob, Override
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+import attnbench.conf
+from attnbench.harness.discovery import failed_names, failure_for
+from attnbench.harness.jobs.config import AttnbenchConfig, option_schema
+from attnbench.harness.jobs.env import device_name
+from attnbench.harness.jobs.fingerprint import (
+    CLASS,
+    class_digest,
+    code_modules,
+    combined_digest,
+    module_file,
+)
+from attnbench.harness.jobs.paths import too_long
+from attnbench.harness.jobs.records import make_run_id
+from attnbench.registry import Registry
+from attnbench.task import TASKS, Task, build_task
+from attnbench.toolkit.timing import usable_cores
+from attnbench.variant import (
+    VARIANTS,
+    UnsupportedError,
+    VariantShape,
+    build_variant,
+)
+
+CONFIG_GROUPS: dict[str, Registry] = {"variant": VARIANTS, "task": TASKS}
+
+
+@functools.lru_cache(maxsize=1)
+def default_choices() -> dict[str, str]:
+    """The ``variant`` and ``task`` that conf/config.yaml's defaults list selects.
+
+    Read from the config rather than repeated here: the engine names no variant or task, and the
+    checks must agree with what Hydra composes when the command line names none.
+    """
+    config = OmegaConf.load(Path(attnbench.conf.__file__).parent / "config.yaml")
+    choices = {}
+    for item in config.get("defaults", []):
+        if isinstance(item, DictConfig):
+            for group, name in item.items():
+                if group in CONFIG_GROUPS:
+                    choices[str(group)] = str(name)
+    return choices
+
+
+OTHER_GROUPS = {"sweep", "hydra"}
+TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class ConfigError(ValueError):
+    """A config that no job can run with; the message says what would be valid."""
+
+
+def _did_you_mean(value: str, valid: list[str]) -> str:
+    close = difflib.get_close_matches(value, valid, n=3, cutoff=0.6)
+    return f" Did you mean {' or '.join(close)}?" if close else ""
+
+
+def unknown_name(registry: Registry, name: str) -> str:
+    """The one sentence for a ``name`` that ``registry`` lacks: the plugin that failed to load
+    and would have provided it, with its error, where there is one; else "Unknown …, did you
+    mean …"."""
+    failure = failure_for(registry, name)
+    return failure.asked_for(registry.kind) if failure else registry.unknown_message(name)
+
+
+def check_known(group: str, name: str) -> None:
+    """Raise `ConfigError` (`unknown_name`) unless ``name`` is registered in ``group``."""
+    if name not in CONFIG_GROUPS[group]:
+        raise ConfigError(unknown_name(CONFIG_GROUPS[group], name))
+
+
+def _values(override: Override) -> list[Any]:
+    """The values an override stands for: one, or each of a choice sweep; [] when unknowable."""
+    if not override.is_sweep_override():
+        return [override.value()]
+    if override.is_choice_sweep() and not isinstance(override.value(), Glob):
+        return list(override.sweep_iterator())
+    return []  # ranges and globs: Hydra expands them
+
+
+def _selected(group: str, overrides: list[Override]) -> list[str]:
+    """Names a group's choice may take in this command (every name under a sweep preset)."""
+    registry = CONFIG_GROUPS[group]
+    for o in overrides:
+        if o.key_or_group.lstrip("+~") != group:
+            continue
+        value = o.value()
+        if isinstance(value, Glob):
+            matched = value.filter(registry.names())
+            failed = value.filter(failed_names(registry))
+            if not matched and failed:  # the plugin that would have matched, not "no match"
+                raise ConfigError(unknown_name(registry, failed[0]))
+            if not matched:
+                raise ConfigError(
+                    f"{o.input_line} matches no {registry.kind}, and a sweep that matches "
+                    f"nothing is an error; {registry.kind}s: {', '.join(registry.names())}."
+                )
+            return matched
+        names = [str(v) for v in _values(o)]
+        for name in names:
+            check_known(group, name)
+        return names
+    if any(o.key_or_group == "sweep" for o in overrides):
+        return registry.names()  # presets sweep glob(*)
+    return [default_choices()[group]]
+
+
+def _check_value(schema: type, field_name: str, value: Any, label: str) -> None:
+    node = OmegaConf.structured(schema)
+    try:
+        OmegaConf.update(node, field_name, value, merge=False)
+    except OmegaConfBaseException as exc:
+        reason = str(exc).splitlines()[0]
+        raise ConfigError(f"{label}={value} is not valid: {reason}.") from None
+    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
+        # torch's sizes are 64-bit: it would fail with a C++ stack dump, not a sentence
+        raise ConfigError(f"{label}={value} is out of range; give a whole number below 2**63.")
+    if not _finite(value):
+        # a record is JSON, which has no inf or nan: the job could not be reproduced from it
+        raise ConfigError(
+            f"{label}={value} is not finite (a record is JSON, which has no inf or nan); "
+            "give finite numbers."
+        )
+
+
+def _finite(value: Any) -> bool:
+    """Whether no number in ``value`` (a list or a dict of them, too) is inf or nan."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, list | tuple):
+        return all(_finite(v) for v in value)
+    if isinstance(value, dict):
+        return all(_finite(v) for v in value.values())
+    return True
+
+
+def _check_field(schema: type, key: str, values: list[Any], label: str, owner: str) -> None:
+    fields = [f.name for f in dataclasses.fields(schema) if f.name != "name"]
+    if key not in fields:
+        raise ConfigError(
+            f"{label} is not a parameter of {owner}.{_did_you_mean(key, fields)} "
+            f"Its parameters: {', '.join(fields)}."
+        )
+    for value in values:
+        _check_value(schema, key, value, label)
+
+
+def parse_overrides(args: list[str]) -> list[Override]:
+    """The command line's overrides, parsed by Hydra's own grammar; `ConfigError` naming the first
+    one that does not parse.
+
+    Parsed one at a time so that the sentence can name the culprit: Hydra's own report of a
+    syntax error is several lines about the whole command line.
+    """
+    _check_words(args)
+    parser = OverridesParser.create()
+    overrides = []
+    for arg in (a for a in args if "=" in a and not a.startswith("-")):
+        try:
+            overrides.append(parser.parse_override(arg))
+        except HydraException as exc:
+            reason = str(exc).splitlines()[0].rstrip(".")
+            raise ConfigError(
+                f"{arg} is not a valid override ({reason}); check its brackets and quotes, "
+                "and quote a value with spaces or commas as a whole: key='a b'."
+            ) from None
+    return overrides
+
+
+# Hydra's flags that take the next word as their value (``--cfg job``, ``-cn config``)
+VALUE_FLAGS = frozenset(
+    [
+        "--cfg",
+        "-c",
+        "--package",
+        "-p",
+        "--config-path",
+        "-cp",
+        "--config-name",
+        "-cn",
+        "--config-dir",
+        "-cd",
+        "--info",
+        "-i",
+        "--experimental-rerun",
+    ]
+)
+
+
+def _check_words(args: list[str]) -> None:
+    """Refuse a word that is neither a flag, a flag's value, nor ``key=value``: a bare word
+    (Hydra's grammar error is several lines and exit 1), and ``~key``, which deletes a setting
+    every job reads (the job then failed without a record). ``~hydra…`` stays Hydra's."""
+    for i, word in enumerate(args):
+        if word.startswith("-") or "=" in word or (i > 0 and args[i - 1] in VALUE_FLAGS):
+            continue
+        if word.startswith("~hydra"):
+            continue
+        if word.startswith("~"):
+            key = word[1:]
+            raise ConfigError(
+                f"{word} deletes {key}, which every job reads; set it instead ({key}=VALUE), or "
+                "leave it out for its default."
+            )
+        raise ConfigError(
+            f"{word} is not an override; give key=value (e.g. variant=softmax task=recall), "
+            "and see attnbench --help for the flags."
+        )
+
+
+def _check_given_once(overrides: list[Override]) -> None:
+    """A key given twice is refused: Hydra would silently keep the last value."""
+    first: dict[tuple[str, str | None], Override] = {}
+    for o in overrides:
+        key = (o.key_or_group, o.package)
+        if key in first:
+            raise ConfigError(
+                f"{o.get_key_element()} is given twice ({first[key].input_line} and "
+                f"{o.input_line}); give each key once."
+            )
+        first[key] = o
+
+
+def _check_no_sweep(overrides: list[Override]) -> None:
+    """Without ``-m`` a sweep value cannot run: say to add ``-m`` instead of Hydra's traceback."""
+    for o in overrides:
+        if o.is_sweep_override():
+            what = "a glob, which sweeps" if isinstance(o.value(), Glob) else "a sweep"
+            raise ConfigError(
+                f"{o.input_line} is {what}; add -m to run one job per value "
+                f"(attnbench -m {o.input_line} …)."
+            )
+
+
+def check_overrides(args: list[str], multirun: bool = True) -> list[Override]:
+    """Raise `ConfigError` for the first bad override on the command line (see module doc).
+
+    Args:
+        args: the command line (flags are skipped).
+        multirun: whether ``-m`` is given; without it a sweep value is refused.
+
+    Returns:
+        The parsed overrides, for the checks that follow (`check_preset`, composing).
+    """
+    overrides = parse_overrides(args)
+    _check_given_once(overrides)
+    if not multirun:
+        _check_no_sweep(overrides)
+    selected = {group: _selected(group, overrides) for group in CONFIG_GROUPS}
+    root_fields = [f.name for f in dataclasses.fields(AttnbenchConfig)]
+    for o in overrides:
+        key = o.key_or_group.lstrip("+~")
+        head, _, rest = key.partition(".")
+        if key == "hydra/sweeper" and str(o.value()) != "grids":
+            raise ConfigError(
+                f"{o.input_line} would run the jobs without attnbench's check of every job before "
+                "the first (a bad value would fail at its job, after others ran, with nothing "
+                "collected); drop it: the default grids sweeper sweeps a,b lists as basic does."
+            )
+        if head.split("/")[0] in OTHER_GROUPS:
+            continue  # Hydra's own settings (hydra/launcher=…, hydra.launcher.n_jobs=…) and presets
+        if head in CONFIG_GROUPS and rest:
+            for name in selected[head]:
+                schema = option_schema(name, CONFIG_GROUPS[head].get(name).Params)
+                _check_field(schema, rest, _values(o), key, f"{head} {name}")
+        elif head in CONFIG_GROUPS:
+            continue
+        elif key in root_fields:
+            if key == "results_dir" and o.is_sweep_override():
+                raise ConfigError(
+                    f"{o.input_line} sweeps the results directory, but a sweep collects into "
+                    "one; give one results_dir and run a sweep per directory."
+                )
+            for value in _values(o):
+                _check_value(AttnbenchConfig, key, value, key)
+        else:
+            raise ConfigError(
+                f"{key} is not a config key.{_did_you_mean(key, root_fields)} Root keys: "
+                f"{', '.join(root_fields)}; variant.<param> and task.<param> set parameters."
+            )
+    return overrides
+
+
+def check_preset(overrides: list[Override], loader: Any, multirun: bool = True) -> None:
+    """Refuse a ``sweep=NAME`` that names no preset, listing the presets, or that lacks ``-m``.
+
+    ``sweep`` is an optional group in conf/config.yaml (``optional sweep: null``), so Hydra
+    silently skips an unknown name and runs the default job; without ``-m`` a preset's grids
+    are ignored just as silently. The presets are asked of Hydra's config loader (``loader``:
+    `hydra.core.config_loader.ConfigLoader`), with the command line's ``hydra.searchpath``, so
+    presets from a search path count too.
+    """
+    searchpath = [o.input_line for o in overrides if o.key_or_group == "hydra.searchpath"]
+    for o in overrides:
+        if o.key_or_group.lstrip("+") != "sweep":
+            continue
+        names = [str(v) for v in _values(o)]
+        if len(names) != 1:
+            raise ConfigError(f"{o.input_line} names several presets; run one preset at a time.")
+        presets = loader.get_group_options("sweep", config_name="config", overrides=searchpath)
+        if names[0] not in presets:
+            raise ConfigError(
+                f"sweep={names[0]} is not a sweep preset.{_did_you_mean(names[0], presets)} "
+                f"Presets: {', '.join(presets)}."
+            )
+        if not multirun:
+            raise ConfigError(
+                f"{o.input_line} selects a sweep preset; add -m to run it (attnbench -m "
+                f"{o.input_line})."
+            )
+
+
+def results_dir_of(cfg: DictConfig) -> str:
+    """The ``results_dir`` of a composed config, resolved as the jobs will resolve it.
+
+    Read from the config Hydra composed rather than from the raw command line, so that quotes
+    (``results_dir='my results'``) and interpolations (``results_dir=${oc.env:HOME}/r``) give
+    the directory the jobs will use, not a literal folder of that text.
+    """
+    try:
+        return str(cfg.results_dir)
+    except OmegaConfBaseException as exc:
+        reason = str(exc).splitlines()[0]
+        raise ConfigError(
+            f"results_dir does not resolve ({reason}); give a path, e.g. results_dir=results."
+        ) from None
+
+
+def check_results_dir(path: str | os.PathLike) -> None:
+    """Raise `ConfigError` unless records can be written under ``path``.
+
+    Creates nothing: a temporary file is written and removed in the deepest folder of
+    ``path/runs`` that exists (the jobs create the rest), so that a command refused later, or
+    only checked, leaves no empty folders behind. An empty path is refused: Hydra's run
+    directories (``${results_dir}/hydra/…``) would then land at the filesystem root.
+    """
+    if not str(path).strip():
+        raise ConfigError(
+            "results_dir is empty; give a directory for the records, e.g. results_dir=results."
+        )
+    reason = too_long(Path(path) / "runs")
+    if reason:
+        raise ConfigError(f"results_dir={path} is too long ({reason}); choose a shorter one.")
+    reason = _unwritable(Path(path) / "runs")
+    if reason:
+        raise ConfigError(
+            f"results_dir={path} is not writable ({reason}); choose another with results_dir=PATH."
+        )
+
+
+def _unwritable(folder: Path) -> str | None:
+    """Why ``folder`` cannot be created or written in, or None. Creates nothing: a temporary
+    file is written and removed in its deepest part that exists."""
+    existing = folder.absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    try:
+        if not existing.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(existing))
+        with tempfile.NamedTemporaryFile(dir=existing, prefix=".write-check-"):
+            pass
+    except OSError as exc:
+        return str(exc.strerror or exc)
+    return None
+
+
+def check_hydra_settings(hydra_cfg: DictConfig, multirun: bool) -> None:
+    """Refuse Hydra settings of the command line that would fail after Hydra started, with its
+    traceback: an output folder (``hydra.run.dir``, or ``hydra.sweep.dir`` with ``-m``) that is a
+    file or cannot be written, and a joblib launcher with ``n_jobs=0`` (no worker)."""
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    try:
+        folder = str(OmegaConf.select(hydra_cfg, key.removeprefix("hydra.")))
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"{key} does not resolve ({str(exc).splitlines()[0]}).") from None
+    reason = too_long(folder) or _unwritable(Path(folder))
+    if reason:
+        raise ConfigError(
+            f"{key}={folder} cannot hold Hydra's output ({reason}); give a writable folder, or "
+            f"leave {key} out (its default is under results_dir)."
+        )
+    launcher = hydra_cfg.get("launcher") or {}
+    if multirun and "joblib" in str(launcher.get("_target_", "")) and launcher.get("n_jobs") == 0:
+        raise ConfigError(
+            "hydra.launcher.n_jobs=0 starts no worker; give the number of jobs to run at once "
+            "(2 for two cores), or -1 for one per core."
+        )
+
+
+# --- layer 3: one composed job -------------------------------------------------------------
+
+
+def resolve_device(choice: str) -> torch.device:
+    """``auto`` → CUDA when available, else CPU; ``cuda`` without a GPU is refused."""
+    if choice == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if choice == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(
+            "device=cuda was asked for but no CUDA GPU is available; use device=cpu or device=auto."
+        )
+    if choice not in ("cpu", "cuda"):
+        raise ConfigError(f"device={choice!r} is not valid; use auto, cpu or cuda.")
+    return torch.device(choice)
+
+
+def resolve_dtype(choice: str, device: torch.device) -> str:
+    """``auto`` → bfloat16 on CUDA (tensor-core speed), float32 on CPU (what CPU timing uses)."""
+    if choice == "auto":
+        return "bfloat16" if device.type == "cuda" else "float32"
+    if choice not in TORCH_DTYPES:
+        raise ConfigError(f"dtype={choice!r} is not valid; use auto, {', '.join(TORCH_DTYPES)}.")
+    return choice
+
+
+def _plain(node: Any) -> Any:
+    """A config node as plain Python (enums as their names)."""
+    if isinstance(node, DictConfig):
+        return OmegaConf.to_container(node, resolve=True, enum_to_str=True)
+    return node.value if hasattr(node, "value") else node
+
+
+# torch's own default, read before any job of this process sets another (``threads=0`` means it)
+DEFAULT_THREADS = torch.get_num_threads()
+
+
+def resolve_threads(choice: int) -> int:
+    """``threads=0`` → torch's default thread count for this process; else the count asked for."""
+    return int(choice) or DEFAULT_THREADS
+
+
+def job_identity(cfg: DictConfig) -> dict[str, Any]:
+    """What determines a job's measurement, except its code: names, parameters, seed, device,
+    dtype, thread count and hardware (`prepare_job` adds the code fingerprint)."""
+    variant = _plain(cfg.variant)
+    task = _plain(cfg.task)
+    device = resolve_device(_plain(cfg.device))
+    return {
+        "task": task.pop("name"),
+        "task_params": task,
+        "variant": variant.pop("name"),
+        "variant_params": variant,
+        "seed": int(cfg.seed),
+        "device": str(device),
+        "dtype": resolve_dtype(_plain(cfg.dtype), device),
+        "threads": resolve_threads(cfg.threads),
+        "hardware": device_name(device),
+    }
+
+
+def code_identity(task_module: str, variant_name: str) -> tuple[str, dict[str, str]]:
+    """(fingerprint, {module: source digest}) of the code a job runs: the task's and the
+    variant's modules and the project modules they use, and the installed version of the
+    library a peer variant wraps (`harness.jobs.fingerprint`)."""
+    variant = VARIANTS.get(variant_name)
+    roots = [task_module, variant.__module__]
+    modules = code_modules(roots, libraries=[variant.library])
+    if module_file(variant.__module__) is None:  # a notebook's class: no file to fingerprint
+        modules[f"{CLASS}{variant.__module__}.{variant.__qualname__}"] = class_digest(variant)
+    return combined_digest(modules), modules
+
+
+SEED_MAX = 2**32 - 1  # numpy's generators take seeds in 0 … 2**32 - 1
+
+
+def check_settings(cfg: DictConfig) -> None:
+    """Refuse root settings no job can honour: ``seed``, ``threads`` and ``timeout_s``.
+
+    A seed outside 0 … 2**32 - 1 is one numpy refuses (and torch would wrap silently); more
+    threads than usable cores would oversubscribe the cores and time the scheduler, not the
+    variant; a NaN or infinite budget is no budget at all.
+    """
+    seed = int(cfg.seed)
+    if not 0 <= seed <= SEED_MAX:
+        raise ConfigError(f"seed={seed} is out of range; use a seed from 0 to {SEED_MAX}.")
+    threads, cores = int(cfg.threads), usable_cores()
+    if not 0 <= threads <= cores:
+        what = "is negative" if threads < 0 else f"is more than the {cores} CPU cores usable here"
+        raise ConfigError(
+            f"threads={threads} {what}; use threads=0 (torch's default) or 1 to {cores}."
+        )
+    budget = float(cfg.timeout_s)
+    if not (math.isfinite(budget) and budget >= 0):
+        raise ConfigError(
+            f"timeout_s={budget} is not a time budget; use seconds >= 0 (0 = no budget)."
+        )
+
+
+NOMINAL_SHAPE = VariantShape(n_heads=2, head_dim=16, max_len=64)  # for checking hyperparameters
+
+
+def check_dtype_runs(dtype: torch.dtype, device: torch.device) -> None:
+    """Raise `ConfigError` if ``device`` cannot run attention in ``dtype``."""
+    name = str(dtype).removeprefix("torch.")
+    if device.type == "cuda" and dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported():
+        raise ConfigError(f"dtype={name} is not supported by this GPU; use float16 or float32.")
+    try:
+        x = torch.ones(1, 1, 4, 8, dtype=dtype, device=device)
+        F.scaled_dot_product_attention(x, x, x)
+    except RuntimeError as exc:
+        reason = str(exc).splitlines()[0]
+        raise ConfigError(f"dtype={name} cannot run on {device} ({reason}); use float32.") from None
+
+
+@dataclass
+class PreparedJob:
+    """A checked job, ready to run.
+
+    Attributes:
+        identity: What determines its measurement (`harness.jobs.records.IDENTITY_FIELDS`); its hash
+            is the run_id.
+        task: The task, built and checked (None when its constructor raised: see
+            ``build_error``).
+        code_modules: {module: source digest} of the code it runs; ``identity`` holds their
+            combined digest as ``code_fingerprint``.
+        task_class: The task's class (its self-description needs no instance).
+        build_error: Set when a plugin's constructor raised something other than the
+            ValueError or TypeError of a bad value (a bug in the plugin, not in the command
+            line): the job is not refused with the whole sweep but recorded `failed` with
+            this sentence, naming the plugin.
+    """
+
+    identity: dict[str, Any]
+    task: Task | None
+    code_modules: dict[str, str]
+    task_class: type[Task]
+    build_error: str | None = None
+
+    @property
+    def run_id(self) -> str:
+        return make_run_id(self.identity)
+
+
+def prepare_job(cfg: DictConfig) -> PreparedJob:
+    """Validate one composed job and return it with its identity. `ConfigError` for bad values.
+
+    Checks what the schema cannot: the root settings (`check_settings`), the device and dtype
+    exist here, the task's sizes and relations (its `Task.check`), and the variant's
+    hyperparameters (its constructor).
+    """
+    check_settings(cfg)
+    ident = job_identity(cfg)
+    built: dict[str, Any] = {}
+    errors = []
+    for kind, build in (
+        ("task", lambda: build_task(ident["task"], ident["task_params"])),
+        (
+            "variant",
+            lambda: build_variant(ident["variant"], ident["variant_params"], NOMINAL_SHAPE),
+        ),
+    ):
+        try:
+            built[kind] = build()
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"{kind} {ident[kind]}: {exc}") from None
+        except UnsupportedError:
+            if kind != "variant":
+                raise
+            # a variant unavailable here (library or device missing; its hyperparameter names
+            # were checked before it refused): the job runs and is recorded `unsupported`
+        except Exception as exc:  # a plugin's bug: this job's failed record, not a refusal
+            origin = (TASKS if kind == "task" else VARIANTS).entry(ident[kind]).origin
+            reason = (str(exc).splitlines() or [""])[0][:200]
+            errors.append(
+                f"{kind} {ident[kind]} (from {origin}) raised {type(exc).__name__} when built"
+                + (f": {reason}" if reason else "")
+            )
+    check_dtype_runs(TORCH_DTYPES[ident["dtype"]], torch.device(ident["device"]))
+    task_class = TASKS.get(ident["task"])
+    ident["code_fingerprint"], modules = code_identity(task_class.__module__, ident["variant"])
+    return PreparedJob(ident, built.get("task"), modules, task_class, "; ".join(errors) or None)

@@ -1,0 +1,437 @@
+"""Throughput: forward (and forward+backward) latency and peak memory of one variant at one size.
+
+Before anything is timed, the forward is checked against the variant's own materialised weights
+(out == A·V) at n = min(seq_len, 512): a variant that computes the wrong thing fails the job
+rather than posting a speed.
+
+The variant core alone is timed on random q of shape (B, H, N, D) and k, v of (B, H_kv, N, D),
+built outside the timed region. ``n_kv_heads`` < H times grouped-query (multi-query at 1)
+attention: a variant that shares keys and values natively (``grouped_query``) gets them so, any
+other has them repeated to H heads when called (`attnbench.variant`), and dense SDPA, the
+reference of the ratio, takes its grouped-query path. FLOPs do not change with H_kv (every
+query head still scores its keys); memory and key/value traffic do.
+
+Timing method: `attnbench.toolkit.timing`; memory method: `attnbench.toolkit.memory`. FLOPs follow
+each variant's `forward_flops` (the FlashAttention convention for dense attention); a backward pass
+is counted as 2.5× the forward, as in the FlashAttention benchmarks.
+
+**Ranked by a ratio, not by a time.** Every timing alternates rounds of the variant with rounds
+of dense `F.scaled_dot_product_attention` on the same q, k, v (same shape, dtype, device and
+causal flag), in the same process (`attnbench.toolkit.timing`, step 7): ``fwd_ratio`` (and
+``fwd_bwd_ratio``) is the variant's time over dense SDPA's, and is the task's headline. A busy
+machine slows both alike, so the ratio survives it where an absolute time does not; the absolute
+median (``fwd_ms``) is recorded and shown beside it, and feeds the scaling fits of one machine.
+
+**Accuracy beside every timing.** Before timing, the forward runs at n = min(seq_len, 512) with the
+same parameters in the timed dtype and in float64 (the reference): ``max_abs_error`` and
+``rms_error`` on unit-normal inputs, ``outlier_max_abs_error`` on FlashAttention-3's outlier
+inputs (N(0, 1) plus N(0, 100) at a random 0.1 % of the entries). ``fwd_accurate`` says whether
+the normal-input error, over max(1, max |reference|), is within the variant's declared tolerance
+for the dtype (`AttentionVariant.error_tolerance`); the task declares it for every timed metric
+(`accuracy`), so a fast wrong kernel is marked on the board and enters no contest.
+
+**FLOPs and the machine's peak.** ``gflops_fwd`` is the variant's declared forward FLOPs
+(`AttentionVariant.forward_flops`: the pairs it scores, the FlashAttention convention for dense
+attention) over the median time. ``peak_gflops`` is the machine's matmul rate measured in the same
+process beside the timing: the calibration GEMM of `attnbench.toolkit.timing` (1024² float32 on CPU,
+4096² bfloat16 on CUDA), its fastest call before or after the forward samples; a busy machine slows
+it as it slows the variant, so ``peak_fraction`` = gflops_fwd / peak_gflops survives the load as the
+ratio does.
+
+**A busy machine is flagged.** Each timing is bracketed by the calibration GEMM and by the CPU
+time other processes used meanwhile (`attnbench.toolkit.timing`, step 6): ``fwd_probe_drift``,
+``fwd_foreign_cpu`` and ``load_avg`` are recorded, and a reading over its threshold sets the
+timing's steadiness flag to 0 with the reason in the record's details.
+
+Each timing samples until its samples are steady or ``max_timing_s`` has passed (the rule and its
+defaults: `attnbench.toolkit.timing`). ``fwd_steady`` / ``fwd_bwd_steady`` record the verdict (1.0
+or 0.0), ``*_ms_rel_iqr`` the spread, ``*_samples`` the samples behind the median; the record's
+details keep, per timing, the samples taken in all and the seconds spent. The task declares which
+metrics each flag covers (`steadiness`): the leaderboard marks those values and leaves them out of
+its ranks when the flag is 0.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from attnbench import (
+    JobContext,
+    Metric,
+    MetricPoint,
+    ScalingFit,
+    Task,
+    TaskResult,
+    VariantShape,
+    build_variant,
+    check_finite,
+    load_plugins,
+    register_task,
+    repeat_kv_heads,
+)
+from attnbench.metrics import DENSITY
+from attnbench.toolkit.memory import isolated_cpu_peak, peak_memory_mib
+from attnbench.toolkit.timed import (
+    check_timing_settings,
+    error_metrics,
+    gemm_gflops,
+    kernel_errors,
+    time_against,
+    timing_details,
+    timing_metrics,
+)
+
+
+@dataclass
+class ThroughputParams:
+    """Hyperparameters of the `throughput` task."""
+
+    seq_len: int = 512  # N = M, tokens per sequence
+    batch_size: int = 1  # B
+    n_heads: int = 4  # H (query heads)
+    # key/value heads (grouped-query; 1: multi-query), dividing n_heads; None: n_heads
+    n_kv_heads: int | None = None
+    head_dim: int = 64  # D = Dv
+    causal: bool = False  # time the causal form
+    # also time forward+backward (w.r.t. q, k, v and the variant's parameters)
+    backward: bool = True
+    # the smallest window of timing samples judged (>= 4; attnbench.toolkit.timing)
+    min_samples: int = 10
+    min_run_time: float = 0.2  # seconds of steady-state timing per autorange round
+    steady_rtol: float = 0.05  # a steady window's halves have medians within this fraction
+    steady_max_rel_iqr: float = 0.25  # and an IQR of at most this fraction of its median
+    max_timing_s: float = 10.0  # seconds a timing samples before it is reported unsteady
+
+
+@register_task("throughput")
+class Throughput(Task):
+    """Latency, achieved FLOP/s, tokens/s and peak memory of the attention core."""
+
+    Params = ThroughputParams
+    description = "Speed and memory of the attention core at one size."
+    headline = "fwd_ratio"  # ranked by the interleaved ratio to dense SDPA (module docstring)
+    charts = ("fwd_ratio", "fwd_ms", "peak_mem_mib", "fwd_bwd_ms")
+    # the leaderboard draws every task's quality against this cost: a ratio measured in one
+    # process compares across runs and machines, an absolute time does not
+    cost_metric = "fwd_ratio"
+    # how latency grows with length, and where each variant overtakes dense softmax
+    scaling_fits = (ScalingFit("fwd_ms", "seq_len", reference_variant="softmax"),)
+    # each timed metric (and those computed from it) → the 0/1 metric saying its timing was steady
+    steadiness = {
+        "fwd_ms": "fwd_steady",
+        "fwd_ratio": "fwd_steady",
+        "gflops_fwd": "fwd_steady",
+        "peak_fraction": "fwd_steady",
+        "tokens_per_s": "fwd_steady",
+        "fwd_bwd_ms": "fwd_bwd_steady",
+        "fwd_bwd_ratio": "fwd_bwd_steady",
+    }
+    # each timed metric → the 0/1 metric saying the timed kernel computed within its tolerance
+    accuracy = {metric: "fwd_accurate" for metric in steadiness}
+    metrics = (
+        Metric(
+            "fwd_ratio",
+            False,
+            "Forward time / dense SDPA's at the same shape, timed in alternating rounds in the "
+            "same process (median over the samples); a load slows both alike",
+            "× SDPA",
+        ),
+        Metric("fwd_ref_ms", None, "Dense SDPA's forward time in the same rounds, median", "ms"),
+        Metric("fwd_ms", False, "Forward latency per call, median of the samples", "ms"),
+        Metric("fwd_ms_iqr", None, "Interquartile range of the forward latency samples", "ms"),
+        Metric("fwd_bwd_ms", False, "Forward+backward latency per call, median", "ms"),
+        Metric(
+            "fwd_bwd_ratio",
+            False,
+            "Forward+backward time / dense SDPA's forward+backward, alternating rounds",
+            "× SDPA",
+        ),
+        Metric("fwd_bwd_ref_ms", None, "Dense SDPA's forward+backward time, median", "ms"),
+        Metric("fwd_bwd_ms_iqr", None, "IQR of the forward+backward latency samples", "ms"),
+        Metric("peak_mem_mib", False, "Peak extra memory of one forward call", "MiB"),
+        Metric(
+            "gflops_fwd",
+            True,
+            "Achieved forward GFLOP/s: the variant's declared forward FLOPs (the pairs it scores) "
+            "over the median time",
+            "GFLOP/s",
+        ),
+        Metric(
+            "peak_gflops",
+            None,
+            "The machine's matmul rate beside the timing: the calibration GEMM's fastest call "
+            "(1024² float32 on CPU, 4096² bfloat16 on CUDA)",
+            "GFLOP/s",
+        ),
+        Metric(
+            "peak_fraction",
+            True,
+            "gflops_fwd / peak_gflops: the share of the machine's matmul rate the kernel reaches",
+        ),
+        Metric(
+            "max_abs_error",
+            None,  # judged by the accuracy flag, not compared
+            "Largest |error| of the forward in the timed dtype against float64, unit-normal "
+            "inputs, n = min(seq_len, 512)",
+        ),
+        Metric("rms_error", None, "Root-mean-square error of the same forward against float64"),
+        Metric(
+            "outlier_max_abs_error",
+            None,  # judged by the accuracy flag, not compared
+            "Largest |error| against float64 on FlashAttention-3's outlier inputs (N(0, 1) plus "
+            "N(0, 100) at 0.1 % of the entries)",
+        ),
+        Metric(
+            "fwd_accurate",
+            None,
+            "1: max_abs_error / max(1, max |reference|) is within the variant's declared "
+            "tolerance for the dtype; 0: not (its timings are marked and enter no contest)",
+        ),
+        Metric("tokens_per_s", True, "Forward tokens per second (B·N / latency)", "tokens/s"),
+        Metric("first_call_ms", False, "Latency of the very first call (init, compile)", "ms"),
+        Metric("fwd_samples", None, "Number of forward timing samples behind the median"),
+        Metric("fwd_ms_rel_iqr", None, "IQR / median of the forward samples behind the median"),
+        Metric(
+            "fwd_steady",
+            None,
+            "1: the forward samples settled and the machine was quiet (attnbench.toolkit.timing); "
+            "0: not (the record's details say why)",
+        ),
+        Metric(
+            "fwd_probe_drift",
+            None,
+            "Relative change of the calibration GEMM from before to after the forward timing",
+        ),
+        Metric(
+            "fwd_foreign_cpu",
+            None,
+            "Share of the job's CPUs used by other processes during the forward timing",
+        ),
+        Metric("load_avg", None, "1-minute load average when the forward timing ended"),
+        Metric("fwd_bwd_samples", None, "Number of forward+backward samples behind the median"),
+        Metric("fwd_bwd_ms_rel_iqr", None, "IQR / median of the forward+backward samples"),
+        Metric(
+            "fwd_bwd_steady",
+            None,
+            "1: the forward+backward samples settled and the machine was quiet; 0: not",
+        ),
+        Metric("fwd_bwd_probe_drift", None, "Calibration GEMM drift over the fwd+bwd timing"),
+        Metric("fwd_bwd_foreign_cpu", None, "Other processes' CPU share during the fwd+bwd timing"),
+        DENSITY,
+    )
+
+    def check(self) -> None:
+        """Refuse sizes below 1 and timing settings the steadiness rule cannot use, each with
+        one sentence."""
+        self.require_positive("seq_len", "batch_size", "n_heads", "head_dim")
+        if self.params.n_kv_heads is not None:
+            self.require_positive("n_kv_heads")
+            self.require_divides("n_kv_heads", "n_heads")
+        check_timing_settings(self)
+
+    def density_size(self) -> tuple[int, int, bool]:
+        """The timed attention: seq_len queries and keys."""
+        return self.params.seq_len, self.params.seq_len, self.params.causal
+
+    def run(self, ctx: JobContext) -> TaskResult:
+        p = self.params
+        variant = ctx.build_variant(VariantShape(p.n_heads, p.head_dim, p.seq_len, p.n_kv_heads))
+        kv = variant.shape.kv_heads
+        gen = ctx.generator()
+        shape = (p.batch_size, p.n_heads, p.seq_len, p.head_dim)
+        q, k, v = (
+            torch.randn(p.batch_size, heads, p.seq_len, p.head_dim, generator=gen).to(
+                device=ctx.device, dtype=ctx.dtype
+            )
+            for heads in (p.n_heads, kv, kv)
+        )
+        gqa = kv != p.n_heads  # dense SDPA's grouped-query path
+
+        def forward() -> torch.Tensor:
+            with torch.no_grad():
+                return variant(q, k, v, causal=p.causal)
+
+        def dense_forward() -> torch.Tensor:
+            with torch.no_grad():
+                return F.scaled_dot_product_attention(q, k, v, is_causal=p.causal, enable_gqa=gqa)
+
+        check_finite("forward output", forward())
+        correctness = check_against_weights(variant, p, ctx)
+        accuracy, accuracy_details = error_metrics(
+            forward_errors(variant, p, ctx), variant, ctx.dtype, "fwd_accurate"
+        )
+        fwd = time_against(forward, dense_forward, ctx, p)
+        if ctx.device.type == "cuda":
+            peak = peak_memory_mib(forward, ctx.device)
+        else:  # a fresh variant and inputs in the memory-probe process (attnbench.toolkit.memory)
+            peak = isolated_cpu_peak(
+                forward_peak_mib,
+                ctx.variant_name,
+                ctx.variant_params,
+                shape,
+                str(ctx.dtype).removeprefix("torch."),
+                ctx.seed,
+                p.causal,
+                False,  # forward only
+                kv,
+            )
+        flops = variant.forward_flops(
+            p.batch_size, p.n_heads, p.seq_len, p.seq_len, p.head_dim, p.head_dim, p.causal
+        )
+        achieved = flops / (fwd.median_ms * 1e-3) / 1e9
+        fastest_probe_ms = min(fwd.probe_before_ms, fwd.probe_after_ms)
+        machine_peak = gemm_gflops(ctx.device, fastest_probe_ms)
+        values: dict[str, float | None] = {
+            **timing_metrics("fwd", fwd),
+            **accuracy,
+            "peak_mem_mib": peak,
+            "gflops_fwd": achieved,
+            "peak_gflops": machine_peak,
+            "peak_fraction": achieved / machine_peak,
+            "tokens_per_s": p.batch_size * p.seq_len / (fwd.median_ms * 1e-3),
+            "first_call_ms": fwd.first_call_ms,
+            "density": variant.density(*self.density_size()),
+            "load_avg": fwd.load_avg,
+        }
+        details = {
+            "fwd_samples_ms": list(fwd.samples_ms),
+            "fwd_timing": timing_details(fwd),
+            "forward_flops": flops,
+            "backward_flops": variant.backward_flops(
+                p.batch_size, p.n_heads, p.seq_len, p.seq_len, p.head_dim, p.head_dim, p.causal
+            ),
+            **accuracy_details,
+            "correctness_check": correctness,
+            "kv_heads": kv,
+        }
+        if p.backward:
+            qg, kg, vg = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+            grad = torch.randn(shape, generator=gen).to(device=ctx.device, dtype=ctx.dtype)
+
+            def forward_backward() -> None:
+                out = variant(qg, kg, vg, causal=p.causal)
+                out.backward(grad)
+                for t in (qg, kg, vg, *variant.parameters()):
+                    t.grad = None
+
+            def dense_forward_backward() -> None:
+                F.scaled_dot_product_attention(
+                    qg, kg, vg, is_causal=p.causal, enable_gqa=gqa
+                ).backward(grad)
+                for t in (qg, kg, vg):
+                    t.grad = None
+
+            bwd = time_against(forward_backward, dense_forward_backward, ctx, p)
+            values.update(timing_metrics("fwd_bwd", bwd))
+            details["fwd_bwd_samples_ms"] = list(bwd.samples_ms)
+            details["fwd_bwd_timing"] = timing_details(bwd)
+        points = [
+            MetricPoint(name, value, "seq_len", p.seq_len)
+            for name, value in values.items()
+            if value is not None and not math.isnan(value)
+        ]
+        return TaskResult(points=points, details=details)
+
+
+def forward_peak_mib(
+    variant: str,
+    variant_params: dict,
+    shape: tuple[int, int, int, int],
+    dtype: str,
+    seed: int,
+    causal: bool,
+    backward: bool = False,
+    kv_heads: int | None = None,
+) -> float | None:
+    """Peak memory of one forward call of ``variant`` on CPU inputs of ``shape`` (B, H, N, D)
+    (keys and values with ``kv_heads`` heads, default H), or with ``backward`` of one
+    forward+backward call (what training at this length holds: activations and gradients).
+
+    Runs in the memory-probe process: the variant and inputs are built there, outside the
+    measured region.
+    """
+    load_plugins()
+    b, h, n, d = shape
+    dt = getattr(torch, dtype)
+    kv = kv_heads or h
+    module = build_variant(variant, variant_params, VariantShape(h, d, n, kv_heads)).to(dt)
+    gen = torch.Generator().manual_seed(seed)
+    q, k, v = (
+        torch.randn(b, heads, n, d, generator=gen).to(dt).requires_grad_(backward)
+        for heads in (h, kv, kv)
+    )
+    grad = torch.randn(shape, generator=gen).to(dt) if backward else None
+
+    def call() -> None:
+        if not backward:
+            with torch.no_grad():
+                module(q, k, v, causal=causal)
+            return
+        module(q, k, v, causal=causal).backward(grad)
+        for t in (q, k, v, *module.parameters()):
+            t.grad = None
+
+    call()  # one-off allocations (thread pools, caches) are not the variant's
+    return peak_memory_mib(call, torch.device("cpu"))
+
+
+CHECK_LEN = 512  # sequence length of the correctness check (long enough for sparse paths)
+
+
+def check_against_weights(variant, p: ThroughputParams, ctx: JobContext) -> str:
+    """Before a speed is recorded, check the forward against the variant's own materialised
+    weights (out == A·V) at a small size, in float32 on the job's device.
+
+    Returns what was checked; raises `ValueError` if they disagree, so the job fails instead of
+    reporting the speed of a wrong result.
+    """
+    n = min(p.seq_len, CHECK_LEN)
+    gen = ctx.generator(7)
+    kv = variant.shape.kv_heads
+    q, k, v = (
+        torch.randn(1, heads, n, p.head_dim, generator=gen).to(ctx.device)
+        for heads in (p.n_heads, kv, kv)
+    )
+    reference = variant.float()
+    try:
+        with torch.no_grad():  # the weights first: a variant without them skips the check
+            repeated = repeat_kv_heads(k, p.n_heads)
+            weights = reference.attention_weights(q, repeated, causal=p.causal)
+            out = reference(q, k, v, causal=p.causal)  # grouped, as timed
+            v = repeat_kv_heads(v, p.n_heads)
+    except NotImplementedError:
+        return "skipped: the variant cannot materialise its weights"
+    finally:
+        variant.to(ctx.dtype)
+    error = float((out - weights @ v).abs().max())
+    if not error <= 1e-4 * max(1.0, float(out.abs().max())):
+        raise ValueError(
+            f"forward disagrees with its attention weights at n={n}: "
+            f"max error {error:.3g}; not timing a wrong result."
+        )
+    return f"forward == weights·V at n={n} (max error {error:.2g})"
+
+
+def forward_errors(variant, p: ThroughputParams, ctx: JobContext) -> dict[str, float]:
+    """`attnbench.toolkit.timed.kernel_errors` of the forward at n = min(seq_len, CHECK_LEN), with
+    the job's shape and causal flag. The variant is converted to each dtype and back to the timed
+    one (exact both ways: float64 holds every value of a narrower float)."""
+    n = min(p.seq_len, CHECK_LEN)
+    gen = ctx.generator(11)
+    kv = variant.shape.kv_heads
+    inputs = [
+        torch.randn(1, heads, n, p.head_dim, generator=gen, dtype=torch.float64).to(ctx.device)
+        for heads in (p.n_heads, kv, kv)
+    ]
+
+    def run(xs: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
+        return variant.to(dtype)(*(x.to(ctx.device, dtype) for x in xs), causal=p.causal)
+
+    try:
+        return kernel_errors(run, inputs, ctx.dtype, gen)
+    finally:
+        variant.to(ctx.dtype)

@@ -1,0 +1,191 @@
+// topk's compiled CPU kernel, of attnbench.variants.kernels.topk (its docstring says what and
+// why), built on first use by attnbench.variants.kernels.compiled.build.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+#include <ATen/cpu/vec/vec.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <vector>
+
+namespace {
+
+using Vec = at::vec::Vectorized<float>;
+constexpr int64_t W = Vec::size();
+constexpr int64_t SAMPLE = 64;       // sample size of each bracket
+constexpr int64_t DIRECT_BELOW = 64; // smaller sets: select_by_counting
+constexpr double SPREAD = 3.0;        // bracket half-width, in sample-rank standard deviations
+constexpr double INTERPOLATION_HALF_WIDTH = 0.125;  // of [lo, hi]: a quarter kept if uniform
+
+float row_max(const float* x, int64_t len) {
+  Vec acc(-std::numeric_limits<float>::infinity());
+  int64_t i = 0;
+  for (; i + W <= len; i += W) acc = at::vec::maximum(acc, Vec::loadu(x + i));  // NaN propagates
+  float lanes[W];
+  acc.store(lanes);
+  float best = lanes[0];
+  for (int64_t j = 1; j < W; ++j)
+    best = (std::isnan(lanes[j]) || lanes[j] > best) ? lanes[j] : best;
+  for (; i < len; ++i) best = (std::isnan(x[i]) || x[i] > best) ? x[i] : best;
+  return best;
+}
+
+// Scratch of one thread: two candidate buffers (ping-pong) and a sample.
+struct Scratch {
+  std::vector<float> a, b, sample;
+  void fit(int64_t len) {
+    if (int64_t(a.size()) < len + W) { a.resize(len + W); b.resize(len + W); }
+  }
+};
+
+float nth_from_top(float* first, int64_t n, int64_t rank) {  // rank 0 = highest
+  std::nth_element(first, first + rank, first + n, std::greater<float>());
+  return first[rank];
+}
+
+// The rank-th highest (1 = highest) of a small set x[0, n), no NaN, by counting for each entry
+// how many are greater and how many at least as great: about n^2 / (2 W) vector compares,
+// branch-free, where nth_element on a few dozen floats mispredicts most of its branches.
+float select_by_counting(const float* x, int64_t n, int64_t rank) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float xi = x[i];
+    int32_t above = 0, from = 0;  // plain loops: the compiler vectorises these counts
+    for (int64_t j = 0; j < n; ++j) above += x[j] > xi;
+    for (int64_t j = 0; j < n; ++j) from += x[j] >= xi;
+    if (above < rank && rank <= from) return xi;
+  }
+  return x[0];  // not reached: some entry holds every rank
+}
+
+// out <- the entries of x[0, n) in [lo, hi], packed; returns how many; *above <- how many > hi
+int64_t bracket(const float* x, int64_t n, float lo, float hi, float* out, int64_t* above) {
+  int64_t kept = 0, over = 0, i = 0;
+#if defined(CPU_CAPABILITY_AVX512)
+  const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = _mm512_loadu_ps(x + i);
+    const __mmask16 gt = _mm512_cmp_ps_mask(v, vhi, _CMP_GT_OQ);
+    const __mmask16 in = _mm512_cmp_ps_mask(v, vlo, _CMP_GE_OQ) & ~gt;
+    over += __builtin_popcount(gt);
+    _mm512_storeu_ps(out + kept, _mm512_maskz_compress_ps(in, v));  // out has W spare slots
+    kept += __builtin_popcount(in);
+  }
+#endif
+  for (; i < n; ++i) {  // branch-free: write always, advance when inside
+    const float v = x[i];
+    over += v > hi;
+    out[kept] = v;
+    kept += (v >= lo) & !(v > hi);
+  }
+  *above = over;
+  return kept;
+}
+
+// The rank-th highest (1 = highest) of x[0, n), with no NaN in x, 1 <= rank <= n, and every
+// entry within [lo, hi] (infinite where not known). Each level brackets the answer, packs the
+// entries inside the bracket into the spare buffer (counting those above it) and recurses on
+// them with the rank shifted. The bracket comes from interpolation when [lo, hi] is finite (a
+// narrow range is nearly uniform: the answer sits near hi - (rank / n)(hi - lo)), else from a
+// strided sample's order statistics about SPREAD standard deviations of the sample rank apart.
+// A bracket that missed (the counts show it) is retried from the sample; a sample that missed
+// ends in nth_element over the current set: exact either way.
+float kth_highest(const float* x, int64_t n, int64_t rank, float lo, float hi, Scratch& s,
+                  bool x_is_a) {
+  float* spare = x_is_a ? s.b.data() : s.a.data();
+  if (lo == hi) return lo;  // every entry equals it
+  if (n <= DIRECT_BELOW) return select_by_counting(x, n, rank);
+  int64_t above = 0, kept = 0;
+  if (std::isfinite(lo) && std::isfinite(hi)) {
+    const double width = double(hi) - double(lo);
+    const double guess = double(hi) - width * (double(rank) - 0.5) / double(n);
+    const float top = float(std::min<double>(hi, guess + INTERPOLATION_HALF_WIDTH * width));
+    const float low = float(std::max<double>(lo, guess - INTERPOLATION_HALF_WIDTH * width));
+    kept = bracket(x, n, low, top, spare, &above);
+    if (above < rank && rank <= above + kept && kept < n)
+      return kth_highest(spare, kept, rank - above, low, top, s, !x_is_a);
+  }
+  s.sample.resize(SAMPLE);
+  const int64_t step = n / SAMPLE;  // n > DIRECT_BELOW >= SAMPLE: step >= 1
+  for (int64_t j = 0; j < SAMPLE; ++j) s.sample[j] = x[j * step];
+  const double p = double(rank) / double(n);
+  const double expected = p * SAMPLE, spread = SPREAD * std::sqrt(SAMPLE * p * (1 - p)) + 1;
+  const int64_t top_rank = int64_t(std::floor(expected - spread));
+  const int64_t low_rank = int64_t(std::ceil(expected + spread));
+  float* sample = s.sample.data();
+  const float top = top_rank < 0 ? hi : select_by_counting(sample, SAMPLE, top_rank + 1);
+  const float low = low_rank >= SAMPLE ? lo : select_by_counting(sample, SAMPLE, low_rank + 1);
+  kept = bracket(x, n, low, top, spare, &above);
+  if (above < rank && rank <= above + kept && kept < n)
+    return kth_highest(spare, kept, rank - above, low, top, s, !x_is_a);
+  std::copy(x, x + n, spare);  // the sample misled (or did not narrow): select over the set
+  return nth_from_top(spare, n, rank - 1);
+}
+
+// row <- softmax(scale * row) over its entries >= its picks-th highest, 0 elsewhere
+void softmax_of_top(float* x, int64_t len, int64_t picks, float scale, Scratch& scratch) {
+  const float mx = row_max(x, len);
+  if (std::isnan(mx)) {
+    std::fill(x, x + len, std::numeric_limits<float>::quiet_NaN());
+    return;
+  }
+  scratch.fit(len);
+  const float inf = std::numeric_limits<float>::infinity();
+  const float threshold = picks < len ? kth_highest(x, len, picks, -inf, mx, scratch, false)
+                                      : -inf;
+  const Vec vmx(mx), vscale(scale), vthreshold(threshold), zero(0.0f);
+  Vec acc(0.0f);
+  int64_t i = 0;
+  for (; i + W <= len; i += W) {
+    const Vec v = Vec::loadu(x + i);
+    const Vec e = Vec::blendv(zero, ((v - vmx) * vscale).exp_u20(), v >= vthreshold);
+    e.store(x + i);
+    acc += e;
+  }
+  float lanes[W];
+  acc.store(lanes);
+  float total = 0.0f;
+  for (int64_t j = 0; j < W; ++j) total += lanes[j];
+  for (; i < len; ++i) {
+    x[i] = x[i] >= threshold ? std::exp((x[i] - mx) * scale) : 0.0f;
+    total += x[i];
+  }
+  const Vec inverse(1.0f / total);
+  for (i = 0; i + W <= len; i += W) (Vec::loadu(x + i) * inverse).store(x + i);
+  for (; i < len; ++i) x[i] /= total;
+}
+
+void topk_softmax_(at::Tensor scores, int64_t picks, double scale, int64_t first_query) {
+  TORCH_CHECK(scores.device().is_cpu() && scores.scalar_type() == at::kFloat,
+              "topk_softmax_ takes float32 CPU scores, got ", scores.scalar_type());
+  TORCH_CHECK(scores.is_contiguous(), "topk_softmax_ takes contiguous scores");
+  TORCH_CHECK(scores.dim() >= 2 && picks >= 1, "topk_softmax_: bad shape or picks");
+  TORCH_CHECK(scores.size(-1) < (int64_t(1) << 24), "topk_softmax_: rows of 2^24 scores or more");
+  const int64_t len = scores.size(-1), rows_per_matrix = scores.size(-2);
+  const int64_t rows = scores.numel() / std::max<int64_t>(len, 1);
+  float* data = scores.data_ptr<float>();
+  // one row per task; at::get_num_threads() so that torch.set_num_threads governs this loop
+  // whichever OpenMP runtime it links
+#pragma omp parallel num_threads(at::get_num_threads())
+  {
+    Scratch scratch;
+#pragma omp for schedule(dynamic, 8)
+    for (int64_t r = 0; r < rows; ++r) {
+      float* x = data + r * len;
+      const int64_t seen = first_query < 0
+          ? len : std::min(len, first_query + r % rows_per_matrix + 1);
+      std::fill(x + seen, x + len, 0.0f);
+      softmax_of_top(x, seen, std::min(picks, seen), float(scale), scratch);
+    }
+  }
+}
+
+}  // namespace
+
+TORCH_LIBRARY(attnbench_topk, m) {
+  m.def("topk_softmax_(Tensor(a!) scores, int picks, float scale, int first_query) -> ()");
+  m.impl("topk_softmax_", c10::DispatchKey::CPU, TORCH_FN(topk_softmax_));
+}

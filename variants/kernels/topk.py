@@ -1,0 +1,97 @@
+"""A compiled CPU kernel for `topk`: each row's k-th score and the softmax over the scores at
+or above it, computed while the row sits in cache.
+
+Why compiled: after its two GEMMs (about one dense causal SDPA), topk's torch-op path spent
+about as long again selecting each row's k-th score (numpy's introselect), pushing the scores
+below it down and taking the softmax, each a pass over all N²/2 scores through memory (measured
+at causal 8k, k = 0.2 of the keys: selection 0.7, masking 0.2-0.3, softmax 0.2 of one SDPA).
+Here each row, in order:
+
+1. its maximum (vectorised; a NaN anywhere makes the row NaN, as the softmax would);
+2. its k-th highest score, exactly, by narrowing a bracket: each level packs the scores inside
+   a bracket into a scratch buffer (one vectorised pass that also counts the scores above it)
+   and recurses on them with the rank shifted. The first bracket comes from a strided sample of
+   64 scores (two order statistics three standard deviations of the sample rank apart), later
+   ones from interpolation within the previous bracket (a narrow range is nearly uniform). A
+   bracket that missed, as the counts show, is retried from a sample; a sample that missed
+   ends in ``std::nth_element`` over the current set. Sets of at most 64 are finished by
+   counting, for each entry, how many are greater: branch-free, where ``nth_element`` on a few
+   dozen floats mispredicts most of its branches (it took half the kernel's time);
+3. exp(scale·(s − max)) for the scores at or above the k-th, 0 below, and the row divided by
+   its sum. The exp is at::vec's ``exp_u20`` (within 20 ulp), the one torch's CPU flash
+   attention kernel uses.
+
+Measured (causal 8k chunk of 4 heads × 128 rows × 8192 scores, 2 threads): 0.8 ms without
+selection (k = all), 1.5-1.9 ms with it, where numpy's selection alone took 1.7 ms and the
+torch-op mask and softmax another 2-3 ms.
+
+Causal rows are passed the chunk's first query position: row i of a chunk sees keys
+[0, first + i], and the rest of its row is written 0 without being read.
+
+The source is ``topk.cpp`` beside this module (`compiled`), compiled on first use for the CPU
+capability torch dispatches to (AVX512, AVX2 or plain), with OpenMP over rows on torch's thread
+count. Where it cannot be built (no C++ compiler), one warning says so and `topk` keeps its
+torch-op path (`compiled_topk_softmax` returns None): the same keys, slower.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import torch
+
+from attnbench.variants.kernels import compiled
+
+SOURCE = Path(__file__).with_name("topk.cpp")  # the kernel's C++ (built by `_load`)
+
+
+@functools.cache
+def _load() -> bool:
+    """Build (or find in torch's extension cache) and load the kernel for this machine's CPU
+    capability; False, with one warning, when it cannot be built here (`compiled.build`)."""
+    return compiled.build(
+        "attnbench_topk", SOURCE, compiled.capability(), "topk uses its slower Python path."
+    )
+
+
+def compiled_available() -> bool:
+    """Whether the compiled kernel is built and loaded on this machine (builds it if needed)."""
+    return _load()
+
+
+class _TopSoftmax(torch.autograd.Function):
+    """softmax over each row's top scores, in place; its gradient is the softmax's restricted to
+    the kept scores (the weights are 0 elsewhere, so the usual formula gives 0 there)."""
+
+    @staticmethod
+    def forward(ctx, scores, picks, scale, first_query):
+        torch.ops.attnbench_topk.topk_softmax_(scores, picks, scale, first_query)
+        ctx.mark_dirty(scores)
+        ctx.save_for_backward(scores)
+        ctx.scale = scale
+        return scores
+
+    @staticmethod
+    def backward(ctx, grad):
+        (weights,) = ctx.saved_tensors
+        inner = (grad * weights).sum(dim=-1, keepdim=True)
+        return weights * (grad - inner) * ctx.scale, None, None, None
+
+
+def compiled_topk_softmax(
+    scores: torch.Tensor, picks: int, scale: float, first_query: int | None
+) -> torch.Tensor | None:
+    """softmax(scale·scores) over each row's ``picks`` highest scores, 0 elsewhere, computed in
+    place by the compiled kernel; None where it does not apply (not float32 on the CPU, not
+    contiguous) or could not be built, so the caller takes its Python path.
+
+    ``first_query``: None for full rows; else the rows are causal, row i of each (rows × M)
+    matrix seeing keys [0, first_query + i] only (its other entries are not read).
+    """
+    if scores.device.type != "cpu" or scores.dtype != torch.float32:
+        return None
+    if not scores.is_contiguous() or not _load():
+        return None
+    first = -1 if first_query is None else first_query
+    return _TopSoftmax.apply(scores, picks, scale, first)
