@@ -129,6 +129,37 @@ def test_a_class_defined_in_a_notebook_runs_like_a_registered_variant(tmp_path):
     assert "class:__main__.define.<locals>.Scaled" in record["code_modules"]
 
 
+SCRIPT = textwrap.dedent(
+    """
+    import sys, attnbench
+
+    print("top level ran", flush=True)
+    attnbench.run("softmax", "throughput", results_dir=sys.argv[1], threads=1, seed=[0, 1],
+                  **{"task.seq_len": 32, "task.backward": False, "task.min_run_time": 0.01})
+    """
+)
+
+
+@pytest.mark.parametrize("as_module", [False, True], ids=["path", "module"])
+def test_a_script_without_a_main_guard_runs_its_jobs_once(tmp_path, as_module):
+    """The memory probe is a spawned process, and spawn imports the caller's main module again
+    (by its file, or by its name under ``python -m``): a script without a ``__main__`` guard
+    must not run its top level there, which wrote a failed record per job."""
+    (tmp_path / "guardless.py").write_text(SCRIPT)
+    target = ["-m", "guardless"] if as_module else [str(tmp_path / "guardless.py")]
+    proc = subprocess.run(
+        [sys.executable, *target, str(tmp_path / "r")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("top level ran") == 1
+    records = [json.loads(p.read_text()) for p in (tmp_path / "r" / "runs").glob("*.json")]
+    assert sorted((r["seed"], r["status"]) for r in records) == [(0, "ok"), (1, "ok")]
+
+
 def test_results_collects_what_is_not_in_the_table_yet(tmp_path):
     attnbench.run("softmax", "concentration", results_dir=tmp_path, seed=0, **GAUSSIAN)
     table = tmp_path / "results.parquet"

@@ -69,6 +69,26 @@ def _sigint_ignored():
         signal.signal(signal.SIGINT, previous)
 
 
+@contextlib.contextmanager
+def main_script_hidden():
+    """Start processes without the caller's main module: spawn's child imports it again (by
+    ``__main__.__file__`` for ``python script.py``, by ``__main__.__spec__`` for ``python -m
+    module``), which runs a script's top level a second time, ``attnbench.run`` call included,
+    when the script has no ``if __name__ == "__main__":`` guard. With both hidden the child
+    starts from its own imports alone; the functions it runs are importable by module name."""
+    import sys
+
+    main = sys.modules["__main__"]
+    saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if k in main.__dict__}
+    main.__dict__.pop("__file__", None)
+    if "__spec__" in saved:
+        main.__dict__["__spec__"] = None
+    try:
+        yield
+    finally:
+        main.__dict__.update(saved)
+
+
 REUSE_MMAP_THRESHOLD = 32 * _MIB  # glibc's largest allowed value on 64-bit
 REUSE_TRIM_THRESHOLD = 1024 * _MIB
 
@@ -117,7 +137,7 @@ def isolated_cpu_peak(fn: Callable[..., float | None], *args: Any) -> float | No
         _probe = ProcessPoolExecutor(
             1, mp_context=multiprocessing.get_context("spawn"), initializer=_init_probe
         )
-        with _sigint_ignored():  # the first submit spawns the process
+        with main_script_hidden(), _sigint_ignored():  # the first submit spawns the process
             future = _probe.submit(fn, *args)
     else:
         future = _probe.submit(fn, *args)

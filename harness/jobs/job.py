@@ -35,7 +35,7 @@ from attnbench.harness.jobs.records import Record, find_finished_record, write_r
 from attnbench.harness.jobs.validation import TORCH_DTYPES, PreparedJob, prepare_job
 from attnbench.metrics import MetricPoint, TaskResult
 from attnbench.task import JobContext, NonFiniteError, Task
-from attnbench.toolkit.memory import release_probe, reuse_freed_memory
+from attnbench.toolkit.memory import main_script_hidden, release_probe, reuse_freed_memory
 from attnbench.variant import VARIANTS, UnsupportedError, library_version
 
 log = logging.getLogger(__name__)
@@ -236,20 +236,6 @@ def _die_with_parent() -> None:
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-@contextlib.contextmanager
-def main_script_hidden():
-    """Start processes without the caller's ``__main__`` file (a script calling
-    ``attnbench.run``): spawn imports it in the child, which would run its top level again."""
-    import sys
-
-    main = sys.modules["__main__"]
-    hidden = {k: main.__dict__.pop(k) for k in ("__file__",) if k in main.__dict__}
-    try:
-        yield
-    finally:
-        main.__dict__.update(hidden)
 
 
 def finished_earlier(cfg: DictConfig, job: PreparedJob) -> bool:

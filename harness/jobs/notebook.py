@@ -138,11 +138,10 @@ def _probe_knowing(classes: dict[str, type]) -> Iterator[None]:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from attnbench.harness.jobs.job import main_script_hidden
     from attnbench.toolkit import memory
 
     memory.release_probe()
-    with main_script_hidden(), memory._sigint_ignored():
+    with memory.main_script_hidden(), memory._sigint_ignored():
         memory._probe = ProcessPoolExecutor(
             1,
             mp_context=multiprocessing.get_context("spawn"),
