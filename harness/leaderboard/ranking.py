@@ -46,6 +46,8 @@ Values and their spread (seed std, else the recorded IQR) come from `harness.res
 
 Entries that never met (no shared contest) are not compared; an entry's aggregate averages the
 quality tasks it was ranked in, and it gets a quality rank only with the full set (above).
+The ranked entries' aggregates come from their contests with each other only, so a row
+outside the ranked set (a plugin run on one task) moves no ranked row's win rate.
 
 **Unsteady timings enter no contest.** Where a task declares a steadiness flag for its headline
 (`TaskInfo.steadiness`, carried by `Headline.steady_flag`), a run whose flag is 0 at a curve
@@ -173,7 +175,8 @@ class Standings:
         values: task → (seed-averaged value, spread), each averaged over the task's settings.
         task_ranks: task → rank by win rate (ranked tasks only).
         aggregate: Mean over the quality tasks of the entry's win rates, one vote per task (a
-            task's columns averaged first); every entry ranked in a quality column has one.
+            task's columns averaged first); every entry ranked in a quality column has one,
+            and those with a quality rank have it from contests among themselves.
         overall: The quality rank: by the aggregate within machine and dtype, for the entries
             ranked in the compared set of quality columns only (module docstring).
         compared: (machine, dtype) → the quality columns the quality rank compares.
@@ -220,7 +223,7 @@ def standings(frame: pd.DataFrame, headlines: list[Headline]) -> Standings | Non
     tasks = _TaskResults()
     for h in headlines:
         _add_task(tasks, h, judged)
-    quality = _quality_rank(headlines, tasks.rates)
+    quality = _quality_rank(headlines, tasks.rates, tasks.contests)
     return Standings(
         entries=entries,
         headlines=headlines,
@@ -278,6 +281,8 @@ class _TaskResults:
     rates: dict[str, pd.Series] = field(default_factory=dict)
     unsteady: dict[str, pd.Series] = field(default_factory=dict)
     steady_values: dict[str, pd.Series] = field(default_factory=dict)
+    # column → (its competing points, indexed ENTRY + SETTING; higher_is_better)
+    contests: dict[str, tuple[pd.DataFrame, bool]] = field(default_factory=dict)
 
 
 def _add_task(tasks: _TaskResults, h: Headline, judged: _Judged) -> None:
@@ -302,6 +307,7 @@ def _add_task(tasks: _TaskResults, h: Headline, judged: _Judged) -> None:
         if not rate.empty:  # else no contest had two entries: nothing to rank in this task
             tasks.rates[h.task] = rate
             tasks.task_ranks[h.task] = rank_within_hardware(rate)
+            tasks.contests[h.task] = (points, h.higher_is_better)
 
 
 @dataclass
@@ -314,28 +320,53 @@ class _QualityRank:
     ranked_in: pd.Series
 
 
-def _quality_rank(headlines: list[Headline], rates: dict[str, pd.Series]) -> _QualityRank:
+def _quality_rank(
+    headlines: list[Headline],
+    rates: dict[str, pd.Series],
+    contests: dict[str, tuple[pd.DataFrame, bool]],
+) -> _QualityRank:
     """The aggregate over the quality columns' win ``rates`` (one vote per task) and the quality
-    rank of the entries ranked in the compared set of columns (module docstring)."""
+    rank of the entries ranked in the compared set of columns (module docstring).
+
+    The ranked entries' aggregate is made from contests among themselves only (``contests``:
+    each column's competing points): a row outside the ranked set (a plugin run on one task)
+    must not move the ranked rows' win rates."""
     quality = [h.task for h in headlines if not h.cost and h.task in rates]
+    if not quality:
+        empty = pd.Series(dtype=float)
+        return _QualityRank(empty, empty, {}, pd.Series(dtype=object))
     group = {h.task: h.group or h.task for h in headlines}
-    by_task = pd.concat({t: rates[t] for t in quality}, axis=1) if quality else pd.DataFrame()
-    # one vote per task: its columns' win rates averaged first (module docstring)
-    votes = by_task.T.groupby(lambda column: group[column]).mean().T if quality else by_task
-    aggregate = votes.mean(axis=1) if quality else pd.Series(dtype=float)
-    ranked_in = (
-        by_task.notna().apply(lambda row: tuple(row.index[row]), axis=1)
-        if quality
-        else pd.Series(dtype=object)
-    )
+    by_task = pd.concat({t: rates[t] for t in quality}, axis=1)
+    ranked_in = by_task.notna().apply(lambda row: tuple(row.index[row]), axis=1)
     compared = compared_columns(ranked_in)
     like_with_like = pd.Series(
         [compared.get(hardware_of(k)) == cols for k, cols in ranked_in.items()],
         index=ranked_in.index,
         dtype=bool,
     )
-    overall = rank_within_hardware(aggregate[like_with_like]) if quality else aggregate
+    aggregate = _votes(by_task, group).mean(axis=1)
+    ranked = ranked_in.index[like_with_like]
+    among_ranked = _rates_among(ranked, {t: contests[t] for t in quality})
+    if not among_ranked.empty:
+        aggregate.loc[among_ranked.index] = _votes(among_ranked, group).mean(axis=1)
+    overall = rank_within_hardware(aggregate[like_with_like])
     return _QualityRank(aggregate, overall, compared, ranked_in)
+
+
+def _votes(by_task: pd.DataFrame, group: dict[str, str]) -> pd.DataFrame:
+    """One vote per task: the win rates of a task's columns averaged (module docstring)."""
+    return by_task.T.groupby(lambda column: group[column]).mean().T
+
+
+def _rates_among(entries: pd.Index, contests: dict[str, tuple[pd.DataFrame, bool]]) -> pd.DataFrame:
+    """Per column, the win rates of ``entries`` from their contests with each other only."""
+    rates = {}
+    for column, (points, higher_is_better) in contests.items():
+        mine = points[points.index.droplevel(SETTING).isin(entries)]
+        rate = task_win_rates(mine["mean"], higher_is_better, uncertainty(mine))
+        if not rate.empty:
+            rates[column] = rate
+    return pd.concat(rates, axis=1) if rates else pd.DataFrame()
 
 
 def compared_columns(ranked_in: pd.Series) -> dict[tuple[str, str], tuple[str, ...]]:

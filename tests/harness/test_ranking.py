@@ -274,3 +274,31 @@ def test_a_task_split_into_columns_has_one_vote():
     computed = standings(_table(rows), [QUALITY[0], *modes])
     assert computed.aggregate.tolist() == [0.5, 0.5]
     assert computed.overall.tolist() == [1, 1]
+
+
+def test_a_row_outside_the_ranked_set_moves_no_ranked_row():
+    """Two quality tasks ranked for A, B and C; D ran one of them (a plugin's single run), so it
+    is outside the compared set. D beats everyone there, yet the ranked rows' aggregates are
+    what they were without D (before the fix, A's and B's rates fell by a third of a win)."""
+    headlines = [Headline("q1", "acc", True, "accuracy"), Headline("q2", "acc", True, "accuracy")]
+    rows = [
+        _row(task, "acc", variant, value)
+        for task, values in (("q1", (0.9, 0.8, 0.7)), ("q2", (0.6, 0.9, 0.5)))
+        for variant, value in zip("ABC", values, strict=True)
+    ]
+    ranked_only = pd.DataFrame(rows, columns=COLUMNS)
+    with_plugin = pd.DataFrame([*rows, _row("q1", "acc", "D", 0.99)], columns=COLUMNS)
+    before, after = (
+        standings(f.assign(machine=machine_labels(f)), headlines)
+        for f in (ranked_only, with_plugin)
+    )
+
+    def by_variant(series):
+        return {key[0]: value for key, value in series.items()}
+
+    assert by_variant(after.overall) == by_variant(before.overall)  # D has no quality rank
+    ranked = {k: v for k, v in by_variant(after.aggregate).items() if k != "D"}
+    assert ranked == pytest.approx(by_variant(before.aggregate))
+    assert by_variant(before.aggregate) == pytest.approx({"A": 0.75, "B": 0.75, "C": 0.0})
+    # the task's own column still ranks D among everyone who ran it
+    assert by_variant(after.task_ranks["q1"])["D"] == 1
