@@ -4,14 +4,25 @@ warns once, naming what runs instead."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
+import textwrap
+import time
+import warnings
 from pathlib import Path
 
 import pytest
 import torch
 
 from attnbench.variants.kernels import compiled, tile, topk
+
+
+@pytest.fixture(autouse=True)
+def _extensions_here(tmp_path, monkeypatch):
+    """Build folders under the test's own folder, not torch's cache in the home directory."""
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "extensions"))
 
 
 def test_extension_names_separate_capabilities_and_torch_versions(monkeypatch):
@@ -80,3 +91,134 @@ def test_each_kernel_builds_the_cpp_file_beside_its_module(module, monkeypatch):
     assert call["cpp_sources"] == [source.read_text()]
     assert call["name"] == compiled.extension_name("attnbench_test", "AVX2")
     assert "-DCPU_CAPABILITY=AVX2" in call["extra_cflags"]
+
+
+def _folder(stem: str = "attnbench_test") -> Path:
+    import torch.utils.cpp_extension as cpp_extension
+
+    name = compiled.extension_name(stem, "DEFAULT")
+    return Path(cpp_extension._get_build_directory(name, False))
+
+
+@pytest.fixture
+def torch_build(monkeypatch):
+    """``load_inline`` as torch runs it around the compiler: take the build folder's lock file
+    (`FileBaton`) and release it when built; a lock it cannot take is waited on, which here is
+    recorded instead of hanging. Returns the list of what each call did."""
+    import torch.utils.cpp_extension as cpp_extension
+    from torch.utils.file_baton import FileBaton
+
+    calls = []
+
+    def load_inline(build_directory, **_):
+        baton = FileBaton(os.path.join(build_directory, "lock"))
+        if baton.try_acquire():
+            baton.release()
+            calls.append("built")
+        else:
+            calls.append("waited")
+
+    monkeypatch.setattr(cpp_extension, "load_inline", load_inline)
+    return calls
+
+
+KILLED_BUILDER = textwrap.dedent(
+    """
+    import os, time
+    import torch.utils.cpp_extension as cpp_extension
+    from torch.utils.file_baton import FileBaton
+    from attnbench.variants.kernels import compiled
+
+    def load_inline(build_directory, **_):
+        FileBaton(os.path.join(build_directory, "lock")).try_acquire()
+        print("building", flush=True)
+        time.sleep(120)
+
+    cpp_extension.load_inline = load_inline
+    compiled.build("attnbench_test", compiled.Path(os.devnull), "DEFAULT", "unused")
+    """
+)
+
+
+def test_a_build_killed_midway_leaves_a_lock_the_next_build_removes(torch_build):
+    """``kill -9`` during the first build left torch's lock file, and every later build waited
+    on it forever; the next build finds its builder gone, removes it and builds, warning once."""
+    builder = subprocess.Popen(
+        [sys.executable, "-c", KILLED_BUILDER], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert builder.stdout.readline() == "building\n"
+    finally:
+        builder.kill()
+        builder.wait()
+    assert (_folder() / "lock").exists()
+    with pytest.warns(
+        RuntimeWarning, match=f"lock .* removed \\(its builder, process {builder.pid}"
+    ):
+        assert compiled.build("attnbench_test", tile.SOURCE, "DEFAULT", "unused")
+    assert torch_build == ["built"] and not (_folder() / "lock").exists()
+    assert (_folder() / compiled.OWNER_FILE).read_text() == ""  # built: no builder on record
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the next build: nothing to say
+        assert compiled.build("attnbench_test", tile.SOURCE, "DEFAULT", "unused")
+
+
+def _lock(owner: dict | None, age_s: float = 0.0) -> Path:
+    folder = _folder()
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "lock").touch()
+    then = time.time() - age_s
+    os.utime(folder / "lock", (then, then))
+    (folder / compiled.OWNER_FILE).write_text(json.dumps(owner) if owner else "")
+    return folder / "lock"
+
+
+def test_a_lock_whose_recorded_builder_has_ended_is_removed(torch_build):
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()  # reaped: its id names no process
+    host = compiled.socket.gethostname()
+    lock = _lock({"host": host, "pid": ended.pid, "start": "1"})
+    with pytest.warns(RuntimeWarning, match=f"process {ended.pid}, has ended.*built again"):
+        assert compiled.build("attnbench_test", tile.SOURCE, "DEFAULT", "unused")
+    assert torch_build == ["built"] and not lock.exists()
+
+
+def test_a_lock_older_than_any_build_with_no_builder_on_record_is_removed(torch_build):
+    lock = _lock(None, age_s=compiled.STALE_LOCK_S + 60)
+    with pytest.warns(RuntimeWarning, match="11 minutes old"):
+        assert compiled.build("attnbench_test", tile.SOURCE, "DEFAULT", "unused")
+    assert torch_build == ["built"] and not lock.exists()
+
+
+@pytest.mark.parametrize("same_process", [True, False], ids=["its own start", "id reused"])
+def test_a_lock_whose_builder_lives_is_waited_on(torch_build, same_process):
+    """A live builder is building: its lock stays and torch waits on it, however old it is. An
+    id that now names a process started later is not that builder."""
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        start = compiled._process_start(sleeper.pid)[1]
+        owner = {"host": compiled.socket.gethostname(), "pid": sleeper.pid}
+        owner["start"] = start if same_process else str(int(start) - 1)
+        lock = _lock(owner, age_s=compiled.STALE_LOCK_S + 60)
+        if same_process:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                assert compiled.build("attnbench_test", tile.SOURCE, "DEFAULT", "unused")
+            assert torch_build == ["waited"] and lock.exists()
+        else:
+            with pytest.warns(RuntimeWarning, match="has ended"):
+                assert compiled.build("attnbench_test", tile.SOURCE, "DEFAULT", "unused")
+            assert torch_build == ["built"]
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_a_recent_lock_with_no_builder_on_record_is_waited_on(torch_build):
+    """Another host's build (or one that records no builder) may be running: within
+    `STALE_LOCK_S` its lock stays."""
+    lock = _lock({"host": "elsewhere", "pid": 1, "start": "1"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert compiled.build("attnbench_test", tile.SOURCE, "DEFAULT", "unused")
+    assert torch_build == ["waited"] and lock.exists()
