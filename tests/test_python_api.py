@@ -66,12 +66,18 @@ def test_run_is_the_command_line_s_sweep_same_jobs_same_numbers(tmp_path):
         ({"variant": "softmax", "hydra.run.dir": "/proc"}, "hydra.run.dir is a setting of Hydra"),
         ({"variant": "softmax", "hydra/launcher": "joblib"}, "hydra/launcher is a setting of"),
         ({"variant": "softmax", "variant.temperature": float("inf")}, "is not finite"),
+        # was the current folder; the command line refuses results_dir= empty
+        ({"variant": "softmax", "results_dir": ""}, "results_dir is empty"),
+        ({"variant": "softmax", "results_dir": "  "}, "results_dir is empty"),
     ],
 )
-def test_bad_values_raise_the_command_line_s_sentence_before_any_job(tmp_path, kwargs, message):
+def test_bad_values_raise_the_command_line_s_sentence_before_any_job(
+    tmp_path, monkeypatch, kwargs, message
+):
+    monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match=message.replace("?", r"\?").replace("(", r"\(")):
-        attnbench.run(**kwargs, results_dir=tmp_path / "r")
-    assert not (tmp_path / "r").exists()
+        attnbench.run(**{"results_dir": tmp_path / "r", **kwargs})
+    assert not (tmp_path / "r").exists() and not (tmp_path / "runs").exists()
 
 
 NOTEBOOK = textwrap.dedent(
@@ -127,6 +133,39 @@ def test_a_class_defined_in_a_notebook_runs_like_a_registered_variant(tmp_path):
     assert first[1]["value"] is not None  # the probe built the class
     record = json.loads((tmp_path / "r" / "runs" / f"{first[0]['run_id']}.json").read_text())
     assert "class:__main__.define.<locals>.Scaled" in record["code_modules"]
+
+
+def _notebook_class(name: str | None, class_name: str = "Mine") -> type:
+    """An `AttentionVariant` subclass as a notebook cell defines it (module ``__main__``)."""
+    body = {"family": "softmax", "cost": "n²", "Params": attnbench.NoParams}
+    body.update({"__module__": "__main__", "forward": lambda self, q, k, v, causal=False: v})
+    return type(class_name, (attnbench.AttentionVariant,), body | ({"name": name} if name else {}))
+
+
+@pytest.mark.parametrize("name, class_name", [("softmax", "Mine"), (None, "Softmax")])
+def test_a_notebook_class_may_not_take_a_built_in_s_name(tmp_path, name, class_name):
+    """It replaced the built-in for the session (its jobs ran the class as "softmax", beside
+    the real softmax's records under the same name)."""
+    from attnbench.variant import VARIANTS
+    from attnbench.variants.softmax import SoftmaxAttention
+
+    with pytest.raises(ValueError, match=rf"class {class_name} is named 'softmax'.*another name"):
+        attnbench.run(_notebook_class(name, class_name), results_dir=tmp_path / "r")
+    assert VARIANTS.get("softmax") is SoftmaxAttention
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_notebook_class_defined_again_replaces_the_one_defined_before():
+    """A cell run again defines a new class under the same name: the new one counts."""
+    from attnbench.harness.jobs.notebook import _variant_names
+    from attnbench.variant import VARIANTS
+
+    first, second = _notebook_class("nb_again"), _notebook_class("nb_again")
+    try:
+        assert _variant_names(first) == ["nb_again"] and VARIANTS.get("nb_again") is first
+        assert _variant_names([second]) == ["nb_again"] and VARIANTS.get("nb_again") is second
+    finally:
+        VARIANTS.unregister("nb_again")
 
 
 SCRIPT = textwrap.dedent(

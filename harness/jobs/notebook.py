@@ -64,9 +64,20 @@ def _override(key: str, value: Any) -> str:
 
 def _variant_names(variant: Any) -> list[str]:
     """Registered names for ``variant``: a name, an `AttentionVariant` subclass (registered here
-    if it is not yet), or a list of either."""
+    if it is not yet), or a list of either.
+
+    A class takes the place of one registered under its name only where that one was itself
+    defined here (a notebook cell run again): a built-in's or a plugin's name is refused, since
+    taking it would swap that variant for the class in every job of the session, under a name
+    the board and the records already give to the original.
+
+    Raises:
+        ValueError: an item is neither, or a class claims a name with a source file behind it.
+    """
+    from attnbench.harness.discovery import load_plugins
     from attnbench.variant import VARIANTS, AttentionVariant, register_variant
 
+    load_plugins()  # every built-in and plugin name is taken before a class claims one
     items = list(variant) if isinstance(variant, (list, tuple)) else [variant]
     names = []
     for item in items:
@@ -74,9 +85,17 @@ def _variant_names(variant: Any) -> list[str]:
             names.append(item)
         elif isinstance(item, type) and issubclass(item, AttentionVariant):
             name = getattr(item, "name", None) or item.__name__.lower()
-            if name not in VARIANTS or VARIANTS.get(name) is not item:
-                if name in VARIANTS:
-                    VARIANTS.unregister(name)  # the notebook redefined it: the new class counts
+            if name in VARIANTS and VARIANTS.get(name) is not item:
+                entry = VARIANTS.entry(name)
+                if _has_source(entry.obj):
+                    raise ValueError(
+                        f"variant class {item.__qualname__} is named {name!r}, the name of "
+                        f"{entry.origin}'s variant {entry.obj.__module__}."
+                        f"{entry.obj.__qualname__}; give the class another name "
+                        f'(name = "my_{name}" in its body).'
+                    )
+                VARIANTS.unregister(name)  # the notebook's class redefined: the new one counts
+            if name not in VARIANTS:
                 register_variant(name)(item)
             names.append(name)
         else:
@@ -87,14 +106,22 @@ def _variant_names(variant: Any) -> list[str]:
     return names
 
 
+def _has_source(cls: type) -> bool:
+    """Whether another process could import ``cls`` from a source file: not a class of a
+    notebook or of a script's ``__main__`` (whose file, even under ``python -m``, is not
+    imported as ``__main__`` elsewhere)."""
+    from attnbench.harness.jobs.fingerprint import module_file
+
+    return cls.__module__ != "__main__" and module_file(cls.__module__) is not None
+
+
 def _defined_here(names: list[str]) -> dict[str, type]:
     """The variants among ``names`` whose class has no source file another process could import
     it from (defined in a notebook or a script's ``__main__``)."""
-    from attnbench.harness.jobs.fingerprint import module_file
     from attnbench.variant import VARIANTS
 
     classes = {name: VARIANTS.get(name) for name in names}
-    return {n: c for n, c in classes.items() if module_file(c.__module__) is None}
+    return {n: c for n, c in classes.items() if not _has_source(c)}
 
 
 class _ClassesByValue:
@@ -198,7 +225,7 @@ def run(
     from attnbench.harness.discovery import load_plugins
     from attnbench.harness.jobs.config import store_configs
     from attnbench.harness.jobs.job import run as run_job
-    from attnbench.harness.jobs.validation import prepare_job
+    from attnbench.harness.jobs.validation import check_results_dir, prepare_job
 
     load_plugins()
     if "sweep" in overrides:
@@ -212,6 +239,10 @@ def run(
             "which attnbench.run does not start: it runs the jobs here and writes only their "
             "records under results_dir; drop it, or use the attnbench command."
         )
+    try:
+        check_results_dir(os.fspath(results_dir))  # as given: "" is not the current folder
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None
     names = _variant_names(variant)
     tasks = [task] if isinstance(task, str) else list(task)
     store_configs()  # a notebook's variant class becomes variant=<name>
