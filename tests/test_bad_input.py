@@ -108,6 +108,18 @@ REFUSALS = [
     (["task=icl_regression", "task.lr=0"], "task.lr must be a finite number > 0, got 0.0."),
     (["task=recall", "task.n_layers=0"], "task.n_layers must be >= 1, got 0."),
     (["task=icl_regression", "task.noise_std=nan"], "task.noise_std=nan is not finite"),
+    (  # one_layer scores no shift: the value was stored in its records and ignored
+        ["task=icl_regression", "task.mode=one_layer", "task.shifts=bogus"],
+        "task.shifts='bogus' applies only to task.mode=prompt",
+    ),
+    (
+        ["task=icl_regression", "task.mode=attention_system", "task.shifts=all"],
+        "task.shifts='all' applies only to task.mode=prompt",
+    ),
+    (
+        ["task=icl_regression", "task.shifts=bogus"],
+        "task.shifts='bogus' names an unknown shift 'bogus'; use all, none, or names joined by +",
+    ),
     (
         ["variant=window", "variant.window=0"],
         "variant window: window must be a fraction of the sequence in (0, 1) or a whole number "

@@ -228,6 +228,12 @@ class IclRegression(Task):
                 f"task.x_dist={p.x_dist!r} is not valid; use one of {', '.join(X_DISTS)}."
             )
         self.require_finite("x_scale", at_least=0)
+        if p.mode != "prompt" and p.shifts.strip() != "none":  # a setting the mode would ignore
+            raise ValueError(
+                f"task.shifts={p.shifts!r} applies only to task.mode=prompt (Garg's shifts are "
+                f"scored on the prompt model; task.mode={p.mode} scores none); leave task.shifts "
+                "out."
+            )
         if p.mode == "prompt":
             self.require_positive("d_model", "n_layers", "n_heads", "bootstrap")
             self.require_divides("n_heads", "d_model")
