@@ -103,3 +103,27 @@ def test_the_concentration_task_reports_it_per_scale_where_the_plan_is_not_causa
     assert set(values) == {0.5, 4.0} and 0 < values[0.5] < values[4.0]  # sharper: more uneven
     causal = build_task("concentration", {**params, "causal": True}).run(ctx).points
     assert not any(p.metric == "sinkhorn_divergence" for p in causal)
+
+
+def test_entropic_ot_refuses_to_report_an_unconverged_plan():
+    """Stopped at its cap with the marginals still off, the value is not OT_ε: it raises instead
+    of returning it. At the default cap the same problem converges (the POT test above)."""
+    cost, a, b = _problem()
+    with pytest.raises(od.NotConvergedError, match="after 3 iterations"):
+        od.entropic_ot(a, b, cost, 0.1, max_iters=3)
+    od.entropic_ot(a, b, cost, 0.1)  # converges within the default cap: no error
+
+
+@pytest.mark.parametrize("d", [4, 64])
+def test_key_cost_is_scaled_by_the_dimension(d):
+    """‖k − k'‖²/d between independent N(0, I_d) keys has mean 2 in every dimension (E‖k − k'‖²
+    = 2d); unscaled it would be 2d. The mean over all pairs of M keys is a U-statistic whose
+    variance is about 4ζ₁/M with ζ₁ = Var(E[‖k − k'‖²/d | k]) = Var(‖k‖²)/d² = 2/d, so its
+    standard error is √(8/(dM)): 0.071 at d = 4, M = 400. A window of ±0.3 (over 4 standard
+    errors) holds the truth and rejects a cost without the 1/d (mean 8 or 128)."""
+    m = 400
+    keys = torch.randn(m, d, generator=torch.Generator().manual_seed(d))
+    cost = od.key_cost(keys)
+    off_diagonal = cost[~torch.eye(m, dtype=torch.bool)]
+    assert float(off_diagonal.mean()) == pytest.approx(2.0, abs=0.3)
+    assert torch.allclose(cost, torch.cdist(keys.double(), keys.double()).square() / d)
