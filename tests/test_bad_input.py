@@ -63,6 +63,13 @@ REFUSALS = [
     (["~task.seq_len"], "~task.seq_len deletes task.seq_len"),
     # the preset is named first, not a key its grids would have given meaning to
     (["sweep=doesnotexist", "task.seq_len=64"], "sweep=doesnotexist is not a sweep preset."),
+    # a task key goes to every grid of a preset: each task the preset runs must have it
+    (
+        ["-m", "sweep=quick", "task.seq_len=64"],
+        "task.seq_len is not a parameter of task icl_regression, which sweep=quick runs (narrow "
+        "it with task=NAME).",
+    ),
+    (["-m", "sweep=gqa", "task.sq_len=64"], "task.sq_len is not a parameter of task throughput"),
     # a sweeper that would skip the check of every job before the first
     (["-m", "sweep=quick", "hydra/sweeper=basic"], "hydra/sweeper=basic would run the jobs"),
     (["-m", "variant=softmax,linear", "hydra/sweeper=basic"], "drop it: the default grids"),
@@ -227,6 +234,22 @@ def test_refused_by_the_command(tmp_path, args, message):
     assert "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr  # one sentence
     assert _entries(tmp_path) == []  # no record, no partial file, no Hydra run directory
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["sweep=gqa", "task.seq_len=64"],  # was refused naming icl_regression, not in gqa
+        ["sweep=gqa", "task=throughput", "task.n_kv_heads=2"],
+        ["sweep=quick", "task=throughput", "task.seq_len=64"],  # narrowed to a task that has it
+    ],
+    ids=_ids,
+)
+def test_a_preset_s_task_keys_are_checked_against_the_tasks_it_runs(tmp_path, args):
+    """Every task of gqa (throughput, decode) has seq_len: the command line's value replaces
+    its grids' values, and the command is accepted."""
+    app.check_command_line(["-m", *args, f"results_dir={tmp_path / 'r'}"])
+    assert _entries(tmp_path) == []
 
 
 def test_unwritable_results_dir_is_refused_before_any_job(tmp_path):

@@ -127,8 +127,12 @@ def _values(override: Override) -> list[Any]:
     return []  # ranges and globs: Hydra expands them
 
 
-def _selected(group: str, overrides: list[Override]) -> list[str]:
-    """Names a group's choice may take in this command (every name under a sweep preset)."""
+def _selected(
+    group: str, overrides: list[Override], preset: dict[str, list[str]] | None = None
+) -> list[str]:
+    """Names a group's choice may take in this command: the command line's, else under a sweep
+    preset the names its grids select (``preset``, `_preset_choices`; every name where it could
+    not be read), else the default."""
     registry = CONFIG_GROUPS[group]
     for o in overrides:
         if o.key_or_group.lstrip("+~") != group:
@@ -149,9 +153,45 @@ def _selected(group: str, overrides: list[Override]) -> list[str]:
         for name in names:
             check_known(group, name)
         return names
-    if any(o.key_or_group == "sweep" for o in overrides):
-        return registry.names()  # presets sweep glob(*)
+    if any(o.key_or_group.lstrip("+") == "sweep" for o in overrides):
+        return registry.names() if preset is None else preset[group]
     return [default_choices()[group]]
+
+
+def _preset_choices(overrides: list[Override]) -> dict[str, list[str]] | None:
+    """The variant and task names the grids of the command line's ``sweep=NAME`` select (a grid
+    without one selects the default), read from the preset as Hydra composes it (with the
+    command line's ``hydra.searchpath``); None without a preset, or outside an initialised Hydra
+    (`hydra.initialize_config_dir`), where it cannot be read.
+
+    The `grids` sweeper applies a ``task.KEY`` of the command line to every grid, so such a key
+    must exist in the preset's tasks, and only there: checking it against every registered task
+    refused ``sweep=gqa task.seq_len=64`` naming a task gqa does not run.
+    """
+    from hydra import compose
+    from hydra.core.global_hydra import GlobalHydra
+
+    sweep = [o.input_line for o in overrides if o.key_or_group.lstrip("+") == "sweep"]
+    if len(sweep) != 1 or not GlobalHydra.instance().is_initialized():
+        return None
+    searchpath = [o.input_line for o in overrides if o.key_or_group == "hydra.searchpath"]
+    try:
+        sweeper = compose("config", [*sweep, *searchpath], return_hydra_config=True).hydra.sweeper
+    except (HydraException, OmegaConfBaseException):
+        return None  # said by check_preset, or by composing the command line
+    grids = list(sweeper.grids) if "grids" in sweeper else [sweeper.get("params") or {}]
+    parser = OverridesParser.create()
+    choices: dict[str, list[str]] = {}
+    for group in CONFIG_GROUPS:
+        names: list[str] = []
+        for grid in grids:
+            if grid.get(group) is None:
+                found = [default_choices()[group]]
+            else:
+                found = _selected(group, [parser.parse_override(f"{group}={grid[group]}")])
+            names += [n for n in found if n not in names]
+        choices[group] = names
+    return choices
 
 
 def _check_value(schema: type, field_name: str, value: Any, label: str) -> None:
@@ -295,7 +335,9 @@ def check_overrides(args: list[str], multirun: bool = True) -> list[Override]:
     _check_given_once(overrides)
     if not multirun:
         _check_no_sweep(overrides)
-    selected = {group: _selected(group, overrides) for group in CONFIG_GROUPS}
+    preset = _preset_choices(overrides)
+    selected = {group: _selected(group, overrides, preset) for group in CONFIG_GROUPS}
+    given = {o.key_or_group.lstrip("+~") for o in overrides}
     root_fields = [f.name for f in dataclasses.fields(AttnbenchConfig)]
     for o in overrides:
         key = o.key_or_group.lstrip("+~")
@@ -309,9 +351,15 @@ def check_overrides(args: list[str], multirun: bool = True) -> list[Override]:
         if head.split("/")[0] in OTHER_GROUPS:
             continue  # Hydra's own settings (hydra/launcher=…, hydra.launcher.n_jobs=…) and presets
         if head in CONFIG_GROUPS and rest:
+            sweep = next((p.input_line for p in overrides if p.key_or_group == "sweep"), None)
+            runs = (
+                f", which {sweep} runs (narrow it with {head}=NAME)"
+                if preset and head not in given and sweep
+                else ""
+            )
             for name in selected[head]:
                 schema = option_schema(name, CONFIG_GROUPS[head].get(name).Params)
-                _check_field(schema, rest, _values(o), key, f"{head} {name}")
+                _check_field(schema, rest, _values(o), key, f"{head} {name}{runs}")
         elif head in CONFIG_GROUPS:
             continue
         elif key in root_fields:
