@@ -54,18 +54,22 @@ def test_averaging_curve(n):
 
 
 def test_ridge_beats_least_squares_near_n_equals_d():
-    """d = 20, σ = 1, n = 15: ridge (λ = σ²) ≈ 0.349, least squares ≈ 0.438 (theory.md §4)."""
+    """d = 20, σ = 1, n = 15: ridge (λ = σ²) 0.351, least squares 0.438 (theory.md §4). Ridge's
+    error / d is E tr((XᵀX + I)⁻¹)/d, the posterior variance: 0.3514 by Monte Carlo over 2·10⁵
+    draws of X (standard error 3·10⁻⁵), which 0.349 misses by 80 of those errors."""
     ridge = _error_at(lambda x, y, q: rb.ridge(x, y, q, 1.0), 15, 20, noise=1.0, n_prompts=8000)
     ls = _error_at(rb.least_squares, 15, 20, noise=1.0, n_prompts=8000)
-    _close(ridge, 0.349)
+    _close(ridge, 0.3514)
     _close(ls, 0.25 + 15 / 4 / 20)  # (d − n)/d + σ²·n/((d − n − 1)·d) = 0.4375
     assert ridge[0] < ls[0]
 
 
-@pytest.mark.parametrize("n, expected", [(5, 1.11), (10, 0.92), (40, 0.68)])
+@pytest.mark.parametrize("n, expected", [(5, 1.11), (10, 0.92), (40, 0.69)])
 def test_three_nearest_neighbours_d20(n, expected):
+    """theory.md's values are rounded to two decimals (at 40: 0.6874 ± 0.0017 by Monte Carlo over
+    4·10⁵ prompts), so the window is 4 standard errors plus the rounding's 0.005."""
     mean, se = _error_at(rb.nearest_neighbours, n, 20, n_prompts=8000)
-    assert abs(mean - expected) <= 4 * se + 0.01 * expected  # the theory's values are rounded
+    assert abs(mean - expected) <= 4 * se + 0.005
 
 
 def test_prefix_errors_only_use_earlier_points():
