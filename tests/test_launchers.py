@@ -55,6 +55,42 @@ def test_joblib_launcher_runs_jobs_in_parallel_workers(tmp_path):
     _check_complete(results, 8)
 
 
+def test_joblib_workers_thread_count_decides_what_finished_earlier(tmp_path):
+    """``threads=0`` is torch's default where the job runs: a joblib worker starts with
+    OMP_NUM_THREADS at cpu_count // n_jobs, often fewer than the sweep's own process. Seeds run
+    earlier in the sweep's process at its count were skipped as finished by a joblib sweep whose
+    workers measure at theirs; the sweep now passes the workers' count to its jobs, so they run
+    again at it (and are skipped only where the two counts are the same)."""
+    from joblib._parallel_backends import LokyBackend
+
+    results = tmp_path / "results"
+    common = ["task.seq_len=32", *FAST, "variant=softmax", f"results_dir={results}"]
+    first = run_cli("attnbench", "-m", "seed=0,1", *common)
+    assert first.returncode == 0, first.stderr[-2000:]
+    here = {r["threads"] for r in _records(results).values()}
+    assert len(here) == 1
+    (here,) = here
+    workers = int(LokyBackend()._prepare_worker_env(2)["OMP_NUM_THREADS"])
+    proc = run_cli(
+        "attnbench",
+        "-m",
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        "seed=0,1,2,3",
+        *common,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    records = list(_records(results).values())
+    assert all(r["status"] == "ok" and r["threads"] == r["env"]["threads"] for r in records)
+    ran = sorted((r["seed"], r["threads"]) for r in records)
+    expected = {(s, here) for s in (0, 1)} | {(s, workers) for s in range(4)}
+    assert ran == sorted(expected)
+    skipped = 2 if workers == here else 0
+    assert (proc.stdout + proc.stderr).count(f"{skipped} of 4 jobs finished earlier") == bool(
+        skipped
+    )
+
+
 def test_submitit_local_launcher_runs_the_cluster_path(tmp_path):
     results = tmp_path / "results"
     proc = run_cli(

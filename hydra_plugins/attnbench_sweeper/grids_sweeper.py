@@ -209,7 +209,9 @@ class GridsSweeper(BasicSweeper):
         A bad value anywhere in the sweep prints one sentence and exits with status 2, so a
         sweep never stops half-way on bad input. A job finished earlier is not launched: on a
         cluster each launch is a scheduled job and an interpreter start, only for the job to
-        find its record (`harness.jobs.job` would skip it too).
+        find its record (`harness.jobs.job` would skip it too). A job bound for a worker whose
+        default thread count is not this process's gets ``threads=0`` resolved to the worker's
+        count (`_worker_threads`), so that "finished earlier" compares what the worker records.
         """
         if not self.job_check:
             return jobs
@@ -217,9 +219,14 @@ class GridsSweeper(BasicSweeper):
         done = get_method(self.job_done) if self.job_done else None
         assert self.hydra_context is not None and self.config is not None
         loader = self.hydra_context.config_loader
+        workers = self._worker_threads()
         todo = []
         for job in jobs:
             cfg = loader.load_sweep_config(self.config, list(job))
+            if workers is not None and tuple(job) not in self.alone_jobs and cfg.threads == 0:
+                job = [o for o in job if o.split("=", 1)[0].lstrip("+") != "threads"]
+                job.append(f"threads={workers}")
+                cfg = loader.load_sweep_config(self.config, job)
             try:
                 checked = check(cfg)
             except ValueError as exc:
@@ -233,6 +240,31 @@ class GridsSweeper(BasicSweeper):
                 len(jobs),
             )
         return todo
+
+    def _worker_threads(self) -> int | None:
+        """The thread count ``threads=0`` stands for in the configured launcher's workers, where
+        that is not this process's count; None where jobs run with this process's default.
+
+        ``threads=0`` is torch's default thread count, read in the process that runs the job,
+        and a job's identity holds the resolved count. Joblib's (loky) workers start with
+        ``OMP_NUM_THREADS`` at cpu_count // n_jobs (joblib's ``_prepare_worker_env``), so torch's
+        default there may not be this process's: resolved here, a job run earlier at this
+        process's count would be skipped as finished while the workers measure at theirs.
+        Resolved to the workers' count and passed to each job, the two identities are one. With
+        one effective worker joblib runs the jobs in this process, at its count.
+        """
+        assert self.config is not None
+        launcher = self.config.hydra.launcher
+        if "hydra_joblib_launcher" not in str(launcher.get("_target_", "")):
+            return None
+        from joblib._parallel_backends import LokyBackend
+
+        backend = LokyBackend()
+        n_jobs = launcher.get("n_jobs")
+        n_jobs = backend.effective_n_jobs(None if n_jobs is None else int(n_jobs))
+        if n_jobs == 1:
+            return None
+        return int(backend._prepare_worker_env(n_jobs)["OMP_NUM_THREADS"])
 
     # --- running them ----------------------------------------------------------------------
 
