@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import statistics
 import sys
 from collections.abc import Callable
@@ -421,9 +422,27 @@ def format_table(outcomes: list[SpeedVerdict], medians: dict[str, float], rounds
     return "\n".join(lines)
 
 
+INTERRUPTED = 128 + signal.SIGINT  # a shell's status for a command ended by Ctrl-C, as the others
+
+
 @quiet_when_the_reader_leaves
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``attnbench-speed``."""
+    """Entry point of ``attnbench-speed`` (see `_main`): Ctrl-C is one line and exit status 130,
+    not a traceback, as in the other commands; it writes nothing, so nothing is left half-done."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print(
+            "attnbench-speed: interrupted by Ctrl-C before the report; nothing was written (run it "
+            "again to measure).",
+            file=sys.stderr,
+        )
+        return INTERRUPTED
+
+
+def _main(argv: list[str] | None = None) -> int:
+    """``attnbench-speed [--rounds N] [--threads N] [--json] [--strict]``: measure, print the
+    report, exit 0 when every target is met, else 1."""
     parser = argparse.ArgumentParser(prog="attnbench-speed", description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5, help="timing rounds (default 5)")
     parser.add_argument(

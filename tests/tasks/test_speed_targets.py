@@ -69,6 +69,19 @@ def test_main_exits_non_zero_when_a_target_is_missed(monkeypatch, capsys):
     assert "| too slow | 0.4 | 0.5 | 0.6 | ≥ 1 | NO |" in capsys.readouterr().out
 
 
+def test_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys):
+    """It printed a traceback; the other commands say one line and exit with status 130."""
+
+    def interrupted(**_):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(speed_targets, "measure", interrupted)
+    assert speed_targets.main(["--rounds", "1"]) == 130
+    captured = capsys.readouterr()
+    (line,) = captured.err.splitlines()
+    assert line.startswith("attnbench-speed: interrupted by Ctrl-C") and not captured.out
+
+
 def test_sparse_targets_time_the_papers_absolute_sizes():
     """The sparse defaults are fractions of the sequence (a pattern that grows with n); the
     speed targets time the O(n·w) algorithms at the papers' absolute sizes, given explicitly."""
