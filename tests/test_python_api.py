@@ -197,6 +197,24 @@ def test_a_script_without_a_main_guard_runs_its_jobs_once(tmp_path, as_module):
     assert proc.stdout.count("top level ran") == 1
     records = [json.loads(p.read_text()) for p in (tmp_path / "r" / "runs").glob("*.json")]
     assert sorted((r["seed"], r["status"]) for r in records) == [(0, "ok"), (1, "ok")]
+    # the run shows its progress even where stderr is no terminal (a notebook, a log): jobs done
+    # of all, without tqdm's "IProgress not found" warning where ipywidgets is missing
+    assert "attnbench.run: 100%" in proc.stderr and "2/2" in proc.stderr
+    assert "IProgress" not in proc.stderr
+
+
+def test_progress_uses_the_text_bar_without_ipywidgets(monkeypatch):
+    from tqdm import std
+
+    from attnbench.toolkit import progress
+
+    real = progress.importlib.util.find_spec
+    monkeypatch.setattr(
+        progress.importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "ipywidgets" else real(name, *a),
+    )
+    assert type(progress.progress(range(3), disable=True)) is std.tqdm
 
 
 def test_results_collects_what_is_not_in_the_table_yet(tmp_path):

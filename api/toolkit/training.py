@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from attnbench.task import NonFiniteError
+from attnbench.toolkit.progress import progress
 
 
 @dataclass
@@ -66,7 +66,7 @@ def train(
     running, count = 0.0, 0
     model.train()
     # disable=None: a progress bar on a terminal, silence in logs and CI
-    bar = tqdm(range(cfg.steps), desc=desc, leave=False, mininterval=1.0, disable=None)
+    bar = progress(range(cfg.steps), desc=desc, leave=False, mininterval=1.0, disable=None)
     for step in bar:
         loss = loss_on_batch(step)
         if not torch.isfinite(loss):

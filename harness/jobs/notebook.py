@@ -262,9 +262,25 @@ def run(
         raise ValueError(str(exc)) from None
     del jobs
     with _probe_knowing(_defined_here(names)):
-        run_ids = [run_job(cfg).run_id for cfg in configs]
+        run_ids = _run_with_progress(configs, run_job)
     table = results(results_dir)
     return table[table["run_id"].isin(run_ids)].reset_index(drop=True)
+
+
+def _run_with_progress(configs: list, run_job: Any) -> list[str]:
+    """Run the jobs one after the other behind one progress bar: jobs done of all, jobs failed
+    so far, elapsed and time left (a notebook shows it too, with or without ipywidgets)."""
+    from attnbench.toolkit.progress import progress
+
+    run_ids, failed = [], 0
+    bar = progress(configs, desc="attnbench.run", unit="job", mininterval=1.0, disable=False)
+    for cfg in bar:
+        record = run_job(cfg)
+        run_ids.append(record.run_id)
+        failed += record.status not in ("ok", "unsupported")
+        if failed:
+            bar.set_postfix(failed=failed, refresh=False)
+    return run_ids
 
 
 def results(path: str | os.PathLike = "results") -> pd.DataFrame:
