@@ -64,3 +64,17 @@ def test_readme_starts_with_the_two_commands() -> None:
     head = README.read_text(encoding="utf-8")[:1500]
     assert "attnbench -m sweep=quick" in head and "attnbench-leaderboard" in head
     assert "editable_mode=strict" in head and "python -m pytest" in head
+
+
+def test_ci_runs_exactly_the_readme_test_command() -> None:
+    """CI must run what a user is told to run, in its own virtual environment (the main job's
+    `.venv` holds a non-editable install and the peers, which would change the tests run)."""
+    commands = [
+        line
+        for line in FENCE.findall(README.read_text(encoding="utf-8"))[0].splitlines()
+        if line.startswith("python3 -m venv")
+    ]
+    assert len(commands) == 2
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").strip().splitlines()[-1]
+    assert ci == commands[1]
+    assert ".venv-test/bin/python -m pytest" in commands[1] and ".venv/" not in commands[1]
