@@ -8,6 +8,11 @@ nothing is written. With ``--strict`` (taken off the command line before Hydra s
 that failed to load is such bad input too, one sentence each (`harness.cli.strict`), instead of a
 warning.
 
+A results folder or Hydra output folder reached through a symbolic link that leads back into
+itself is refused the same way (`harness.jobs.paths.looping_link`). Where Hydra cannot write its
+own files before any job ran (the output folder, the job's config, ``multirun.yaml``: a full
+disk), that is one sentence naming the folder and the fix, exit status 2, not Hydra's traceback.
+
 After Hydra returns, the command's outcome (`harness.jobs.outcome`) decides the exit status: 1 if a
 job ended without a record or the collection failed (one line each on stderr), 130 after Ctrl-C
 (`harness.cli.interrupt`), else 0.
@@ -15,30 +20,36 @@ job ended without a record or the collection failed (one line each on stderr), 1
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import signal
 import sys
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import NoReturn
 
 import hydra
 from hydra import compose, initialize_config_dir
+from hydra._internal.utils import run_and_report
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException
 from hydra.types import RunMode
 from hydra.utils import to_absolute_path
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 import attnbench.conf
 from attnbench.harness.cli.interrupt import quiet_when_the_reader_leaves, terminate_now
 from attnbench.harness.cli.strict import refuse_broken_plugins, take_strict_flag
 from attnbench.harness.discovery import PluginLoadWarning, failures, load_plugins
+from attnbench.harness.jobs.callbacks import forget_hydra_output, hydra_output
 from attnbench.harness.jobs.config import store_configs
 from attnbench.harness.jobs.job import run
 from attnbench.harness.jobs.outcome import INTERRUPTED, OUTCOME, TERMINATED
+from attnbench.harness.jobs.paths import looping_link, write_failure
 from attnbench.harness.jobs.validation import (
     ConfigError,
     check_hydra_settings,
@@ -124,12 +135,82 @@ def check_command_line(args: list[str]) -> None:
         except (HydraException, OmegaConfBaseException) as exc:
             reason = str(exc).strip().splitlines()[0]
             raise ConfigError(f"the command line does not compose: {reason}") from None
+        _check_links(cfg, multirun)
         check_results_dir(results_dir_of(cfg))
         check_hydra_settings(cfg.hydra, multirun)
         with open_dict(cfg):
             del cfg["hydra"]  # a job's config, as Hydra hands it to the job
         if not multirun:
             prepare_job(cfg)
+
+
+def _check_links(cfg: DictConfig, multirun: bool) -> None:
+    """Raise `ConfigError` where ``results_dir`` (its ``runs/`` included) or Hydra's output folder
+    is reached through a symbolic link that leads back into itself: the writability checks would
+    call such a path missing and pass it, and Hydra's ``mkdir`` would raise ELOOP."""
+    folder = Path(results_dir_of(cfg))
+    if reason := looping_link(folder / "runs"):
+        raise ConfigError(
+            f"results_dir={folder} cannot be reached ({reason}); fix the link or choose another "
+            "with results_dir=PATH."
+        )
+    key = "sweep.dir" if multirun else "run.dir"
+    try:
+        output = str(OmegaConf.select(cfg.hydra, key))
+    except OmegaConfBaseException:
+        return  # said by check_hydra_settings
+    if reason := looping_link(output):
+        raise ConfigError(
+            f"hydra.{key}={output} cannot be reached ({reason}); fix the link, or leave "
+            f"hydra.{key} out (its default is under results_dir)."
+        )
+
+
+@contextlib.contextmanager
+def _hydra_raises() -> Iterator[None]:
+    """Let an exception of Hydra's own (not a job's) reach the caller instead of Hydra printing
+    it as a traceback: Hydra re-raises where ``HYDRA_FULL_ERROR`` is 1. Set for this process
+    only, while Hydra runs; `main` turns an OSError into one sentence and hands anything else
+    back to Hydra's own report (`_hydra_report`)."""
+    before = os.environ.get("HYDRA_FULL_ERROR")
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = before
+
+
+def _hydra_report(exc: Exception) -> NoReturn:
+    """Report ``exc`` as Hydra reports an exception it raised (its traceback from the job down,
+    exit status 1; all of it where the user set ``HYDRA_FULL_ERROR=1``): handed back to Hydra's
+    own report with the frames above Hydra's left off, as Hydra would have seen them."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_name != "run_and_report":
+        tb = tb.tb_next
+    exc = exc.with_traceback(tb or exc.__traceback__)
+
+    def reraise() -> NoReturn:
+        raise exc
+
+    run_and_report(reraise)
+    raise exc  # run_and_report exits or re-raises; never reached
+
+
+def _refuse_output_failure(exc: OSError) -> NoReturn:
+    """Hydra could not write its own files before a job ran: one sentence naming the folder and
+    the fix, exit status 2 (no job ran, so there is nothing to collect)."""
+    key, folder = hydra_output() or ("hydra.run.dir", exc.filename)
+    where = f" in {key}={folder}" if folder else ""
+    print(
+        f"attnbench: cannot write Hydra's output{where} ("
+        + write_failure(exc, f"results_dir=PATH or {key}=PATH")
+        + "); no job ran.",
+        file=sys.stderr,
+    )
+    sys.exit(2)
 
 
 def _done() -> None:
@@ -151,6 +232,7 @@ def main() -> None:
     its names).
     """
     OUTCOME.reset()
+    forget_hydra_output()
     # a log handler that cannot write (Hydra's job log on a full disk) must not print a
     # traceback per line: what failed is reported once, by the outcome
     logging.raiseExceptions = False
@@ -173,7 +255,16 @@ def main() -> None:
                 f"{failure.reason}",
                 file=sys.stderr,
             )
-        _hydra_main()
+        try:
+            with _hydra_raises():
+                _hydra_main()
+        except ConnectionError:  # the reader left (``attnbench --help | head``): not a write
+            raise
+        except OSError as exc:  # a job's errors are its record or outcome: this is Hydra's write
+            _done()
+            _refuse_output_failure(exc)
+        except Exception as exc:
+            _hydra_report(exc)
     except KeyboardInterrupt:  # outside a sweep's jobs (which the sweeper stops cleanly)
         _done()
         print(f"attnbench: interrupted by {OUTCOME.stopped_by}.", file=sys.stderr)

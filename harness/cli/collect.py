@@ -9,12 +9,13 @@ from pathlib import Path
 
 from attnbench.harness.cli.interrupt import quiet_when_the_reader_leaves
 from attnbench.harness.jobs.outcome import INTERRUPTED
-from attnbench.harness.jobs.paths import too_long, write_failure
+from attnbench.harness.jobs.paths import looping_link, too_long, write_failure
 from attnbench.harness.jobs.records import (
     runs_dir,
 )
 from attnbench.harness.results.collect import (
     TABLE_NAME,
+    MissingRunsError,
     collect,
     read_table,
 )
@@ -36,7 +37,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None = None) -> int:
-    """Entry point of ``attnbench-collect [RESULTS_DIR] [--full] [--strict]``.
+    """Entry point of ``attnbench-collect [RESULTS_DIR] [--full] [--drop-missing] [--strict]``.
+
+    A table is not replaced by one that drops runs it holds (their records gone from ``runs/``):
+    that is one sentence naming the folder, both run counts and ``--drop-missing``, exit status
+    2, and the table is left as it is (`harness.results.collect.MissingRunsError`).
 
     With ``--strict``, a record file that is skipped (invalid, or of a newer schema) makes the
     command exit 1 after the table is written from the valid ones, one line per file instead of
@@ -54,6 +59,12 @@ def _main(argv: list[str] | None = None) -> int:
         "--full", action="store_true", help="re-read every record (ignore the last collection)"
     )
     parser.add_argument(
+        "--drop-missing",
+        action="store_true",
+        help="write the table even where it drops runs the last one held, whose records are "
+        "gone from runs/ (without it, such a collection is refused and the table kept)",
+    )
+    parser.add_argument(
         "--provenance",
         action="store_true",
         help="print each run's provenance: its commit and whether the code differed from it",
@@ -66,6 +77,13 @@ def _main(argv: list[str] | None = None) -> int:
     if reason := too_long(runs_dir(args.results_dir)):
         print(f"attnbench-collect: {args.results_dir} is too long ({reason}).", file=sys.stderr)
         return 2
+    if reason := looping_link(runs_dir(args.results_dir)):
+        print(
+            f"attnbench-collect: {args.results_dir} cannot be read ({reason}); fix the link or "
+            "give another results folder.",
+            file=sys.stderr,
+        )
+        return 2
     if not Path(args.results_dir).is_dir():
         print(
             f"attnbench-collect: no results folder {args.results_dir}; give the folder a sweep "
@@ -73,7 +91,8 @@ def _main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    if not runs_dir(args.results_dir).is_dir():
+    table = Path(args.results_dir) / TABLE_NAME
+    if not runs_dir(args.results_dir).is_dir() and not table.exists():  # else: its runs are gone
         print(
             f"attnbench-collect: no run records in {runs_dir(args.results_dir)}; "
             "run a sweep first (attnbench -m sweep=quick).",
@@ -84,7 +103,12 @@ def _main(argv: list[str] | None = None) -> int:
         with warnings.catch_warnings():
             if args.strict:  # reported below as errors instead
                 warnings.simplefilter("ignore")
-            summary = collect(args.results_dir, incremental=not args.full)
+            summary = collect(
+                args.results_dir, incremental=not args.full, drop_missing=args.drop_missing
+            )
+    except MissingRunsError as exc:
+        print(f"attnbench-collect: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:
         print(
             f"attnbench-collect: cannot write the table in {args.results_dir} "
@@ -93,7 +117,7 @@ def _main(argv: list[str] | None = None) -> int:
         )
         return 2
     print(summary.describe())
-    frame = read_table(Path(args.results_dir) / TABLE_NAME)[0]
+    frame = read_table(table)[0]
     for line in per_run_lines(frame) if args.provenance else summary_lines(frame):
         print(line)
     if args.strict:  # the files left out, each named with its path, as the other commands do

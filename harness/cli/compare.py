@@ -7,6 +7,7 @@ import sys
 
 from attnbench.harness.cli.interrupt import quiet_when_the_reader_leaves
 from attnbench.harness.cli.strict import add_strict_flag, bad_records, report_bad_records
+from attnbench.harness.jobs.paths import looping_link
 from attnbench.harness.results.compare import (
     REQUIRED,
     compare,
@@ -41,6 +42,14 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    for source in (args.old, args.new):
+        if reason := looping_link(source):  # else called missing: "does not exist"
+            print(
+                f"attnbench-compare: {source} cannot be read ({reason}); fix the link or give "
+                "another results folder or table.",
+                file=sys.stderr,
+            )
+            return 2
     try:
         old, old_infos, _ = load(args.old, REQUIRED)
         new, new_infos, _ = load(args.new, REQUIRED)

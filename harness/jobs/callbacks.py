@@ -6,13 +6,39 @@ import logging
 from typing import Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from attnbench.harness.jobs.outcome import OUTCOME, one_line
 from attnbench.harness.jobs.paths import write_failure
-from attnbench.harness.results.collect import collect
+from attnbench.harness.results.collect import MissingRunsError, collect
 
 log = logging.getLogger(__name__)
+
+_output: dict[str, str] = {}  # "key", "folder": Hydra's output folder of this command
+
+
+def hydra_output() -> tuple[str, str] | None:
+    """(``hydra.run.dir`` or ``hydra.sweep.dir``, the folder it names) of the run or sweep this
+    process started, as Hydra resolved it; None before one started.
+
+    Hydra writes its own files there (the job's config, ``multirun.yaml``) before any job runs,
+    and where that fails the ``attnbench`` command names this folder (`harness.cli.app`): the
+    exception of a failed write does not always carry a file name, and the folder's time stamp
+    is only known once Hydra resolved it (``${now:…}`` is cached in the config it runs).
+    """
+    return (_output["key"], _output["folder"]) if _output else None
+
+
+def forget_hydra_output() -> None:
+    """Forget the folder `hydra_output` names (a command starting in a process that ran one)."""
+    _output.clear()
+
+
+def _remember_output(config: DictConfig, key: str) -> None:
+    try:
+        _output.update(key=f"hydra.{key}", folder=str(OmegaConf.select(config.hydra, key)))
+    except Exception:  # an unresolvable folder: Hydra itself says so, this is only a name
+        _output.clear()
 
 
 class CollectResults(Callback):
@@ -22,13 +48,20 @@ class CollectResults(Callback):
     A failed collection is caught here, logged as one sentence and noted in
     `harness.jobs.outcome.OUTCOME`, so that the ``attnbench`` command exits with status 1: Hydra
     itself would only turn the exception into a warning and exit 0. The records stay; collecting
-    again (``attnbench-collect``) retries.
+    again (``attnbench-collect``) retries. A collection that would drop runs the table holds
+    (their records gone: `MissingRunsError`) leaves the table as it is and is reported the same
+    way; a sweep itself only adds runs, so it never causes one.
     """
 
     def _collect(self, config: DictConfig) -> None:
         results_dir = config.results_dir
         try:
             summary = collect(results_dir)
+        except MissingRunsError as exc:
+            message = f"the table was not updated: {exc}"
+            log.error("%s", message)
+            OUTCOME.collection_failed(message)
+            return
         except Exception as exc:  # reported, not raised: Hydra would reduce it to a warning
             reason = write_failure(exc) if isinstance(exc, OSError) else one_line(exc)
             message = (
@@ -40,6 +73,12 @@ class CollectResults(Callback):
             OUTCOME.collection_failed(message)
             return
         log.info("%s", summary.describe())
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        _remember_output(config, "run.dir")
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        _remember_output(config, "sweep.dir")
 
     def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
         self._collect(config)

@@ -28,7 +28,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from attnbench.harness.jobs.paths import too_long
+from attnbench.harness.jobs.paths import looping_link, too_long
 from attnbench.harness.jobs.records import attempt_run_id, is_run_id, read_record, runs_dir
 
 log = logging.getLogger(__name__)
@@ -80,11 +80,21 @@ def check_paths(results_dir: Path, out: Path) -> None:
 
     Nothing is created: writability is probed with a temporary file in ``out`` or, if it does
     not exist yet, in its nearest existing parent (a probe, not ``os.access``, because a
-    read-only mount or a root user makes permission bits say the wrong thing).
+    read-only mount or a root user makes permission bits say the wrong thing). A path through a
+    symbolic link that leads back into itself is refused first: the checks below would call it
+    missing or raise.
     """
     for path, what in ((results_dir, "the results folder"), (out, "the site folder")):
         if reason := too_long(path):
             raise SiteError(f"{what} {path} is too long ({reason}); give a shorter path.")
+    for path, checked, what in (
+        (results_dir, runs_dir(results_dir), "the results folder"),
+        (out, out, "the site folder"),
+    ):
+        if reason := looping_link(checked):
+            raise SiteError(
+                f"{what} {path} cannot be reached ({reason}); fix the link or give another folder."
+            )
     if not results_dir.is_dir():
         if results_dir.exists():
             raise SiteError(

@@ -50,7 +50,13 @@ from attnbench.harness.leaderboard.tables import (
 )
 from attnbench.harness.leaderboard.tradeoffs import tradeoff_charts
 from attnbench.harness.leaderboard.tuning import Choice, select_tuned, tuning_table
-from attnbench.harness.results.collect import COLUMNS, TABLE_NAME, collect, uncollected
+from attnbench.harness.results.collect import (
+    COLUMNS,
+    TABLE_NAME,
+    MissingRunsError,
+    collect,
+    uncollected,
+)
 from attnbench.harness.results.fit_quality import EXPONENT_RANGE, MAX_HALF_WIDTH, RELIABLE_SUFFIX
 from attnbench.harness.results.table_file import load
 from attnbench.task_info import TaskInfo
@@ -391,10 +397,22 @@ def _shown(frame: pd.DataFrame, include_stale: bool) -> tuple[pd.DataFrame, int]
 
 def _collect_first(results_dir: Path, n_new: int) -> None:
     """Bring the table up to date with records written since it was collected (a sweep stopped
-    before collecting, records copied in), saying so; where the folder cannot be written, build
-    from the table as it is and say which records it does not hold yet."""
+    before collecting, records copied in), saying so; where the folder cannot be written, or
+    collecting would drop runs the table holds (their records gone: `MissingRunsError`), build
+    from the table as it is and say why in one warning line."""
     try:
         collect(results_dir)
+    except MissingRunsError as exc:
+        log.warning(
+            "attnbench-leaderboard: %d of the %d runs of %s have no valid record in %s any more; "
+            "the board shows the table as it is (attnbench-collect --drop-missing %s drops them).",
+            exc.missing,
+            exc.held,
+            results_dir / TABLE_NAME,
+            runs_dir(results_dir),
+            results_dir,
+        )
+        return
     except OSError as exc:
         log.warning(
             "attnbench-leaderboard: %d record file(s) of %s are not collected yet and collecting "
@@ -461,12 +479,15 @@ def build_site(
 
 def _bring_up_to_date(results_dir: Path, table_path: Path) -> None:
     """Collect the records of ``results_dir`` where it has records but no table, or records the
-    table does not hold yet (`_collect_first`).
+    table does not hold yet (`_collect_first`). A table without a ``runs/`` folder beside it (a
+    table copied on its own) is shown as it is, in one warning line: it is the only copy of its
+    runs, and collecting nothing would replace it with an empty one.
 
     Raises:
         SiteError: the folder has records but no table, and collecting them failed.
     """
-    if not table_path.exists() and runs_dir(results_dir).is_dir():
+    records = runs_dir(results_dir)
+    if not table_path.exists() and records.is_dir():
         try:
             collect(results_dir)
         except OSError as exc:
@@ -474,6 +495,13 @@ def _bring_up_to_date(results_dir: Path, table_path: Path) -> None:
                 f"{results_dir} has records but no table, and collecting them failed "
                 f"({exc.strerror or exc}); run attnbench-collect {results_dir} where it can write."
             ) from None
+    elif table_path.exists() and not records.is_dir():
+        log.warning(
+            "attnbench-leaderboard: %s has no run records beside it (no folder %s); the board "
+            "shows the table as it is and publishes no records.",
+            table_path,
+            records,
+        )
     elif table_path.exists() and (n_new := uncollected(results_dir)):
         _collect_first(results_dir, n_new)
 

@@ -28,11 +28,20 @@ are taken from the existing table. Table and memory are one file written atomica
 (``.collect.lock``), so concurrent collectors never leave them inconsistent. The metadata also
 carries the tasks' self-descriptions (`attnbench.task_info`), so the leaderboard reads everything it
 shows from the table alone (`read_table`), without importing any task or variant.
+
+A table is never replaced by one that drops runs it holds without being told: the table may be
+the only copy of its runs (copied without ``runs/``, records moved or deleted since), so where
+the records no longer give every run the table holds, `collect` raises `MissingRunsError` and
+leaves the table as it is, unless called with ``drop_missing=True`` (``attnbench-collect
+--drop-missing``). A run is a distinct run_id among the rows not ``derived``; a sweep only adds
+runs (a re-run keeps its run_id, a record of other code is a run of its own), so it never meets
+this.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import logging
@@ -53,6 +62,7 @@ from attnbench.harness.jobs.fingerprint import (
     module_digest,
     module_file,
 )
+from attnbench.harness.jobs.paths import looping_link
 from attnbench.harness.jobs.records import (
     NewerSchemaError,
     Record,
@@ -588,7 +598,57 @@ def write_table(frame: pd.DataFrame, path: Path, meta: TableMeta | None = None) 
         raise
 
 
-def collect(results_dir: str | os.PathLike = "results", incremental: bool = True) -> CollectSummary:
+class MissingRunsError(ValueError):
+    """Collecting would replace the table with one that lacks runs it holds (their records are
+    gone from ``runs/`` or no longer valid); the table is left as it is. The message is one
+    sentence naming the folder, both run counts and the flag that collects anyway.
+
+    Attributes:
+        results_dir: The results folder.
+        held: Runs (distinct run_ids, not derived) the table holds.
+        collected: Runs the records give.
+        missing: Runs of the table the records no longer give.
+    """
+
+    def __init__(self, results_dir: Path, held: int, collected: int, missing: int) -> None:
+        self.results_dir = results_dir
+        self.held = held
+        self.collected = collected
+        self.missing = missing
+        super().__init__(
+            f"{results_dir / TABLE_NAME} holds {held} runs and the records in "
+            f"{runs_dir(results_dir)} give {collected}, so collecting would drop {missing} run(s) "
+            "whose records are gone or invalid; the table is left as it is: restore the records, "
+            f"or drop those runs with attnbench-collect --drop-missing {results_dir}."
+        )
+
+
+def run_ids(frame: pd.DataFrame) -> set[str]:
+    """The runs of a results table: the distinct run_ids of its rows not ``derived`` (a table of
+    an older layout without the column: of all its rows)."""
+    if "run_id" not in frame.columns:
+        return set()
+    if "derived" in frame.columns:
+        frame = frame[~frame["derived"].astype(bool)]
+    return set(frame["run_id"].dropna().astype(str))
+
+
+def _held_runs(path: Path) -> set[str]:
+    """The runs of the table at ``path``; none where there is no readable table (nothing to
+    lose: a corrupt table is replaced, which is how it is repaired)."""
+    try:
+        names = pq.read_schema(path).names
+        columns = [c for c in ("run_id", "derived") if c in names]
+        return run_ids(pq.read_table(path, columns=columns).to_pandas()) if columns else set()
+    except (OSError, ValueError, pa.ArrowException):
+        return set()
+
+
+def collect(
+    results_dir: str | os.PathLike = "results",
+    incremental: bool = True,
+    drop_missing: bool = False,
+) -> CollectSummary:
     """Consolidate the run records of ``results_dir`` into ``results_dir/results.parquet``.
 
     Holds ``results_dir/.collect.lock`` from reading the last table to writing the new one, so
@@ -598,12 +658,24 @@ def collect(results_dir: str | os.PathLike = "results", incremental: bool = True
     Args:
         results_dir: Folder holding ``runs/``.
         incremental: Reuse the rows of record files unchanged since the last collection.
+        drop_missing: Write the table even where it drops runs the last one held (their records
+            are gone); without it that raises `MissingRunsError` (see the module docstring).
+
+    Raises:
+        MissingRunsError: the records no longer give every run the table holds; nothing written.
+        OSError: the folder cannot be written, or ``runs/`` is a symbolic link that leads back
+            into itself (ELOOP; read as an empty folder, it would look like every run gone).
     """
     results_dir = Path(results_dir)
+    if looping_link(runs_dir(results_dir)):
+        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(runs_dir(results_dir)))
     results_dir.mkdir(parents=True, exist_ok=True)
     with FileLock(results_dir / LOCK_NAME):
         _remove_orphans(results_dir)
         frame, summary, meta = results_frame(results_dir, incremental)
+        held, runs = _held_runs(summary.path), run_ids(frame)
+        if not drop_missing and (missing := held - runs):
+            raise MissingRunsError(results_dir, len(held), len(runs), len(missing))
         write_table(frame, summary.path, meta)
     return summary
 

@@ -61,6 +61,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from attnbench.harness.cli.interrupt import SKIPPED, STOP_FILE, GracefulStop, GuardedTask, StopSweep
 from attnbench.harness.jobs.outcome import OUTCOME
+from attnbench.harness.jobs.paths import write_failure
 
 log = logging.getLogger(__name__)
 RUN_ALONE = "run_alone"  # a grid key: launch each of the grid's jobs in a batch of its own
@@ -319,9 +320,7 @@ class GridsSweeper(BasicSweeper):
         assert self.config is not None and self.launcher is not None and self.guard is not None
         jobs = self.validate_jobs(self.job_overrides(arguments))
         self.overrides = self.batches(jobs)
-        sweep_dir = Path(self.config.hydra.sweep.dir)
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        self._save_sweep(Path(self.config.hydra.sweep.dir))
         log.info("grids sweeper: %d jobs from %d grids", len(jobs), len(self.grids))
         returns = []
         first = 0
@@ -345,6 +344,21 @@ class GridsSweeper(BasicSweeper):
                 if stop.requested:
                     OUTCOME.stopped(skipped + (len(jobs) - first))
         return returns
+
+    def _save_sweep(self, sweep_dir: Path) -> None:
+        """Create the sweep folder and write Hydra's ``multirun.yaml`` in it, as Hydra's basic
+        sweeper does. Where that fails (a full disk, a symbolic link that leads back into
+        itself), no job has run: one sentence naming the folder and the fix, exit status 2."""
+        assert self.config is not None
+        try:
+            sweep_dir.mkdir(parents=True, exist_ok=True)
+            OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        except OSError as exc:
+            refuse(
+                f"cannot write Hydra's output in hydra.sweep.dir={sweep_dir} ("
+                + write_failure(exc, "results_dir=PATH or hydra.sweep.dir=PATH")
+                + "); no job ran."
+            )
 
     def _launch_failed(self, batch: Sequence[Sequence[str]], exc: OSError) -> None:
         """Hydra could not set a job up (before a job runs it writes the job's config and log

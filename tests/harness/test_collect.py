@@ -8,7 +8,7 @@ from conftest import make_record, test_run_id
 
 from attnbench.harness.cli.collect import main
 from attnbench.harness.jobs.records import SCHEMA_VERSION, write_record
-from attnbench.harness.results.collect import COLUMNS, collect
+from attnbench.harness.results.collect import COLUMNS, MissingRunsError, collect
 
 DESIGN_COLUMNS = [
     "run_id",
@@ -125,8 +125,10 @@ def test_incremental_collection_equals_a_full_one(tmp_path):
     _write(tmp_path, "r1", status="failed", error="boom")  # a failed attempt beside the ok one
     _write(tmp_path, "r3", metrics=_point(30.0), created_at="2030-01-01T00:00:00+00:00")  # newer
     _write(tmp_path, "r9", metrics=_point(9.0))  # new
-    (tmp_path / "runs" / f"{rid('r2')}.json").unlink()  # removed
-    incremental = collect(tmp_path)
+    (tmp_path / "runs" / f"{rid('r2')}.json").unlink()  # removed: its run dropped when asked
+    with pytest.raises(MissingRunsError):
+        collect(tmp_path)
+    incremental = collect(tmp_path, drop_missing=True)
     assert incremental.n_records == 5 and incremental.n_reused == 3  # r0, r1 (its ok), r4
     table = _sorted(pd.read_parquet(tmp_path / "results.parquet"))
     assert sorted(table.run_id.unique()) == sorted(rid(n) for n in ["r0", "r1", "r3", "r4", "r9"])
