@@ -118,15 +118,28 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def cpu_capability() -> str:
+    """The vector ISA torch's CPU kernels dispatch to in this process ("AVX512", "AVX2",
+    "DEFAULT", ...): the host's best, or lower where ``ATEN_CPU_CAPABILITY`` asks for it."""
+    return torch.backends.cpu.get_cpu_capability()
+
+
 def device_name(device: torch.device) -> str:
-    """A human-readable name of ``device`` (the GPU model, or the CPU model)."""
+    """The machine ``device`` measures on: the GPU model, or for the CPU its model and the
+    capability torch dispatches to, e.g. "AMD EPYC 9654 (AVX512)".
+
+    The capability is part of the name because one CPU model name covers hosts whose kernels
+    run AVX-512 on one and AVX2 on another (or are held to AVX2 by ``ATEN_CPU_CAPABILITY``), and
+    their timings differ: this name is a record's ``hardware``, so those runs are other machines
+    to the job identity, the board and ``attnbench-compare``.
+    """
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    return cpu_model()
+    return f"{cpu_model()} ({cpu_capability()})"
 
 
 def environment(device: torch.device) -> dict[str, object]:
-    """The environment fields of a record."""
+    """The environment fields of a record (``device_name`` is the record's hardware)."""
     git = git_state()
     return {
         "attnbench_version": attnbench_version(),
@@ -139,7 +152,8 @@ def environment(device: torch.device) -> dict[str, object]:
         "git_dirty_files": list(git.dirty_files),
         "hostname": socket.gethostname(),
         "platform": platform.platform(),
-        "cpu": cpu_model(),
+        "cpu": cpu_model(),  # the model name alone; `device_name` adds the capability
+        "cpu_capability": cpu_capability(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "device_name": device_name(device),

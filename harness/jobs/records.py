@@ -93,7 +93,8 @@ class Record:
         task_params, variant_params: Resolved hyperparameters.
         seed, device, dtype: Job settings (device resolved, e.g. "cpu" rather than "auto").
         threads: CPU threads the job ran with (resolved: never 0).
-        hardware: The CPU model (device cpu) or GPU name (device cuda) it ran on.
+        hardware: The machine it ran on (`harness.jobs.env.device_name`): the CPU model and the
+            vector capability torch dispatched to (device cpu), or the GPU name (device cuda).
         code_fingerprint: Digest of `code_modules` (`harness.jobs.fingerprint.combined_digest`).
         code_modules: {module: SHA-256 of its source} of the variant's and task's modules and the
             project modules they use; collection compares them with the installed code.

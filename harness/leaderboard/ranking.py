@@ -1,9 +1,13 @@
 """The overview: one row per variant (per machine and dtype), one column per task's headline metric.
 
-A *machine* is the hardware a run was measured on (CPU model or GPU name, `machine_labels`): a
-laptop's timings never compete with a server's. The thread count is part of every contest and
-point instead (`SETTING`), so timings compete only at equal threads, while a variant's row keeps
-its quality runs (one thread each under joblib) and its timings (two threads) together.
+A *machine* is the hardware a run was measured on (`machine_labels`): the GPU name, or the CPU
+model with the vector capability torch dispatched to (`harness.jobs.env.device_name`), so a
+laptop's timings never compete with a server's, nor AVX2 timings with AVX-512 ones on hosts that
+share a CPU model name. A CPU hardware that names no capability (an older record: "AMD EPYC"
+beside "AMD EPYC (AVX512)") is a machine of its own, since which ISA it ran is not known. The
+thread count is part of every contest and point instead (`SETTING`), so timings compete only at
+equal threads, while a variant's row keeps its quality runs (one thread each under joblib) and its
+timings (two threads) together.
 
 **Quality and cost are ranked apart, and only like with like.** A column is a *cost* column
 when its task's headline is the cost metric the task declares (`TaskInfo.cost_metric`, e.g.
@@ -81,7 +85,8 @@ MACHINE_POINT = [MACHINE if c == "device" else c for c in POINT] + [THREADS]
 
 
 def machine_labels(frame: pd.DataFrame) -> pd.Series:
-    """Each row's machine: its hardware (CPU model or GPU name; the device type when unknown).
+    """Each row's machine: its hardware (CPU model and capability, or GPU name; the device type
+    when unknown).
     Threads are not part of it: they are part of each contest (see the module docstring)."""
 
     def label(hardware: object, device: object) -> str:

@@ -16,6 +16,15 @@ and each kind of loss is a regression of its own:
   missing, with that status noted. Points of a FAILED job's setting are not listed again.
 - ``EMPTY``: NEW has no runs at all (also when OLD has none).
 
+A point is judged only between runs on the same machine (column ``hardware``: the CPU model and
+the vector capability torch dispatched to, or the GPU name, `harness.jobs.env.device_name`). The
+same setting timed under AVX2 and under AVX-512, or on two GPUs, differs by the machine, not the
+code, so a point of OLD that NEW has only from other hardware is listed as ``OTHER MACHINE``,
+grouped per variant, naming both machines: not judged (neither worse nor better), not missing,
+and not a regression. Points with runs on several machines are judged on each machine both
+tables share. A run without a value there (or a table without the column) is on an unknown
+machine, which is another machine than any named one.
+
 A point whose timing is unsteady in either table (its task's steadiness flag,
 `attnbench.task_info.TaskInfo.steadiness`, is 0 for a seed at that point) is not judged: where it
 would be ``WORSE`` it is listed as ``UNSTEADY`` instead, with the change and the table whose
@@ -57,6 +66,10 @@ from attnbench.harness.results.metric_points import (
     unsteady_rows,
 )
 
+HARDWARE = "hardware"
+UNKNOWN_HARDWARE = "an unknown machine"  # how a run without ``hardware`` is named
+MACHINE_POINT = [*POINT, HARDWARE]  # a point as judged: on one machine
+
 FAILURES = ("failed", "oom", "timeout")  # not `unsupported`: that is a declaration, not a crash
 SETTING = ["task", "variant", "variant_params", "task_params", "device", "dtype"]
 JOB_COLUMNS = [*SETTING, "seed"]  # a job: a setting and a seed
@@ -86,6 +99,9 @@ def runs(table: pd.DataFrame) -> pd.DataFrame:
     if "current" in table.columns:
         keep &= _flag(table["current"])
     rows = table[keep].copy()
+    known = rows[HARDWARE] if HARDWARE in rows.columns else pd.Series(None, index=rows.index)
+    known = known.astype(object).where(known.notna() & known.astype(str).ne(""), None)
+    rows[HARDWARE] = known.fillna(UNKNOWN_HARDWARE)
     # One dtype per key column whichever way the table was read (parquet, CSV with empty
     # columns, a table with no rows), so that the two tables' keys can be matched.
     for col in ("value", "x_value", "seed"):
@@ -105,18 +121,20 @@ def _split(frame: pd.DataFrame, other: pd.DataFrame, cols: list[str]) -> tuple[p
 
 
 def points(table: pd.DataFrame, steadiness: Iterable[tuple[str, str, str]] = ()) -> pd.DataFrame:
-    """Seed-averaged points of the runs of ``table`` with at least one value, every metric, and
-    ``unsteady``: whether a seed's timing behind the point was flagged unsteady (``steadiness``:
-    (task, metric, flag metric), `harness.results.metric_points.declared_steadiness`)."""
+    """Seed-averaged points of the runs of ``table`` with at least one value, every metric, one
+    row per machine a point ran on (`MACHINE_POINT`: seeds of other hardware are never averaged
+    together), and ``unsteady``: whether a seed's timing behind the point was flagged unsteady
+    (``steadiness``: (task, metric, flag metric), `declared_steadiness` of
+    `harness.results.metric_points`)."""
     rows = runs(table)
-    stats = point_stats(rows)
+    stats = point_stats(rows, MACHINE_POINT)
     stats["spread"] = stats["spread"].fillna(0.0)  # unknown spread counts as none
     unsteady = unsteady_rows(rows, steadiness)
     stats["unsteady"] = False
     if unsteady.any():
-        marked = point_stats(rows[unsteady])[POINT].drop_duplicates()
+        marked = point_stats(rows[unsteady], MACHINE_POINT)[MACHINE_POINT].drop_duplicates()
         stats["unsteady"] = (
-            stats.merge(marked, on=POINT, how="left", indicator=True)["_merge"]
+            stats.merge(marked, on=MACHINE_POINT, how="left", indicator=True)["_merge"]
             .eq("both")
             .to_numpy()
         )
@@ -135,10 +153,11 @@ def jobs(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def gaps(ours: pd.DataFrame, theirs: pd.DataFrame, their_runs: pd.DataFrame) -> pd.DataFrame:
-    """The points of ``ours`` that ``theirs`` lacks, grouped by `LEVELS`: one row per gap with
-    ``kind``, its key columns (the finer ones empty), ``n_points``, and ``note``: the statuses
-    ``their_runs`` recorded for that key instead of a value (e.g. "unsupported")."""
-    rest, _ = _split(ours, theirs, POINT)
+    """The points of ``ours`` that ``theirs`` lacks on any machine, grouped by `LEVELS`: one row
+    per gap with ``kind``, its key columns (the finer ones empty), ``n_points`` (a point counted
+    once however many machines ran it), and ``note``: the statuses ``their_runs`` recorded for
+    that key instead of a value (e.g. "unsupported")."""
+    rest, _ = _split(ours[POINT].drop_duplicates(), theirs, POINT)
     not_ok = their_runs[their_runs["status"] != "ok"]
     out = []
     for kind, cols in LEVELS:
@@ -167,10 +186,14 @@ class Comparison:
     """What `compare` found.
 
     Attributes:
-        matched: One row per directed metric point in both tables: the POINT columns, ``mean``,
-            ``spread``, ``n`` and ``unsteady`` (``_old`` / ``_new``), ``worse_by`` (relative
-            change in the bad direction; negative: it improved), ``regressed``, and
-            ``unsteady_worse`` (it would have regressed, but a timing behind it is unsteady).
+        matched: One row per directed metric point in both tables on the same machine: the
+            `MACHINE_POINT` columns, ``mean``, ``spread``, ``n`` and ``unsteady`` (``_old`` /
+            ``_new``), ``worse_by`` (relative change in the bad direction; negative: it
+            improved), ``regressed``, and ``unsteady_worse`` (it would have regressed, but a
+            timing behind it is unsteady).
+        other_machine: OLD's directed points (POINT columns) that NEW has only from other
+            hardware: ``hardware_old`` (the machine of OLD's point) and ``hardware_new`` (NEW's
+            machines for it, joined by " and "). Not judged, not regressions.
         missing: OLD's points NEW lacks, grouped (see `gaps`); each row is one MISSING line.
         failed: NEW's failing jobs where OLD ran the setting ok: JOB_COLUMNS, status, error.
         new: NEW's points OLD lacks, grouped like ``missing`` (not regressions).
@@ -181,6 +204,7 @@ class Comparison:
     """
 
     matched: pd.DataFrame
+    other_machine: pd.DataFrame
     missing: pd.DataFrame
     failed: pd.DataFrame
     new: pd.DataFrame
@@ -203,10 +227,14 @@ class Comparison:
         return any(self.counts().values())
 
 
+def _directed(stats: pd.DataFrame) -> pd.DataFrame:
+    return stats[stats["higher_is_better"].notna()]
+
+
 def _judge(old: pd.DataFrame, new: pd.DataFrame, threshold: float) -> pd.DataFrame:
-    """The directed points of both tables with ``worse_by`` and ``regressed``."""
-    directed = [p[p["higher_is_better"].notna()] for p in (old, new)]
-    merged = directed[0].merge(directed[1], on=POINT, suffixes=("_old", "_new"))
+    """The directed points both tables have on the same machine, with ``worse_by`` and
+    ``regressed``."""
+    merged = _directed(old).merge(_directed(new), on=MACHINE_POINT, suffixes=("_old", "_new"))
     sign = np.where(_flag(merged["higher_is_better_old"]), -1.0, 1.0)
     delta = merged["mean_new"] - merged["mean_old"]
     scale = merged["mean_old"].abs().replace(0.0, np.nan)
@@ -217,6 +245,23 @@ def _judge(old: pd.DataFrame, new: pd.DataFrame, threshold: float) -> pd.DataFra
     merged["regressed"] = worse & ~unsteady
     merged["unsteady_worse"] = worse & unsteady
     return merged
+
+
+def _other_machine(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
+    """OLD's directed points that NEW has, but never on OLD's machine for them: the POINT
+    columns, ``hardware_old`` and ``hardware_new`` (NEW's machines for the point)."""
+    old, new = _directed(old), _directed(new)
+    unmatched, _ = _split(old, new, MACHINE_POINT)
+    elsewhere = new.groupby(POINT, dropna=False, sort=True)[HARDWARE].agg(
+        lambda s: " and ".join(sorted(set(s)))
+    )
+    elsewhere = elsewhere.rename("hardware_new").reset_index()
+    # keys as objects on both sides (see `gaps`): an empty side's columns may be of another dtype
+    as_objects = {c: object for c in POINT if c != "x_value"}
+    found = (
+        unmatched[MACHINE_POINT].astype(as_objects).merge(elsewhere.astype(as_objects), on=POINT)
+    )
+    return found.rename(columns={HARDWARE: "hardware_old"}).reset_index(drop=True)
 
 
 def compare(
@@ -244,6 +289,7 @@ def compare(
     unexplained, _ = _split(old_points, regressions, SETTING)  # a FAILED line explains the rest
     return Comparison(
         matched=_judge(old_points, new_points, threshold),
+        other_machine=_other_machine(old_points, new_points),
         missing=gaps(unexplained, new_points, new_runs),
         failed=regressions.reset_index(drop=True),
         new=gaps(new_points, old_points, old_runs),
@@ -286,9 +332,25 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
+def _other_machine_lines(other: pd.DataFrame) -> list[str]:
+    """One OTHER MACHINE line per variant (with its parameters) and pair of machines."""
+    keys = ["task", "variant", "variant_params", "hardware_old", "hardware_new"]
+    lines = []
+    for key, group in other.groupby(keys, dropna=False, sort=True):
+        task, variant, params, old_hw, new_hw = key
+        metrics = ", ".join(sorted(set(group["metric"])))
+        lines.append(
+            f"OTHER MACHINE {task} × {variant} {params}: "
+            f"{_plural(len(group), 'metric point')} ({metrics}) not judged: OLD ran on {old_hw}, "
+            f"NEW on {new_hw} (run both on one machine to compare them)"
+        )
+    return lines
+
+
 def format_report(result: Comparison, threshold: float) -> str:
     """Text report: one line per regression (WORSE, FAILED, MISSING, EMPTY), per UNSTEADY point
-    (worse, but not judged), the NEW lines, then a one-line count of each kind."""
+    (worse, but not judged), per variant measured on OTHER MACHINEs (not judged), the NEW
+    lines, then a one-line count of each kind."""
     lines = []
     matched = result.matched
     for _, r in matched[matched["regressed"]].sort_values("worse_by", ascending=False).iterrows():
@@ -307,6 +369,7 @@ def format_report(result: Comparison, threshold: float) -> str:
             f"judged: the timing in {' and '.join(sides)} is unsteady (measure it again on a "
             "quiet machine)"
         )
+    lines += _other_machine_lines(result.other_machine)
     lines += [_job_line("FAILED", r, "in NEW, ok in OLD") for _, r in result.failed.iterrows()]
     lines += [_gap_line("MISSING", r, "NEW") for _, r in result.missing.iterrows()]
     if result.new_is_empty:
@@ -329,6 +392,12 @@ def format_report(result: Comparison, threshold: float) -> str:
     )
     n_unsteady = int(matched["unsteady_worse"].sum())
     summary += f"; {n_unsteady} worse but unsteady, not judged" if n_unsteady else ""
+    n_other = len(result.other_machine)
+    summary += (
+        f"; {_plural(n_other, 'metric point')} only on another machine in NEW, not judged"
+        if n_other
+        else ""
+    )
     summary += "; NEW is empty" if result.new_is_empty else ""
     lines.append(summary + f"; {_plural(n_new, 'metric point')} new in NEW.")
     return "\n".join(lines)

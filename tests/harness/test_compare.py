@@ -385,3 +385,66 @@ def test_the_command_reads_the_flags_from_the_tables_task_descriptions(tmp_path,
         collect(tmp_path / name)
     assert main([str(tmp_path / "old"), str(tmp_path / "new"), "--fail"]) == 0
     assert "UNSTEADY throughput × softmax {}: fwd_ms at seq_len=256" in capsys.readouterr().out
+
+
+AVX2, AVX512 = "Some CPU (AVX2)", "Some CPU (AVX512)"
+
+
+def _on(hardware, variant, ms, seed=0):
+    """A timing of ``variant`` on the machine ``hardware`` (CPU model and capability)."""
+    return _row(variant, "fwd_ms", ms, False, seed=seed, x=256, hardware=hardware)
+
+
+def test_a_point_on_another_machine_is_not_judged(tmp_path, capsys):
+    """The same setting timed under AVX2 in OLD and AVX-512 in NEW: not WORSE (nor better), one
+    OTHER MACHINE line counted in the summary, no regression for --fail; on the same machine
+    the same numbers are judged."""
+    old = _table([_on(AVX2, "a", 10.0), _on(AVX2, "c", 10.0)])
+    new = _table([_on(AVX512, "a", 20.0), _on(AVX512, "c", 5.0)])
+    result = compare(old, new)
+    assert result.matched.empty and not result.regressed
+    assert result.counts() == {"WORSE": 0, "MISSING": 0, "FAILED": 0, "EMPTY": 0}
+    lines = _lines(result)
+    assert not [line for line in lines if line.startswith(("WORSE", "MISSING", "NEW"))]
+    assert [line for line in lines if line.startswith("OTHER MACHINE")] == [
+        f"OTHER MACHINE throughput × {v} {{}}: 1 metric point (fwd_ms) not judged: OLD ran on "
+        f"{AVX2}, NEW on {AVX512} (run both on one machine to compare them)"
+        for v in ("a", "c")
+    ]
+    assert lines[-1] == (
+        "0 metric points compared: 0 worse by more than 5% and outside the spread, 0 better; "
+        "0 metric points missing in NEW, 0 jobs failed in NEW; 2 metric points only on another "
+        "machine in NEW, not judged; 0 metric points new in NEW."
+    )
+    old.to_parquet(tmp_path / "old.parquet")
+    new.to_parquet(tmp_path / "new.parquet")
+    assert main([str(tmp_path / "old.parquet"), str(tmp_path / "new.parquet"), "--fail"]) == 0
+    assert "OTHER MACHINE throughput × a" in capsys.readouterr().out
+
+    same = compare(old, _table([_on(AVX2, "a", 20.0), _on(AVX2, "c", 5.0)]))
+    assert same.counts()["WORSE"] == 1 and same.other_machine.empty
+    assert _lines(same)[0].startswith("WORSE throughput × a {}: fwd_ms at seq_len=256 10 → 20")
+    assert "1 better" in _lines(same)[-1] and "another machine" not in _lines(same)[-1]
+
+
+def test_points_on_several_machines_are_judged_per_machine():
+    """Seeds of two machines are never averaged into one point: OLD's AVX-512 timing is held to
+    NEW's, its AVX2 one (twice as slow) is not judged, and a point NEW lacks on every machine is
+    one missing point however many machines OLD ran it on."""
+    old = _table(
+        [
+            _on(AVX2, "a", 20.0),
+            _on(AVX512, "a", 10.0, seed=1),
+            _on(AVX2, "b", 10.0),
+            _on(AVX512, "b", 10.0, seed=1),
+        ]
+    )
+    new = _table([_on(AVX512, "a", 10.0, seed=1)])
+    result = compare(old, new)
+    (judged,) = result.matched.itertuples()
+    assert (judged.hardware, judged.mean_old, judged.worse_by) == (AVX512, 10.0, 0.0)
+    assert result.other_machine[["variant", "hardware_old", "hardware_new"]].values.tolist() == [
+        ["a", AVX2, AVX512]
+    ]
+    assert result.counts() == {"WORSE": 0, "MISSING": 1, "FAILED": 0, "EMPTY": 0}
+    assert "MISSING variant throughput × b: 1 metric point not in NEW" in _lines(result)

@@ -302,3 +302,29 @@ def test_a_row_outside_the_ranked_set_moves_no_ranked_row():
     assert by_variant(before.aggregate) == pytest.approx({"A": 0.75, "B": 0.75, "C": 0.0})
     # the task's own column still ranks D among everyone who ran it
     assert by_variant(after.task_ranks["q1"])["D"] == 1
+
+
+def test_one_cpu_model_with_two_capabilities_is_two_machines():
+    """Hosts that share a CPU model name but dispatch to different vector ISAs are two machines
+    (their hardware names the capability): a row per variant on each, ranked within each only.
+    Ranked together, A's AVX-512 timing (5) would beat B's AVX2 one (10)."""
+    avx2, avx512 = "AMD EPYC (AVX2)", "AMD EPYC (AVX512)"
+    timings = [(avx2, "A", 20.0), (avx2, "B", 10.0), (avx512, "A", 5.0), (avx512, "B", 8.0)]
+    frame = pd.DataFrame(
+        [
+            {**_row("t_down", "ms", v, ms), "hardware": hw, "run_id": f"{v}-{hw}"}
+            for hw, v, ms in timings
+        ],
+        columns=COLUMNS,
+    )
+    frame = frame.assign(machine=machine_labels(frame))
+    result = overview(frame, [HEADLINES[1]], FAMILIES)
+    assert result.options["machine"] == [avx2, avx512]
+    rows = _rows(result)
+    assert sorted(rows) == [("A", avx2), ("A", avx512), ("B", avx2), ("B", avx512)]
+    assert [rows[k]["t_down"].text for k in sorted(rows)] == [
+        "20 · #2",
+        "5 · #1",
+        "10 · #1",
+        "8 · #2",
+    ]
