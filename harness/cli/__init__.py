@@ -1,3 +1,65 @@
 """The command-line entry points: one module per console script, and what they share (``--strict``,
 Ctrl-C handling). Each parses its arguments, calls the engine and turns bad input into one
-sentence and exit status 2."""
+sentence and exit status 2.
+
+The console scripts start here (`start_attnbench`, `start_collect`, … below; not named after
+the modules, whose names the package's attributes already are), not in their modules: importing
+a command's module takes a second or two (torch, pandas, Hydra), and a Ctrl-C in that time would
+otherwise print a ``KeyboardInterrupt`` traceback before the command's own handling exists. This
+package imports nothing heavy. Here, too, warnings become one line that names the command and
+says the sentence, not a location in attnbench's code.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import warnings
+from typing import Any
+
+INTERRUPTED = 130  # 128 + SIGINT, as `attnbench.harness.jobs.outcome.INTERRUPTED`
+
+
+def _one_line(prog: str):
+    def show(message: Any, category: type, filename: str, lineno: int, file=None, line=None):
+        print(f"{prog}: warning: {message}", file=file or sys.stderr)
+
+    return show
+
+
+def launch(prog: str, module: str, argv: list[str] | None = None) -> Any:
+    """Run ``module.main`` as the command ``prog``: a Ctrl-C while it loads is one line and exit
+    status 130; its warnings are one line each, prefixed with ``prog``."""
+    warnings.showwarning = _one_line(prog)
+    try:
+        main = importlib.import_module(module).main
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted by Ctrl-C while starting; nothing was done.", file=sys.stderr)
+        return INTERRUPTED
+    return main() if argv is None else main(argv)
+
+
+def start_attnbench() -> Any:
+    return launch("attnbench", "attnbench.harness.cli.app")
+
+
+def start_collect() -> Any:
+    return launch("attnbench-collect", "attnbench.harness.cli.collect")
+
+
+def start_leaderboard() -> Any:
+    return launch("attnbench-leaderboard", "attnbench.harness.cli.leaderboard")
+
+
+def start_variants() -> Any:
+    return launch("attnbench-variants", "attnbench.harness.cli.variants")
+
+
+def start_compare() -> Any:
+    return launch("attnbench-compare", "attnbench.harness.cli.compare")
+
+
+def start_speed() -> Any:
+    """``attnbench-speed`` lives beside the throughput task (its targets name built-in
+    variants); it starts here like the others."""
+    return launch("attnbench-speed", "attnbench.tasks.throughput.targets")

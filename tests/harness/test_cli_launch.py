@@ -1,0 +1,45 @@
+"""The console scripts start in `attnbench.harness.cli`: a Ctrl-C while a command loads is one
+line and status 130, and a warning is one line naming the command, not a place in our code."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+from attnbench.harness import cli
+
+BIN = Path(sys.executable).parent
+
+
+def test_a_ctrl_c_while_the_command_loads_is_one_line(tmp_path, monkeypatch, capsys):
+    (tmp_path / "slow_to_load.py").write_text("raise KeyboardInterrupt\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = warnings.showwarning
+    try:
+        assert cli.launch("attnbench-x", "slow_to_load", []) == cli.INTERRUPTED == 130
+    finally:
+        warnings.showwarning = before
+    err = capsys.readouterr().err
+    assert err == "attnbench-x: interrupted by Ctrl-C while starting; nothing was done.\n"
+
+
+def test_the_launcher_imports_nothing_heavy():
+    heavy = "{'torch', 'pandas', 'hydra'}"
+    code = f"import sys, attnbench.harness.cli; print(sorted({heavy} & set(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_a_skipped_record_is_one_line_naming_the_command_and_the_file(tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "broken.json").write_text("{not json")
+    done = subprocess.run(
+        [str(BIN / "attnbench-collect"), str(tmp_path)], capture_output=True, text=True
+    )
+    lines = [line for line in done.stderr.splitlines() if "broken.json" in line]
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("attnbench-collect: warning: skipping ")
+    assert ".py:" not in done.stderr and "UserWarning" not in done.stderr
