@@ -7,12 +7,9 @@ import sys
 import warnings
 from pathlib import Path
 
-from attnbench.harness.cli.interrupt import quiet_when_the_reader_leaves
-from attnbench.harness.jobs.outcome import INTERRUPTED
+from attnbench.harness.cli.interrupt import on_ctrl_c, quiet_when_the_reader_leaves
 from attnbench.harness.jobs.paths import looping_link, too_long, write_failure
-from attnbench.harness.jobs.records import (
-    runs_dir,
-)
+from attnbench.harness.jobs.records import runs_dir
 from attnbench.harness.results.collect import (
     TABLE_NAME,
     MissingRunsError,
@@ -22,21 +19,10 @@ from attnbench.harness.results.collect import (
 
 
 @quiet_when_the_reader_leaves
+@on_ctrl_c(
+    "attnbench-collect: interrupted by Ctrl-C; the table is as it was (collect again to finish)."
+)
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``attnbench-collect`` (see `_main`): Ctrl-C is one line and exit status
-    130, not a traceback; every write is atomic, so what it leaves is whole."""
-    try:
-        return _main(argv)
-    except KeyboardInterrupt:
-        print(
-            "attnbench-collect: interrupted by Ctrl-C; the table is as it was (collect again "
-            "to finish).",
-            file=sys.stderr,
-        )
-        return INTERRUPTED
-
-
-def _main(argv: list[str] | None = None) -> int:
     """Entry point of ``attnbench-collect [RESULTS_DIR] [--full] [--drop-missing] [--strict]``.
 
     A table is not replaced by one that drops runs it holds (their records gone from ``runs/``):

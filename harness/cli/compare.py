@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from attnbench.harness.cli.interrupt import quiet_when_the_reader_leaves
+from attnbench.harness.cli.interrupt import on_ctrl_c, quiet_when_the_reader_leaves
 from attnbench.harness.cli.strict import add_strict_flag, bad_records, report_bad_records
 from attnbench.harness.jobs.paths import looping_link
 from attnbench.harness.results.compare import (
@@ -20,6 +20,7 @@ from attnbench.harness.results.table_file import TableError, load
 
 
 @quiet_when_the_reader_leaves
+@on_ctrl_c("attnbench-compare: interrupted by Ctrl-C; it writes nothing.")
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``attnbench-compare``."""
     parser = argparse.ArgumentParser(prog="attnbench-compare", description=__doc__.split("\n")[0])

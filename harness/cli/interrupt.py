@@ -196,3 +196,23 @@ def quiet_when_the_reader_leaves(main: Callable[..., Any]) -> Callable[..., Any]
             return 128 + signal.SIGPIPE
 
     return wrapped
+
+
+def on_ctrl_c(message: str) -> Callable[[Callable[..., int]], Callable[..., int]]:
+    """A command's ``main`` whose Ctrl-C is ``message`` on stderr and exit status 130 instead of
+    a traceback; the message says what the command leaves behind (its writes are atomic)."""
+
+    def decorate(main: Callable[..., int]) -> Callable[..., int]:
+        @functools.wraps(main)
+        def wrapped(*args: Any, **kwargs: Any) -> int:
+            try:
+                return main(*args, **kwargs)
+            except KeyboardInterrupt:
+                from attnbench.harness.jobs.outcome import INTERRUPTED
+
+                print(message, file=sys.stderr)
+                return INTERRUPTED
+
+        return wrapped
+
+    return decorate

@@ -6,33 +6,20 @@ import argparse
 import sys
 from pathlib import Path
 
-from attnbench.harness.cli.interrupt import quiet_when_the_reader_leaves
+from attnbench.harness.cli.interrupt import on_ctrl_c, quiet_when_the_reader_leaves
 from attnbench.harness.cli.strict import add_strict_flag, bad_records, report_bad_records
-from attnbench.harness.jobs.outcome import INTERRUPTED
 from attnbench.harness.leaderboard.publish import SiteError
-from attnbench.harness.leaderboard.site import (
-    build_site,
-)
+from attnbench.harness.leaderboard.site import build_site
 from attnbench.harness.results.collect import TABLE_NAME
 from attnbench.harness.results.table_file import TableError
 
 
 @quiet_when_the_reader_leaves
+@on_ctrl_c(
+    "attnbench-leaderboard: interrupted by Ctrl-C; each file it wrote is whole, but the "
+    "site may mix two builds (build it again)."
+)
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``attnbench-leaderboard`` (see `_main`): Ctrl-C is one line and exit status
-    130, not a traceback; every write is atomic, so what it leaves is whole."""
-    try:
-        return _main(argv)
-    except KeyboardInterrupt:
-        print(
-            "attnbench-leaderboard: interrupted by Ctrl-C; each file it wrote is whole, but the "
-            "site may mix two builds (build it again).",
-            file=sys.stderr,
-        )
-        return INTERRUPTED
-
-
-def _main(argv: list[str] | None = None) -> int:
     """Entry point of ``attnbench-leaderboard [RESULTS_DIR] [-o OUT_DIR]``."""
     parser = argparse.ArgumentParser(
         prog="attnbench-leaderboard", description="Build the static leaderboard site."

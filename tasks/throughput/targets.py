@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import statistics
 import sys
 from collections.abc import Callable
@@ -35,7 +34,7 @@ import torch.nn.functional as F
 from torch.utils import benchmark
 
 from attnbench import VariantShape, build_variant, load_plugins
-from attnbench.harness.cli.interrupt import quiet_when_the_reader_leaves
+from attnbench.harness.cli.interrupt import on_ctrl_c, quiet_when_the_reader_leaves
 from attnbench.harness.cli.strict import add_strict_flag, refuse_broken_plugins
 from attnbench.tasks.throughput import forward_peak_mib
 from attnbench.toolkit.memory import isolated_cpu_peak, reuse_freed_memory
@@ -422,25 +421,12 @@ def format_table(outcomes: list[SpeedVerdict], medians: dict[str, float], rounds
     return "\n".join(lines)
 
 
-INTERRUPTED = 128 + signal.SIGINT  # a shell's status for a command ended by Ctrl-C, as the others
-
-
 @quiet_when_the_reader_leaves
+@on_ctrl_c(
+    "attnbench-speed: interrupted by Ctrl-C before the report; nothing was written (run it "
+    "again to measure)."
+)
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``attnbench-speed`` (see `_main`): Ctrl-C is one line and exit status 130,
-    not a traceback, as in the other commands; it writes nothing, so nothing is left half-done."""
-    try:
-        return _main(argv)
-    except KeyboardInterrupt:
-        print(
-            "attnbench-speed: interrupted by Ctrl-C before the report; nothing was written (run it "
-            "again to measure).",
-            file=sys.stderr,
-        )
-        return INTERRUPTED
-
-
-def _main(argv: list[str] | None = None) -> int:
     """``attnbench-speed [--rounds N] [--threads N] [--json] [--strict]``: measure, print the
     report, exit 0 when every target is met, else 1."""
     parser = argparse.ArgumentParser(prog="attnbench-speed", description=__doc__.split("\n")[0])
