@@ -74,6 +74,7 @@ from attnbench import (
     repeat_kv_heads,
 )
 from attnbench.metrics import DENSITY
+from attnbench.toolkit import kernel_path
 from attnbench.toolkit.memory import isolated_cpu_peak, peak_memory_mib
 from attnbench.toolkit.timed import (
     check_timing_settings,
@@ -259,7 +260,8 @@ class Throughput(Task):
             with torch.no_grad():
                 return F.scaled_dot_product_attention(q, k, v, is_causal=p.causal, enable_gqa=gqa)
 
-        check_finite("forward output", forward())
+        with kernel_path.recording() as paths:  # which kernels the timed call runs
+            check_finite("forward output", forward())
         correctness = check_against_weights(variant, p, ctx)
         accuracy, accuracy_details = error_metrics(
             forward_errors(variant, p, ctx), variant, ctx.dtype, "fwd_accurate"
@@ -298,6 +300,7 @@ class Throughput(Task):
             "load_avg": fwd.load_avg,
         }
         details = {
+            "fwd_kernel_path": kernel_path.described(paths),
             "fwd_samples_ms": list(fwd.samples_ms),
             "fwd_timing": timing_details(fwd),
             "forward_flops": flops,

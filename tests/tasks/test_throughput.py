@@ -249,3 +249,32 @@ def test_an_overflowing_kernel_is_flagged_not_failed():
     values, details = error_metrics(errors, _softmax(), torch.float16, "fwd_acc")
     assert values == {"fwd_acc": 0.0}
     assert "not finite in float16" in details["kernel_error"]
+
+
+def test_a_record_names_the_kernel_path_its_timing_ran():
+    """Softmax runs PyTorch's operators; window at its paper's size runs the compiled tile
+    kernel where it is built for this host (AVX-512), else its SDPA path, and the record says
+    which: timings of the two paths are not the same measurement."""
+    from attnbench.toolkit import kernel_path
+    from attnbench.variants.kernels import tile
+
+    small = {"seq_len": 256, "batch_size": 1, "n_heads": 2, "head_dim": 16, "backward": False}
+    task = build_task("throughput", {"min_run_time": 0.01, **small})
+    softmax = task.run(_ctx("softmax"))
+    assert softmax.details["fwd_kernel_path"] == kernel_path.TORCH_OPERATORS
+    window = task.run(_ctx("window", window=64))
+    expected = tile.PATH if tile._load() else kernel_path.TORCH_OPERATORS
+    assert window.details["fwd_kernel_path"] == expected
+
+
+def test_kernel_paths_are_recorded_only_inside_a_recording():
+    from attnbench.toolkit import kernel_path
+
+    kernel_path.note("nobody listens")
+    with kernel_path.recording() as outer:
+        kernel_path.note("a")
+        with kernel_path.recording() as inner:
+            kernel_path.note("b")
+    assert outer == {"a", "b"} and inner == {"b"}
+    assert kernel_path.described(outer) == "a, b"
+    assert kernel_path.described(set()) == kernel_path.TORCH_OPERATORS

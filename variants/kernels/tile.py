@@ -33,10 +33,12 @@ from pathlib import Path
 
 import torch
 
+from attnbench.toolkit.kernel_path import note
 from attnbench.variants.kernels import compiled
 
 SOURCE = Path(__file__).with_name("tile.cpp")  # the kernel's C++ (built by `_load`)
 
+PATH = "tile kernel (AVX512)"  # what a record says ran (`attnbench.toolkit.kernel_path`)
 NO_LIMIT = 1 << 30  # |lo|, |hi| at least this: no limit on p − i (the kernel's FAR)
 
 
@@ -91,6 +93,7 @@ def compiled_banded(
         return None
     bsz, heads, n, d = q.shape
     dv = v.shape[-1]
+    note(PATH)
     out, lse = torch.ops.attnbench_tiles.banded_forward(
         q.reshape(bsz * heads, n, d),
         k.reshape(bsz * heads, n, d),
@@ -142,6 +145,7 @@ def compiled_blocks(
     shifts = torch.empty(0)
     if bias is not None:
         shifts = bias.to(torch.float32).expand(shape).reshape(lists.shape)
+    note(PATH)
     out, lse = torch.ops.attnbench_tiles.blocks_forward(
         q.reshape(bsz * heads, n, d),
         k.reshape(bsz * heads, m, d),

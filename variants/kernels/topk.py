@@ -41,6 +41,7 @@ from pathlib import Path
 
 import torch
 
+from attnbench.toolkit.kernel_path import note
 from attnbench.variants.kernels import compiled
 
 SOURCE = Path(__file__).with_name("topk.cpp")  # the kernel's C++ (built by `_load`)
@@ -94,4 +95,5 @@ def compiled_topk_softmax(
     if not scores.is_contiguous() or not _load():
         return None
     first = -1 if first_query is None else first_query
+    note(f"topk kernel ({compiled.capability()})")
     return _TopSoftmax.apply(scores, picks, scale, first)
