@@ -91,6 +91,30 @@ def test_joblib_workers_thread_count_decides_what_finished_earlier(tmp_path):
     )
 
 
+def test_joblib_workers_run_jobs_with_a_time_budget(tmp_path):
+    """A job with a time budget runs in its own spawned process. Started from a joblib worker,
+    that child was told the worker's default start method, "loky", which a fresh interpreter
+    cannot set: it died at start-up (``cannot find context for 'loky'``) and every job of the
+    sweep was recorded failed (issue #44)."""
+    results = tmp_path / "results"
+    proc = run_cli(
+        "attnbench",
+        "-m",
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        "seed=0,1",
+        "timeout_s=600",
+        "variant=softmax",
+        "task.seq_len=32",
+        *FAST,
+        f"results_dir={results}",
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    records = _check_complete(results, 2)
+    assert {r["seed"] for r in records.values()} == {0, 1}
+
+
 def test_submitit_local_launcher_runs_the_cluster_path(tmp_path):
     results = tmp_path / "results"
     proc = run_cli(

@@ -169,7 +169,9 @@ def _execute_in_own_process(cfg: DictConfig, budget_s: float) -> _JobOutcome:
         name="attnbench-job",
     )
     start = time.perf_counter()
-    with main_script_hidden():  # spawn would run a script's top level again in the child
+    # spawn would run a script's top level again in the child, and set up a start method the
+    # child cannot have (joblib's "loky")
+    with main_script_hidden(), _stdlib_start_method():
         child.start()
     send.close()
     try:
@@ -201,6 +203,25 @@ def _execute_in_own_process(cfg: DictConfig, budget_s: float) -> _JobOutcome:
             child.kill()
         child.join()
         receive.close()
+
+
+@contextlib.contextmanager
+def _stdlib_start_method():
+    """Make the standard library's ``spawn`` the process-wide start method while a child starts.
+
+    A spawned child is told the parent's *default* start method, whichever context started it
+    (``multiprocessing.spawn.get_preparation_data``), and sets it before anything else. In a
+    joblib worker that is ``"loky"``, which exists only where joblib's loky is imported: the
+    child died with ``ValueError: cannot find context for 'loky'`` before running a line of the
+    job. The previous method is restored after the start, so the launcher's worker is left as
+    it was. Called in the thread that runs jobs, before any other process is started from it.
+    """
+    previous = multiprocessing.get_start_method(allow_none=True)
+    multiprocessing.set_start_method("spawn", force=True)
+    try:
+        yield
+    finally:
+        multiprocessing.set_start_method(previous, force=True)
 
 
 def _death(exitcode: int | None) -> str:
