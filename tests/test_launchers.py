@@ -45,6 +45,7 @@ def test_joblib_launcher_runs_jobs_in_parallel_workers(tmp_path):
         "-m",
         "hydra/launcher=joblib",
         "hydra.launcher.n_jobs=2",
+        "hydra.verbose=hydra_plugins.hydra_joblib_launcher",  # its messages, off the console else
         VARIANTS,
         "task.seq_len=32,64",
         *FAST,
@@ -52,6 +53,7 @@ def test_joblib_launcher_runs_jobs_in_parallel_workers(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "Joblib.Parallel(n_jobs=2" in proc.stdout + proc.stderr
+    assert "sweep: 8/8 jobs done, 0 failed" in proc.stdout + proc.stderr
     _check_complete(results, 8)
 
 
@@ -122,6 +124,7 @@ def test_submitit_local_launcher_runs_the_cluster_path(tmp_path):
         "-m",
         "hydra/launcher=submitit_local",
         "hydra.launcher.timeout_min=5",
+        "hydra.verbose=hydra_plugins.hydra_submitit_launcher",  # its messages, off the console else
         "variant=softmax,linear",
         "task.seq_len=32",
         *FAST,

@@ -37,7 +37,11 @@ Beyond the basic sweeper, three promises (see ``attnbench --help`` in README.md)
   the callbacks still collect, and the failure is reported through `attnbench.harness.jobs.outcome`
   (the ``attnbench`` command lists it and exits 1);
 * Ctrl-C stops after the running job, a second Ctrl-C at once, and the sweep still ends through
-  Hydra's callbacks (`attnbench.harness.cli.interrupt`).
+  Hydra's callbacks (`attnbench.harness.cli.interrupt`);
+* the sweep shows its progress (jobs done of all, failed, elapsed, time left) instead of the
+  launchers' per-job messages (`attnbench.harness.cli.sweep_progress`): it knows the number of
+  jobs up front and reads each job's result, live for a job run in its own process, per batch
+  for jobs in workers.
 """
 
 # No `from __future__ import annotations` here: Hydra imports plugin modules without entering them
@@ -60,6 +64,7 @@ from hydra.utils import get_method
 from omegaconf import DictConfig, OmegaConf
 
 from attnbench.harness.cli.interrupt import SKIPPED, STOP_FILE, GracefulStop, GuardedTask, StopSweep
+from attnbench.harness.cli.sweep_progress import FAILED, ReportingTask, SweepProgress, job_status
 from attnbench.harness.jobs.outcome import OUTCOME
 from attnbench.harness.jobs.paths import write_failure
 
@@ -118,14 +123,17 @@ class GridsSweeper(BasicSweeper):
         self.job_check = job_check
         self.job_done = job_done
         self.guard: GuardedTask | None = None
+        self.reporting: ReportingTask | None = None  # the guard, as the launchers run it
 
     def setup(
         self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
     ) -> None:
-        """As the basic sweeper, but the launcher gets the task wrapped in a `GuardedTask`."""
+        """As the basic sweeper, but the launcher gets the task wrapped in a `GuardedTask` (a
+        stop between jobs) and that in a `ReportingTask` (the progress moves as a job ends)."""
         stop_file = Path(str(config.hydra.sweep.dir)).absolute() / STOP_FILE
         self.guard = GuardedTask(task_function, stop_file)
-        super().setup(hydra_context=hydra_context, task_function=self.guard, config=config)
+        self.reporting = ReportingTask(self.guard)
+        super().setup(hydra_context=hydra_context, task_function=self.reporting, config=config)
 
     # --- which jobs ------------------------------------------------------------------------
 
@@ -234,6 +242,7 @@ class GridsSweeper(BasicSweeper):
                 refuse(f"{exc} (job: {' '.join(job)})")
             if done is None or not done(cfg, checked):
                 todo.append(job)
+        OUTCOME.sweep_planned(len(jobs), len(todo), self.config.get("results_dir"))
         if len(todo) < len(jobs):
             log.info(
                 "grids sweeper: %d of %d jobs finished earlier (a record each): not launched",
@@ -278,7 +287,7 @@ class GridsSweeper(BasicSweeper):
             assert self.hydra_context is not None and self.config is not None
             self.in_process = BasicLauncher()
             self.in_process.setup(
-                hydra_context=self.hydra_context, task_function=self.guard, config=self.config
+                hydra_context=self.hydra_context, task_function=self.reporting, config=self.config
             )
         return self.in_process
 
@@ -302,26 +311,43 @@ class GridsSweeper(BasicSweeper):
         flush()
         return batches
 
-    def _check_returns(self, results: Sequence[JobReturn]) -> int:
+    def _check_returns(self, results: Sequence[JobReturn]) -> tuple[int, int]:
         """Read every job's return value, as Hydra's basic sweeper does; a job that raised goes
-        to the command's outcome instead of ending the sweep. Returns how many did not run."""
-        not_run = 0
+        to the command's outcome instead of ending the sweep. Returns how many did not run and
+        how many failed (raised, or recorded ``failed``, ``oom`` or ``timeout``)."""
+        not_run = failed = 0
         for r in results:
             try:
                 value = r.return_value  # re-raises the job's exception, as Hydra intends
             except Exception as exc:
                 failure = OUTCOME.job_failed(r.overrides, exc)
                 log.debug("job %s failed", failure.job, exc_info=exc)
+                failed += 1
                 continue
+            OUTCOME.job_ended(value)  # counted for the sweep's last line and exit status
             not_run += isinstance(value, str) and value == SKIPPED
-        return not_run
+            failed += job_status(value) in FAILED
+        return not_run, failed
 
     def sweep(self, arguments: list[str]) -> Any:
         assert self.config is not None and self.launcher is not None and self.guard is not None
+        assert self.reporting is not None
         jobs = self.validate_jobs(self.job_overrides(arguments))
         self.overrides = self.batches(jobs)
         self._save_sweep(Path(self.config.hydra.sweep.dir))
         log.info("grids sweeper: %d jobs from %d grids", len(jobs), len(self.grids))
+        if not jobs:
+            return []
+        self.reporting.progress = progress = SweepProgress(len(jobs))
+        try:
+            return self._launch_all(jobs, progress)
+        finally:
+            progress.close()
+            self.reporting.progress = None
+
+    def _launch_all(self, jobs: list[list[str]], progress: SweepProgress) -> Any:
+        """Launch the batches in order (`sweep`), until done or stopped."""
+        assert self.launcher is not None and self.guard is not None
         returns = []
         first = 0
         self.guard.take_batch()
@@ -339,7 +365,8 @@ class GridsSweeper(BasicSweeper):
                     return returns
                 first += len(batch)
                 returns.append(results)
-                skipped = self._check_returns(results)
+                skipped, failed = self._check_returns(results)
+                progress.batch_finished(len(results) - skipped, failed)
                 self.guard.take_batch()
                 if stop.requested:
                     OUTCOME.stopped(skipped + (len(jobs) - first))

@@ -1,0 +1,240 @@
+"""What a sweep prints: its progress, and per job only what went wrong.
+
+A sweep of 273 jobs used to print Hydra's launcher messages for every job ("Launching 1 jobs
+locally", "#N : overrides…") and a result line per job, and nowhere how many jobs were done or
+how long the rest would take. Now:
+
+* `SweepProgress` shows jobs done of all, jobs failed so far, the time elapsed and an estimate of
+  the time left: a tqdm line on stderr where stderr is a terminal, and otherwise (a log file, CI,
+  a pipe) one log line at every tenth of the jobs and at the end, so that a log stays short.
+* `QuietConsole`, a filter on the console handlers of Hydra's logging configs (conf/config.yaml),
+  keeps off the console in a sweep the launchers' INFO messages and a job's result line when the
+  job did not fail (``ok``, ``unsupported``, skipped as finished earlier). A ``failed``, ``oom`` or
+  ``timeout`` job keeps its line, with the record's path; warnings and errors always pass. The
+  job's own log file (Hydra's file handler) keeps every line. ``hydra.verbose=NAME`` (a logger,
+  e.g. ``attnbench.harness.jobs.job`` or ``hydra``) or ``hydra.verbose=true`` (every logger)
+  brings the lines back: a logger at DEBUG is never filtered. A single run (no ``-m``) is not
+  filtered either: its one result line is its output.
+* `ReportingTask` wraps the task function the launchers run, so that a job run in the sweep's
+  own process (Hydra's basic launcher, every ``run_alone`` job) moves the progress when it ends,
+  not only when its launcher's batch returns; jobs in worker processes (joblib, submitit) move it
+  when their batch returns, where the `grids` sweeper reads their results.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+log = logging.getLogger(__name__)
+
+FAILED = ("failed", "oom", "timeout")  # a record's statuses that count as a failed job
+QUIET_STATUSES = ("ok", "unsupported")  # a job's result line kept off a sweep's console
+JOB_LOGGER = "attnbench.harness.jobs.job"
+LAUNCHER_LOGGERS = (  # per-job or per-batch launcher messages, kept off a sweep's console
+    "hydra._internal.core_plugins.basic_launcher",
+    "hydra.core.utils",
+    "hydra_plugins.hydra_joblib_launcher",
+    "hydra_plugins.hydra_submitit_launcher",
+)
+
+
+_open: list[SweepProgress] = []  # the progress of the sweep this process runs, while it runs
+
+
+def _in_sweep() -> bool:
+    """Whether this process runs a sweep (a `SweepProgress` is open: Hydra sets no config of its
+    own in the sweeper's process) or one of a sweep's jobs (Hydra's mode is MULTIRUN)."""
+    if _open:
+        return True
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    try:
+        return HydraConfig.get().mode == RunMode.MULTIRUN
+    except Exception:  # no Hydra config: not inside the attnbench command
+        return False
+
+
+def _quiet_job_line(record: logging.LogRecord) -> bool:
+    """A job's result line for a job that did not fail, or its "skip … finished earlier" line.
+
+    Read from the record's arguments (status third, as `harness.jobs.job` logs it): a line of
+    another shape passes, so that a change of wording shows a line rather than hides a failure.
+    """
+    args = record.args
+    if isinstance(args, tuple) and len(args) > 2 and args[2] in QUIET_STATUSES:
+        return True
+    return isinstance(record.msg, str) and record.msg.startswith("skip ")
+
+
+class QuietConsole(logging.Filter):
+    """Console filter of Hydra's logging configs: in a sweep, the per-job noise is left out.
+
+    Drops INFO (and lower) records of the launchers' loggers (`LAUNCHER_LOGGERS`) and the result
+    lines of jobs that did not fail (`_quiet_job_line`), unless the record's logger is enabled
+    for DEBUG (``hydra.verbose``); outside a sweep it drops nothing. It sits on the console
+    handler only, so Hydra's log files keep every line.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.INFO:
+            return True
+        name = record.name
+        launcher = any(name == n or name.startswith(n + ".") for n in LAUNCHER_LOGGERS)
+        job_line = name == JOB_LOGGER and _quiet_job_line(record)
+        if not (launcher or job_line):
+            return True
+        if logging.getLogger(name).isEnabledFor(logging.DEBUG):
+            return True
+        return not _in_sweep()
+
+
+def _duration(seconds: float) -> str:
+    """``42s``, ``3m05s``, ``1h02m``: a duration to read at a glance."""
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+class SweepProgress:
+    """A sweep's progress: jobs done of ``total``, failed so far, elapsed, time left.
+
+    On a terminal (``stream.isatty()``) a tqdm bar on ``stream``; otherwise a log line (logger
+    ``attnbench.harness.cli.sweep_progress``, INFO) each time the jobs done pass another tenth
+    of the total, and at `close` if the last line did not already say it all. The time left is
+    the mean time per job so far times the jobs left: jobs of different tasks differ, so it is
+    an estimate, better as the sweep goes on.
+
+    Jobs are counted twice over, by design: `job_finished` as each job in this process ends (a
+    live count), `batch_finished` when the launcher returns a batch with every job's result (the
+    true count, which replaces the live one: jobs in worker processes are only seen there).
+    """
+
+    def __init__(self, total: int, stream: TextIO | None = None) -> None:
+        self.total = total
+        self.stream = stream if stream is not None else sys.stderr
+        self.start = time.monotonic()
+        self.committed_done = self.committed_failed = 0  # batches returned
+        self.live_done = self.live_failed = 0  # jobs of the running batch, seen in this process
+        self.logged_tenths = 0
+        self.last_logged: tuple[int, int] | None = None
+        self.bar: Any = None
+        _open.append(self)
+        if self._tty():
+            from attnbench.toolkit.progress import progress
+
+            self.bar = progress(
+                None, total=total, desc="sweep", unit="job", file=self.stream, dynamic_ncols=True
+            )
+            self.bar.set_postfix(failed=0)
+
+    def _tty(self) -> bool:
+        try:
+            return bool(self.stream.isatty())
+        except (AttributeError, ValueError):  # a closed or unusual stream: no bar
+            return False
+
+    @property
+    def done(self) -> int:
+        return self.committed_done + self.live_done
+
+    @property
+    def failed(self) -> int:
+        return self.committed_failed + self.live_failed
+
+    def job_finished(self, failed: bool) -> None:
+        """A job of the running batch ended in this process."""
+        self.live_done += 1
+        self.live_failed += failed
+        self._show()
+
+    def batch_finished(self, done: int, failed: int) -> None:
+        """The launcher returned a batch: ``done`` jobs ran, ``failed`` of them failed."""
+        self.committed_done += done
+        self.committed_failed += failed
+        self.live_done = self.live_failed = 0
+        self._show()
+
+    def _show(self) -> None:
+        if self.bar is not None:
+            self.bar.n = min(self.done, self.total)
+            self.bar.set_postfix(failed=self.failed, refresh=False)
+            self.bar.refresh()
+            return
+        tenths = math.floor(10 * self.done / self.total) if self.total else 10
+        if tenths > self.logged_tenths:
+            self.logged_tenths = tenths
+            self._log()
+
+    def line(self) -> str:
+        """``sweep: 28/273 jobs done, 1 failed, 2m13s elapsed, about 19m21s left``."""
+        elapsed = time.monotonic() - self.start
+        text = f"sweep: {self.done}/{self.total} jobs done, {self.failed} failed, "
+        text += f"{_duration(elapsed)} elapsed"
+        if 0 < self.done < self.total:
+            text += f", about {_duration(elapsed / self.done * (self.total - self.done))} left"
+        return text
+
+    def _log(self) -> None:
+        self.last_logged = (self.done, self.failed)
+        log.info("%s", self.line())
+
+    def close(self) -> None:
+        """The sweep ended (or stopped): the bar's last state, or a last log line."""
+        if self in _open:
+            _open.remove(self)
+        if self.bar is not None:
+            self._show()
+            self.bar.close()
+            self.bar = None
+        elif self.last_logged != (self.done, self.failed):
+            self._log()
+
+
+@dataclass
+class ReportingTask:
+    """The task function as the launchers run it: a job that ends in the sweep's own process
+    tells the sweep's `SweepProgress` at once, whether it failed (an exception, or a record's
+    status in `FAILED`). Picklable for worker processes, where it only runs the task (the
+    progress stays behind: those jobs are counted when their batch returns)."""
+
+    task_function: Callable[[Any], Any]
+    progress: SweepProgress | None = None
+    sweeper_pid: int = field(default_factory=os.getpid)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "progress": None}
+
+    def __call__(self, cfg: Any) -> Any:
+        here = self.progress is not None and os.getpid() == self.sweeper_pid
+        try:
+            value = self.task_function(cfg)
+        except Exception:
+            if here:
+                self.progress.job_finished(failed=True)
+            raise
+        if here and job_status(value) is not None:
+            self.progress.job_finished(failed=job_status(value) in FAILED)
+        return value
+
+
+def job_status(value: Any) -> str | None:
+    """A job's status from what its task function returned: the status itself (the
+    ``attnbench`` command's jobs) or a record's ``status``; None for anything else (a job the
+    sweep did not start returns a sentence, `harness.cli.interrupt.SKIPPED`)."""
+    status = value if isinstance(value, str) else getattr(value, "status", None)
+    if not isinstance(status, str):
+        return None
+    from attnbench.harness.jobs.records import STATUSES
+
+    return status if status in STATUSES else None

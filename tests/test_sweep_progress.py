@@ -1,0 +1,155 @@
+"""What a sweep prints (issue #41 item 5): its progress, and per job only what failed.
+
+In-process: the progress line's counts and times, a log line per tenth where stderr is no
+terminal, a tqdm bar where it is one, and the console filter's rules. Then a real sweep through
+the command (stderr a pipe, as in CI): no launcher message per job, a progress line naming 4/4
+and the failed count, a failed job's line with its record, an ok job's line only in its log.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import textwrap
+
+import pytest
+from conftest import run_cli
+
+from attnbench.harness.cli import sweep_progress
+from attnbench.harness.cli.sweep_progress import QuietConsole, SweepProgress, job_status
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_log_line_per_tenth_and_at_the_end(caplog):
+    caplog.set_level(logging.INFO, logger=sweep_progress.__name__)
+    progress = SweepProgress(20, stream=io.StringIO())
+    for i in range(5):
+        progress.job_finished(failed=i == 3)
+    progress.batch_finished(5, 1)  # the batch's true count replaces the live one: no new tenth
+    progress.batch_finished(15, 2)
+    progress.close()
+    lines = [r.getMessage() for r in caplog.records]
+    assert [x.split(" jobs")[0] for x in lines] == [
+        "sweep: 2/20",
+        "sweep: 4/20",
+        "sweep: 20/20",
+    ]
+    assert "0 failed" in lines[0] and "1 failed" in lines[1] and "3 failed" in lines[-1]
+    assert "elapsed, about " in lines[0] and lines[0].endswith(" left")
+    assert "left" not in lines[-1]  # done
+    assert sweep_progress._open == []
+
+
+def test_a_stopped_sweep_says_where_it_stopped(caplog):
+    caplog.set_level(logging.INFO, logger=sweep_progress.__name__)
+    progress = SweepProgress(100, stream=io.StringIO())
+    progress.job_finished(failed=False)
+    progress.close()
+    assert [r.getMessage().split(" jobs")[0] for r in caplog.records] == ["sweep: 1/100"]
+
+
+def test_a_terminal_gets_a_bar_and_no_log_lines(caplog):
+    caplog.set_level(logging.INFO, logger=sweep_progress.__name__)
+    terminal = _Terminal()
+    progress = SweepProgress(4, stream=terminal)
+    progress.job_finished(failed=True)
+    progress.batch_finished(4, 1)
+    progress.close()
+    assert not caplog.records
+    last = terminal.getvalue().split("\r")[-1]
+    assert "sweep: 100%" in last and "4/4" in last and "failed=1" in last
+
+
+def test_job_status():
+    class Record:
+        status = "oom"
+
+    assert job_status("ok") == "ok" and job_status(Record()) == "oom"
+    assert job_status("not run: the sweep was stopped") is None and job_status(None) is None
+
+
+def _record(name: str, msg: str, args: tuple = (), level: int = logging.INFO):
+    return logging.LogRecord(name, level, __file__, 1, msg, args, None)
+
+
+JOB_LINE = "%s × %s: %s in %.1fs → %s%s"
+
+
+def test_the_console_filter_in_a_sweep_keeps_failures_warnings_and_verbose_loggers():
+    keep = QuietConsole().filter
+    launcher = "hydra._internal.core_plugins.basic_launcher"
+    ok = _record("attnbench.harness.jobs.job", JOB_LINE, ("t", "v", "ok", 1.0, "p", ""))
+    failed = _record("attnbench.harness.jobs.job", JOB_LINE, ("t", "v", "failed", 1.0, "p", "x"))
+    launching = _record(launcher, "Launching 1 jobs locally")
+    assert keep(ok) and keep(launching)  # outside a sweep nothing is left out
+    progress = SweepProgress(1, stream=io.StringIO())
+    try:
+        assert not keep(ok) and not keep(launching)
+        assert not keep(_record("hydra_plugins.hydra_joblib_launcher._core", "\t#0 : x"))
+        assert not keep(_record("attnbench.harness.jobs.job", "skip %s × %s: finished earlier"))
+        assert keep(failed)
+        assert keep(_record(launcher, "odd", level=logging.WARNING))
+        assert keep(_record("attnbench.harness.jobs.callbacks", "collected 4 records"))
+        logging.getLogger(launcher).setLevel(logging.DEBUG)  # hydra.verbose=<that logger>
+        assert keep(launching)
+    finally:
+        logging.getLogger(launcher).setLevel(logging.NOTSET)
+        progress.close()
+    assert keep(ok)
+
+
+PLANTED = textwrap.dedent(
+    """
+    from attnbench import AttentionVariant, NoParams, register_variant
+
+
+    @register_variant("planted_failure")
+    class PlantedFailure(AttentionVariant):
+        \"\"\"Raises in forward: a job that fails after validation passed.\"\"\"
+
+        family = "test"
+        cost = "n²"
+        supports_causal = True
+        Params = NoParams
+
+        def forward(self, q, k, v, causal=False):
+            raise RuntimeError("planted failure")
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_sweep_prints_its_progress_and_only_the_failed_jobs(tmp_path):
+    site = tmp_path / "site"
+    dist = site / "planted_failure-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: planted-failure\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[attnbench.variants]\nplanted_failure = planted\n")
+    (site / "planted.py").write_text(PLANTED)
+    results = tmp_path / "results"
+    proc = run_cli(
+        "attnbench",
+        "-m",
+        "variant=softmax,planted_failure",
+        "task=throughput",
+        "task.seq_len=32",
+        "task.backward=false",
+        "task.min_run_time=0.01",
+        "seed=0,1",
+        f"results_dir={results}",
+        env={"PYTHONPATH": str(site)},
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]  # failed jobs with a record: the sweep succeeded
+    assert "Launching" not in out and "#0 :" not in out and "#3 :" not in out
+    assert "sweep: 4/4 jobs done, 2 failed, " in out
+    failed = [x for x in out.splitlines() if "throughput × planted_failure: failed in" in x]
+    assert len(failed) == 2 and all(f"{results}/runs/" in x for x in failed), out
+    assert "RuntimeError: planted failure" in failed[0]
+    assert "throughput × softmax: ok" not in out
+    logs = "".join(p.read_text() for p in (results / "hydra" / "multiruns").rglob("*.log"))
+    assert logs.count("throughput × softmax: ok in") == 2  # the job's log file keeps it
