@@ -1,9 +1,11 @@
 """Every job ends in a record or a loud failure, and the exit status says which (issue #12).
 
 Through the real command: a job that raised instead of writing its record (exit 1, one line
-naming it, the other jobs and the table done); a failed collection (exit 1, one sentence); Ctrl-C
-with Hydra's basic launcher and with joblib workers (exit 130, no traceback, the finished jobs
-collected). The sweeper's side of each is tested in-process in test_grids_sweeper.py.
+naming it, the other jobs and the table done); a sweep whose jobs recorded failures (a last
+line counting them; exit 1 only when no job succeeded); a failed collection (exit 1, one
+sentence); Ctrl-C with Hydra's basic launcher and with joblib workers (exit 130, no traceback,
+the finished jobs collected). The sweeper's side of each is tested in-process in
+test_grids_sweeper.py.
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ import json
 import os
 import signal
 import subprocess
+import textwrap
 import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -47,6 +51,123 @@ def test_outcome_exit_status_and_lines():
     assert "not run" not in outcome.report()[2]  # unknown once a launcher could not say
     outcome.reset()
     assert outcome == SweepOutcome()
+
+
+def test_a_sweep_counts_its_failed_jobs_and_fails_when_none_succeeded():
+    """The rule (harness.jobs.outcome): a sweep exits 1 when jobs failed and none ended ok or
+    had finished earlier; ``unsupported`` is neither success nor failure."""
+    outcome = SweepOutcome()
+    outcome.sweep_planned(5, 5, "results")
+    for status in ("timeout", "oom", "timeout", "unsupported", "not run: the sweep was stopped"):
+        outcome.job_ended(status)
+    assert outcome.exit_status() == 1  # nothing succeeded
+    assert outcome.report() == [
+        "3 of 4 jobs failed: 2 timeout, 1 oom (records in results/runs); no job succeeded."
+    ]
+    outcome.job_ended("ok")
+    assert outcome.exit_status() == 0
+    assert outcome.report() == ["3 of 5 jobs failed: 2 timeout, 1 oom (records in results/runs)"]
+
+    only_unsupported = SweepOutcome()
+    only_unsupported.sweep_planned(2, 2, "results")
+    only_unsupported.job_ended("unsupported")
+    only_unsupported.job_ended("unsupported")
+    assert only_unsupported.exit_status() == 0 and only_unsupported.report() == []
+
+    raised = SweepOutcome()  # a job without a record has its own line, and is counted too
+    raised.sweep_planned(3, 3, "results")
+    raised.job_ended("oom")
+    raised.job_ended("ok")
+    raised.job_failed(["variant=linear"], OSError("No space left on device"))
+    assert raised.exit_status() == 1
+    assert raised.report()[1] == (
+        "2 of 3 jobs failed: 1 oom, 1 without a record (records in results/runs)"
+    )
+
+    rerun = SweepOutcome()  # the ok jobs finished earlier; the failed one failed again
+    rerun.sweep_planned(3, 1, "results")
+    rerun.job_ended("failed")
+    assert rerun.exit_status() == 0
+    assert rerun.report() == ["1 of 3 jobs failed: 1 failed (records in results/runs)"]
+
+
+PLANTED_FAILURE = textwrap.dedent(
+    """
+    from attnbench import AttentionVariant, register_variant
+
+
+    @register_variant("planted_failure")
+    class PlantedFailure(AttentionVariant):
+        \"\"\"Every job fails: its forward raises.\"\"\"
+
+        family = "test"
+        cost = "n²"
+        supports_causal = True
+
+        def forward(self, q, k, v, causal=False):
+            raise RuntimeError("planted failure")
+    """
+)
+
+
+def _failing_site(tmp_path: Path) -> dict[str, str]:
+    """PYTHONPATH for a variant plugin, installed as a user installs one (an entry point),
+    whose every job writes a ``failed`` record."""
+    site = tmp_path / "site"
+    dist = site / "planted_failure-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: planted-failure\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(
+        "[attnbench.variants]\nplanted_failure = planted_failure\n"
+    )
+    (site / "planted_failure.py").write_text(PLANTED_FAILURE)
+    return {"PYTHONPATH": str(site)}
+
+
+def _last_line(stderr: str) -> str:
+    ours = [x for x in stderr.splitlines() if x.startswith("attnbench: ")]
+    assert ours, stderr
+    return ours[-1]
+
+
+def test_a_sweep_with_failed_jobs_ends_with_their_count_and_succeeds_if_one_succeeded(tmp_path):
+    results = tmp_path / "results"
+    proc = run_cli(
+        "attnbench",
+        "-m",
+        "variant=planted_failure,softmax",
+        *FAST,
+        f"results_dir={results}",
+        env=_failing_site(tmp_path),
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert _last_line(proc.stderr) == (
+        f"attnbench: 1 of 2 jobs failed: 1 failed (records in {results / 'runs'})"
+    )
+    statuses = sorted(json.loads(p.read_text())["status"] for p in (results / "runs").iterdir())
+    assert statuses == ["failed", "ok"]
+
+
+def test_a_sweep_in_which_every_job_failed_fails_the_command(tmp_path):
+    """Every job wrote a ``failed`` record: the sweep exited 0, as if it had measured something
+    (issue #44)."""
+    results = tmp_path / "results"
+    proc = run_cli(
+        "attnbench",
+        "-m",
+        "variant=planted_failure",
+        "seed=0,1",
+        *FAST,
+        f"results_dir={results}",
+        env=_failing_site(tmp_path),
+    )
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    assert _last_line(proc.stderr) == (
+        f"attnbench: 2 of 2 jobs failed: 2 failed (records in {results / 'runs'}); "
+        "no job succeeded."
+    )
+    assert len(list((results / "runs").glob("*.json"))) == 2
 
 
 BLOCK_WRITES = """

@@ -10,9 +10,19 @@ with `SweepOutcome.exit_status`:
   job naming its overrides and the error;
 * a failed collection (`SweepOutcome.collection_failed`, from `harness.jobs.callbacks`) →
   status 1;
+* a sweep whose jobs ran but none succeeded (`SweepOutcome.job_ended`, from the `grids` sweeper,
+  with each job's record status): every one ``failed``, ``oom`` or ``timeout`` (or without a
+  record) → status 1. A sweep in which some job succeeded exits 0 however many others failed:
+  their records are results too (the board shows them). A job finished earlier (not launched,
+  `SweepOutcome.sweep_planned`) counts as succeeded. ``unsupported`` is neither: the variant
+  cannot run here, the code did not fail, so a sweep of unsupported jobs only exits 0;
 * a sweep stopped by Ctrl-C (`SweepOutcome.stopped`, from the sweeper, see
   `harness.cli.interrupt`) → status 130 (128 + SIGINT, the shell's convention), saying how many
   jobs were not run.
+
+A sweep in which a job recorded a failure ends with one line counting the failed jobs by status
+(`SweepOutcome.report`; jobs without a record have a line each above it and are counted in it):
+``3 of 40 jobs failed: 2 timeout, 1 oom (records in results/runs)``.
 
 There is one `OUTCOME` per process, reset by the command when it starts. Only the process that
 runs the sweeper and the callbacks writes it: a job running in a launcher's worker process
@@ -29,9 +39,14 @@ Example::
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
+FAILURES = ("failed", "oom", "timeout")  # record statuses of a job that failed
+JOB_STATUSES = ("ok", "unsupported", *FAILURES)  # what a job returns (`harness.jobs.job.run`)
+NO_RECORD = "without a record"  # how the count line names jobs that raised instead
 INTERRUPTED = 130  # 128 + SIGINT
 TERMINATED = 143  # 128 + SIGTERM
 
@@ -61,6 +76,10 @@ class SweepOutcome:
     stopped_by: str = "Ctrl-C"  # or "SIGTERM" (`harness.cli.interrupt.terminate_now`)
     abort_reason: str | None = None  # the sweep could not go on (Hydra could not set a job up)
     abort_not_run: int | None = 0
+    statuses: Counter[str] = field(default_factory=Counter)  # launched jobs by record status
+    finished_before: int = 0  # jobs a sweep did not launch: finished earlier (a record each)
+    records: str | None = None  # the folder of the sweep's records, for the count line
+    swept: bool = False  # a sweep reported its jobs here (the count line is a sweep's)
 
     def reset(self) -> None:
         """Forget everything (the start of a command)."""
@@ -69,6 +88,36 @@ class SweepOutcome:
         self.interrupted, self.not_run = fresh.interrupted, fresh.not_run
         self.stopped_by = fresh.stopped_by
         self.abort_reason, self.abort_not_run = fresh.abort_reason, fresh.abort_not_run
+        self.statuses, self.finished_before = fresh.statuses, fresh.finished_before
+        self.records, self.swept = fresh.records, fresh.swept
+
+    def sweep_planned(self, jobs: int, launched: int, results_dir: object = None) -> None:
+        """Note a sweep of ``jobs`` jobs of which ``launched`` will run (the rest finished
+        earlier) and whose records go to ``results_dir``/runs (None: unknown)."""
+        self.swept = True
+        self.finished_before += jobs - launched
+        if results_dir is not None:
+            self.records = str(Path(str(results_dir)) / "runs")
+
+    def job_ended(self, value: object) -> None:
+        """Note what a sweep's job returned: its record's status (`JOB_STATUSES`); anything else
+        (a job a stop left unrun) is no job's end and is not counted."""
+        self.swept = True
+        if isinstance(value, str) and value in JOB_STATUSES:
+            self.statuses[value] += 1
+
+    def failures(self) -> Counter[str]:
+        """The sweep's failed jobs by status, with `NO_RECORD` for those that raised."""
+        failed = Counter({s: self.statuses[s] for s in FAILURES if self.statuses[s]})
+        if self.failed_jobs:
+            failed[NO_RECORD] = len(self.failed_jobs)
+        return failed
+
+    def nothing_succeeded(self) -> bool:
+        """Whether a sweep's jobs failed and none ended ``ok`` or had finished earlier
+        (``unsupported`` jobs are neither, see the module docstring)."""
+        succeeded = self.statuses["ok"] + self.finished_before
+        return self.swept and sum(self.failures().values()) > 0 and succeeded == 0
 
     def job_failed(self, overrides: Sequence[str] | None, exc: BaseException) -> JobFailure:
         """Note a job that raised (so wrote no record); returns the failure noted."""
@@ -93,10 +142,12 @@ class SweepOutcome:
         self.abort_reason, self.abort_not_run = one_line(exc), not_run
 
     def exit_status(self) -> int:
-        """130 after a Ctrl-C (143 after SIGTERM), 1 after a failed job or collection, else 0."""
+        """130 after a Ctrl-C (143 after SIGTERM); 1 after a job without a record, a failed
+        collection or a sweep in which no job succeeded; else 0."""
         if self.interrupted:
             return TERMINATED if self.stopped_by == "SIGTERM" else INTERRUPTED
-        return 1 if self.failed_jobs or self.collection_error or self.abort_reason else 0
+        failed = self.failed_jobs or self.collection_error or self.abort_reason
+        return 1 if failed or self.nothing_succeeded() else 0
 
     def report(self) -> list[str]:
         """One line per thing to tell, without the ``attnbench:`` prefix."""
@@ -116,7 +167,19 @@ class SweepOutcome:
                 f"stopped by {self.stopped_by}{count}. The finished jobs are collected; running "
                 "the same command again runs only what has no record yet."
             )
+        if any(self.statuses[status] for status in FAILURES):  # a job's record says it failed
+            lines.append(self._count_line())
         return lines
+
+    def _count_line(self) -> str:
+        """``3 of 40 jobs failed: 2 timeout, 1 oom (records in results/runs)``: the sweep's last
+        line, so that a failure among many jobs' log lines is not missed."""
+        failed = self.failures()
+        total = sum(self.statuses.values()) + self.finished_before + len(self.failed_jobs)
+        reasons = ", ".join(f"{n} {status}" for status, n in failed.most_common())
+        where = f" (records in {self.records})" if self.records else ""
+        last = "; no job succeeded." if self.nothing_succeeded() else ""
+        return f"{sum(failed.values())} of {total} jobs failed: {reasons}{where}{last}"
 
 
 OUTCOME = SweepOutcome()
