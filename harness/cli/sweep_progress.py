@@ -32,9 +32,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from attnbench.harness.jobs.outcome import FAILURES
+
 log = logging.getLogger(__name__)
 
-FAILED = ("failed", "oom", "timeout")  # a record's statuses that count as a failed job
 QUIET_STATUSES = ("ok", "unsupported")  # a job's result line kept off a sweep's console
 JOB_LOGGER = "attnbench.harness.jobs.job"
 LAUNCHER_LOGGERS = (  # per-job or per-batch launcher messages, kept off a sweep's console
@@ -205,7 +206,7 @@ class SweepProgress:
 class ReportingTask:
     """The task function as the launchers run it: a job that ends in the sweep's own process
     tells the sweep's `SweepProgress` at once, whether it failed (an exception, or a record's
-    status in `FAILED`). Picklable for worker processes, where it only runs the task (the
+    status in `FAILURES`). Picklable for worker processes, where it only runs the task (the
     progress stays behind: those jobs are counted when their batch returns)."""
 
     task_function: Callable[[Any], Any]
@@ -224,7 +225,7 @@ class ReportingTask:
                 self.progress.job_finished(failed=True)
             raise
         if here and job_status(value) is not None:
-            self.progress.job_finished(failed=job_status(value) in FAILED)
+            self.progress.job_finished(failed=job_status(value) in FAILURES)
         return value
 
 

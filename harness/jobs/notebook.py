@@ -270,6 +270,7 @@ def run(
 def _run_with_progress(configs: list, run_job: Any) -> list[str]:
     """Run the jobs one after the other behind one progress bar: jobs done of all, jobs failed
     so far, elapsed and time left (a notebook shows it too, with or without ipywidgets)."""
+    from attnbench.harness.jobs.outcome import FAILURES
     from attnbench.toolkit.progress import progress
 
     run_ids, failed = [], 0
@@ -277,7 +278,7 @@ def _run_with_progress(configs: list, run_job: Any) -> list[str]:
     for cfg in bar:
         record = run_job(cfg)
         run_ids.append(record.run_id)
-        failed += record.status not in ("ok", "unsupported")
+        failed += record.status in FAILURES
         if failed:
             bar.set_postfix(failed=failed, refresh=False)
     return run_ids

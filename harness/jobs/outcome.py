@@ -44,7 +44,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-FAILURES = ("failed", "oom", "timeout")  # record statuses of a job that failed
+# record statuses of a job that failed (not `unsupported`: a declaration, not a crash)
+FAILURES = ("failed", "oom", "timeout")
 JOB_STATUSES = ("ok", "unsupported", *FAILURES)  # what a job returns (`harness.jobs.job.run`)
 NO_RECORD = "without a record"  # how the count line names jobs that raised instead
 INTERRUPTED = 130  # 128 + SIGINT

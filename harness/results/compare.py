@@ -60,6 +60,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from attnbench.harness.jobs.outcome import FAILURES
 from attnbench.harness.results.metric_points import (
     POINT,
     point_stats,
@@ -70,7 +71,6 @@ HARDWARE = "hardware"
 UNKNOWN_HARDWARE = "an unknown machine"  # how a run without ``hardware`` is named
 MACHINE_POINT = [*POINT, HARDWARE]  # a point as judged: on one machine
 
-FAILURES = ("failed", "oom", "timeout")  # not `unsupported`: that is a declaration, not a crash
 SETTING = ["task", "variant", "variant_params", "task_params", "device", "dtype"]
 JOB_COLUMNS = [*SETTING, "seed"]  # a job: a setting and a seed
 REQUIRED = list(dict.fromkeys([*JOB_COLUMNS, *POINT, "status", "value", "higher_is_better"]))

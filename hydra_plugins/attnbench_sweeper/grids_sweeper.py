@@ -64,8 +64,8 @@ from hydra.utils import get_method
 from omegaconf import DictConfig, OmegaConf
 
 from attnbench.harness.cli.interrupt import SKIPPED, STOP_FILE, GracefulStop, GuardedTask, StopSweep
-from attnbench.harness.cli.sweep_progress import FAILED, ReportingTask, SweepProgress, job_status
-from attnbench.harness.jobs.outcome import OUTCOME
+from attnbench.harness.cli.sweep_progress import ReportingTask, SweepProgress, job_status
+from attnbench.harness.jobs.outcome import FAILURES, OUTCOME
 from attnbench.harness.jobs.paths import write_failure
 
 log = logging.getLogger(__name__)
@@ -326,7 +326,7 @@ class GridsSweeper(BasicSweeper):
                 continue
             OUTCOME.job_ended(value)  # counted for the sweep's last line and exit status
             not_run += isinstance(value, str) and value == SKIPPED
-            failed += job_status(value) in FAILED
+            failed += job_status(value) in FAILURES
         return not_run, failed
 
     def sweep(self, arguments: list[str]) -> Any:
