@@ -44,9 +44,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from attnbench.harness.jobs.records import STATUSES
+
 # record statuses of a job that failed (not `unsupported`: a declaration, not a crash)
 FAILURES = ("failed", "oom", "timeout")
-JOB_STATUSES = ("ok", "unsupported", *FAILURES)  # what a job returns (`harness.jobs.job.run`)
 NO_RECORD = "without a record"  # how the count line names jobs that raised instead
 INTERRUPTED = 130  # 128 + SIGINT
 TERMINATED = 143  # 128 + SIGTERM
@@ -101,10 +102,10 @@ class SweepOutcome:
             self.records = str(Path(str(results_dir)) / "runs")
 
     def job_ended(self, value: object) -> None:
-        """Note what a sweep's job returned: its record's status (`JOB_STATUSES`); anything else
-        (a job a stop left unrun) is no job's end and is not counted."""
+        """Note what a sweep's job returned: its record's status (`harness.jobs.records.STATUSES`);
+        anything else (a job a stop left unrun) is no job's end and is not counted."""
         self.swept = True
-        if isinstance(value, str) and value in JOB_STATUSES:
+        if isinstance(value, str) and value in STATUSES:
             self.statuses[value] += 1
 
     def failures(self) -> Counter[str]:
