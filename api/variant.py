@@ -22,6 +22,22 @@ at the lengths its variant sees. Sizes of a pattern (a window, a block, k) may b
 to the sequence: `AttentionVariant.size_at` is the one rule (a value in (0, 1) is a fraction of
 the length, rounded up; a value >= 1 an absolute count).
 
+Gates (data-dependent mixers: the delta rule, gated linear attention, Mamba-2, the mesa layer).
+In those papers a per-token gate (a step size β, a decay α, a time step Δ) comes from the layer's
+input, like q, k and v. A variant declares what it needs as data, ``gates = {"beta": "head"}``: a
+width ``"head"`` is one value per key/value head and token, ``"key"`` one per key channel (D
+values). The shared layer (`attnbench.toolkit.layer`) projects each declared gate from its input
+with one linear map, and ``forward(q, k, v, causal, gates)`` receives a dict name → tensor of *raw*
+(pre-activation) values, (B, H_kv, M, 1) or (B, H_kv, M, D) for M keys. The variant applies its
+paper's parametrisation (β = sigmoid(raw), log α = logsigmoid(raw)/τ, Δ = softplus(raw + bias))
+and owns the parameters that go with it. Why this form: the projection is the same for every
+variant (so they are compared with identical layers, as q, k and v are), while the maths of a gate
+stays in one place, the variant; a plugin gets the same facility by declaring ``gates``. Why per
+key/value head: a gate governs how the state is written and forgotten, and the state is per
+key/value head. Timed tasks feed standard-normal raw gates (`random_gates`). A gated recurrent
+mixer called with ``causal=False`` reads, at every query, the state after the last key (as
+linear attention's q·(KᵀV)).
+
 Adding a variant::
 
     @dataclass
@@ -52,6 +68,7 @@ from torch import nn
 from attnbench.registry import Registry
 
 COST_CLASSES = ("n²", "n·w", "n")
+GATE_WIDTHS = ("head", "key")  # one value per key/value head and token; one per key channel
 
 
 def allowed_pairs(n: int, m: int, causal: bool) -> int:
@@ -153,6 +170,8 @@ class AttentionVariant(nn.Module):
         grouped_query: Whether ``forward`` takes keys and values with fewer heads than queries
             and shares each across its group (module docstring); False: calling the variant
             repeats them to H heads first, so ``forward`` always sees H.
+        gates: The per-token gates ``forward`` needs, name → width ("head" or "key"), projected
+            from the layer's input and passed raw (module docstring); {} for none.
 
     A variant whose library or device may be missing overrides `unavailable`; building or
     running it where it is unavailable raises `UnsupportedError` with that sentence, so a job
@@ -168,6 +187,7 @@ class AttentionVariant(nn.Module):
     peer_of: ClassVar[str] = ""  # our variant with the same maths, for a wrapped library's
     library: ClassVar[str] = ""  # PyPI distribution of the implementation; "" = attnbench
     grouped_query: ClassVar[bool] = False  # forward shares k, v across query heads natively
+    gates: ClassVar[dict[str, str]] = {}  # gate name → width, "head" or "key" (module docstring)
     # the largest error the kernel may make, by dtype: max |out − out_float64| over
     # max(1, max |out_float64|) on unit-normal inputs (`within_tolerance`)
     error_tolerance: ClassVar[dict[str, float]] = {
@@ -194,19 +214,38 @@ class AttentionVariant(nn.Module):
         self.shape = shape
 
     def __call__(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        causal: bool = False,
+        gates: dict[str, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """``forward``, with keys and values of fewer heads than the queries repeated to one per
         query head first unless the variant shares them itself (``grouped_query``): so a
-        plugin that never heard of grouped-query heads still gives the right outputs."""
+        plugin that never heard of grouped-query heads still gives the right outputs. A gated
+        variant (``gates``) gets its gates, checked and repeated with the keys; an ungated one is
+        called as before, without them."""
+        if not self.gates:
+            if gates:
+                raise ValueError(
+                    f"variant '{self.name}' takes no gates; got {', '.join(sorted(gates))}."
+                )
+            if not self.grouped_query and k.dim() == 4 and q.dim() == 4:
+                k, v = repeat_kv_heads(k, q.shape[1]), repeat_kv_heads(v, q.shape[1])
+            return super().__call__(q, k, v, causal=causal)
+        gates = check_gates(self, gates, k)
         if not self.grouped_query and k.dim() == 4 and q.dim() == 4:
-            k, v = repeat_kv_heads(k, q.shape[1]), repeat_kv_heads(v, q.shape[1])
-        return super().__call__(q, k, v, causal=causal)
+            heads = q.shape[1]
+            k, v = repeat_kv_heads(k, heads), repeat_kv_heads(v, heads)
+            gates = {name: repeat_kv_heads(g, heads) for name, g in gates.items()}
+        return super().__call__(q, k, v, causal=causal, gates=gates)
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False
     ) -> torch.Tensor:
-        """Mix values ``v`` by the attention of queries ``q`` on keys ``k``."""
+        """Mix values ``v`` by the attention of queries ``q`` on keys ``k``. A gated variant
+        takes ``gates`` too (module docstring): ``forward(q, k, v, causal=False, gates=None)``."""
         raise NotImplementedError
 
     def attention_weights(
@@ -316,6 +355,65 @@ class AttentionVariant(nn.Module):
             raise UnsupportedError(f"variant '{self.name}' does not support causal masking.")
 
 
+def gate_width(width: str, head_dim: int) -> int:
+    """Values per key/value head and token of a gate of ``width`` ("head": 1, "key": D)."""
+    return 1 if width == "head" else head_dim
+
+
+def check_gates(
+    variant: AttentionVariant, gates: dict[str, torch.Tensor] | None, k: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """The gates ``variant`` declares, each of shape (B, H_kv, M, width) beside keys ``k``
+    (B, H_kv, M, D); one sentence naming what is missing or misshapen otherwise."""
+    gates = dict(gates or {})
+    missing = sorted(set(variant.gates) - set(gates))
+    extra = sorted(set(gates) - set(variant.gates))
+    if missing or extra:
+        raise ValueError(
+            f"variant '{variant.name}' needs the gates {', '.join(sorted(variant.gates))} "
+            f"(missing: {', '.join(missing) or 'none'}; unknown: {', '.join(extra) or 'none'}); "
+            "the shared layer projects them (attnbench.toolkit.layer), a timing feeds "
+            "attnbench.variant.random_gates."
+        )
+    for name, width in variant.gates.items():
+        expected = (*k.shape[:3], gate_width(width, k.shape[-1]))
+        if tuple(gates[name].shape) != expected:
+            raise ValueError(
+                f"variant '{variant.name}': gate '{name}' must have shape {expected} (B, H_kv, "
+                f"M, {'1' if width == 'head' else 'D'}) beside keys {tuple(k.shape)}; got "
+                f"{tuple(gates[name].shape)}."
+            )
+    return gates
+
+
+def random_gates(
+    variant: AttentionVariant | type[AttentionVariant],
+    batch: int,
+    length: int,
+    *,
+    head_dim: int,
+    kv_heads: int,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    generator: torch.Generator | None = None,
+) -> dict[str, torch.Tensor]:
+    """Standard-normal raw gates of the shapes ``variant`` declares, for ``batch`` sequences of
+    ``length`` keys on ``kv_heads`` heads: what a timing feeds a gated variant, as it feeds
+    standard-normal q, k and v ({} for an ungated variant)."""
+    return {
+        name: torch.randn(
+            batch,
+            kv_heads,
+            length,
+            gate_width(width, head_dim),
+            generator=generator,
+            device=device,
+            dtype=dtype,
+        )
+        for name, width in variant.gates.items()
+    }
+
+
 VARIANTS: Registry[type[AttentionVariant]] = Registry("variant", base=AttentionVariant)
 
 
@@ -349,6 +447,13 @@ def _check_contract(name: str, cls: type[AttentionVariant]) -> None:
         raise TypeError(f"variant '{name}': cost {cls.cost!r} is not one of {COST_CLASSES}.")
     if not cls.family:
         raise TypeError(f"variant '{name}': set the class attribute 'family'.")
+    if not isinstance(cls.gates, dict) or any(
+        not isinstance(g, str) or w not in GATE_WIDTHS for g, w in cls.gates.items()
+    ):
+        raise TypeError(
+            f"variant '{name}': gates must map gate names to a width in {GATE_WIDTHS}, "
+            f"got {cls.gates!r}."
+        )
     for attr in ("peer_of", "library"):
         if not isinstance(getattr(cls, attr), str):
             raise TypeError(f"variant '{name}': '{attr}' must be a string ('' for none).")
