@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -323,6 +324,12 @@ def record_from_data(data: Any, where: str) -> Record:
     return Record(**{k: v for k, v in data.items() if k in known})
 
 
+@functools.cache
+def _type_hints(cls: type) -> dict[str, Any]:
+    """The resolved field types of a dataclass (resolving them is slow, and every record asks)."""
+    return typing.get_type_hints(cls)
+
+
 def _check_fields(where: str, name: str, value: Any, hint: Any) -> None:
     """Check ``value`` (parsed JSON) against the type ``hint`` of the dataclass field it will
     fill, recursively: the nested `TaskInfo` of a record is read by every later collection and
@@ -339,7 +346,7 @@ def _check_fields(where: str, name: str, value: Any, hint: Any) -> None:
         _check_fields(where, name, value, inner)
     elif dataclasses.is_dataclass(hint):
         _check_type(where, name, value, dict)
-        hints = typing.get_type_hints(hint)
+        hints = _type_hints(hint)
         for f in dataclasses.fields(hint):
             missing = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
             if f.name in value:

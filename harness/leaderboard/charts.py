@@ -527,10 +527,11 @@ def _point_texts(
     """Each point's hover text: the `along_axis` parameters there, and whether its timing is
     unsteady or its kernel inaccurate (``flagged``: the x values of each), so not ranked."""
     unsteady, inaccurate = flagged
+    along_at = _along_texts(line, along)
     return [
         "\n".join(
             [
-                *_along_text(line, along, x),
+                *along_at.get(x, []),
                 *(["unsteady timing: not ranked"] * (x in unsteady)),
                 *(["kernel error above its tolerance: not ranked"] * (x in inaccurate)),
             ]
@@ -670,10 +671,15 @@ def axis_parameters(rows: pd.DataFrame, x_name: str) -> list[str]:
     return [c.removeprefix("task.") for c in along_axis(framed, others, keys)]
 
 
-def _along_text(line: pd.DataFrame, along: list[str], x: float) -> list[str]:
-    """ "d_model=32"-style lines naming the `along_axis` parameters at curve position x."""
-    at = line[line["x_value"] == x]
-    return [f"{c.split('.', 1)[-1]}={at[c].iloc[0]}" for c in along if len(at)]
+def _along_texts(line: pd.DataFrame, along: list[str]) -> dict[float, list[str]]:
+    """x → "d_model=32"-style lines naming the `along_axis` parameters at curve position x."""
+    if not along:
+        return {}
+    first = line.drop_duplicates("x_value")
+    return {
+        x: [f"{c.split('.', 1)[-1]}={row[c]}" for c in along]
+        for x, row in zip(first["x_value"], first[along].to_dict("records"), strict=True)
+    }
 
 
 def _unsteady_xs(everything: pd.DataFrame, line: pd.DataFrame, flag_axis: tuple[str, str]) -> set:

@@ -151,6 +151,14 @@ def _read_regular(path: Path) -> bytes:
         os.close(fd)
 
 
+def _unchanged(dest: Path, data: bytes) -> bool:
+    """Whether ``dest`` is a regular file (not a link) holding exactly ``data``."""
+    try:
+        return _read_regular(dest) == data
+    except OSError:
+        return False
+
+
 def _publish(source: Path, dest: Path, run_id: str) -> bool:
     """Copy the record ``source`` to ``dest`` if it is the valid record of ``run_id``; the
     contents are validated as written beside ``dest``, then renamed into place."""
@@ -158,6 +166,11 @@ def _publish(source: Path, dest: Path, run_id: str) -> bool:
         data = _read_regular(source)
     except OSError:
         return False
+    if _unchanged(dest, data):  # an earlier build's copy: validated where it lies, not rewritten
+        try:
+            return read_record(dest).run_id == run_id
+        except (OSError, ValueError, TypeError):
+            pass
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:

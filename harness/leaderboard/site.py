@@ -43,6 +43,7 @@ from attnbench.harness.leaderboard.tables import (
     UNSTEADY_MARK,
     Table,
     differing_keys,
+    map_distinct,
     setting_label,
     task_table,
     unfinished_table,
@@ -128,10 +129,11 @@ def _setting_key(task_params: pd.Series, x_name: str, along: tuple[str, ...] = (
     """Each run's task parameters other than the curve axis ``x_name`` and the parameters that
     move along it (``along``, `charts.axis_parameters`), as canonical JSON."""
     skip = {x_name, *along}
-    return task_params.map(
+    return map_distinct(
+        task_params,
         lambda text: json.dumps(
             {k: v for k, v in json.loads(text).items() if k not in skip}, sort_keys=True
-        )
+        ),
     )
 
 
@@ -172,7 +174,7 @@ def _failures(
     their setting key (see `_setting_key`)."""
     marked = frame["status"].isin(["oom", "timeout", "failed"])  # not `unsupported`: by design
     bad = frame[(frame["task"] == task) & marked].drop_duplicates("run_id")
-    xs = bad["task_params"].map(lambda text: json.loads(text).get(x_name))
+    xs = map_distinct(bad["task_params"], lambda text: json.loads(text).get(x_name))
     keep = xs.map(lambda x: isinstance(x, int | float)).astype(bool)
     bad = bad.loc[keep]
     return pd.DataFrame(

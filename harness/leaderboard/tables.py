@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from typing import Any
 
 import pandas as pd
 
@@ -83,9 +84,20 @@ def differing_keys(params: list[dict]) -> list[str]:
     return [k for k in names if len({repr(p.get(k)) for p in params}) > 1]
 
 
+def map_distinct(column: pd.Series, fn: Callable[[Any], Any]) -> pd.Series:
+    """``fn`` of each value of ``column``, computed once per distinct value (a table repeats a
+    run's parameters on every one of its metric rows: thousands of rows, a few dozen texts)."""
+    distinct = pd.unique(column)
+    return column.map(dict(zip(distinct, [fn(v) for v in distinct], strict=True)))
+
+
 def expand_params(frame: pd.DataFrame, column: str, prefix: str) -> pd.DataFrame:
     """The JSON-text column ``column`` as one column per parameter, named ``prefix.key``."""
-    params = pd.json_normalize(frame[column].map(json.loads).tolist())
+    codes, texts = pd.factorize(frame[column], use_na_sentinel=False)
+    distinct = pd.json_normalize([json.loads(t) for t in texts])
+    params = (
+        distinct.take(codes) if len(distinct.columns) else pd.DataFrame(index=range(len(codes)))
+    )
     params.index = frame.index
     return params.add_prefix(f"{prefix}.")
 
@@ -97,16 +109,17 @@ def varying(frame: pd.DataFrame, within: pd.Series | None = None) -> list[str]:
     with ``within=variant`` only parameters that differ between runs of one variant count.
     """
 
-    def distinct(col: pd.Series) -> int:
-        return col.map(repr).nunique()
+    def keys(col: pd.Series) -> pd.Series:  # lists and dicts compare by their text
+        return col.map(repr) if col.dtype == object else col
 
     if within is None:
-        return [c for c in frame.columns if distinct(frame[c]) > 1]
-    return [
-        c
-        for c in frame.columns
-        if (frame[c].groupby(within).agg(lambda s: distinct(s.dropna())) > 1).any()
-    ]
+        return [c for c in frame.columns if keys(frame[c]).nunique(dropna=False) > 1]
+    found = []
+    for c in frame.columns:
+        col = frame[c].dropna()
+        if (keys(col).groupby(within.loc[col.index]).nunique() > 1).any():
+            found.append(c)
+    return found
 
 
 def key_columns(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -344,15 +357,15 @@ def _value_cell(
 def _column_names(ok: pd.DataFrame, task_params: pd.DataFrame) -> pd.Series:
     """Table column of each point: its metric, or "metric (mean over x)" for curve points whose
     x is not the job's own setting of that name."""
-
-    def name(i) -> str:
-        metric, x_name, x_value = ok.at[i, "metric"], ok.at[i, "x_name"], ok.at[i, "x_value"]
-        if x_name is None or x_value != x_value:  # scalar
-            return metric
-        own = task_params.at[i, f"task.{x_name}"] if f"task.{x_name}" in task_params else None
-        return metric if own == x_value else f"{metric} (mean over {x_name})"
-
-    return pd.Series([name(i) for i in ok.index], index=ok.index)
+    names = ok["metric"].astype(object).copy()
+    curve = ok["x_name"].notna() & ok["x_value"].notna()
+    for x_name in ok.loc[curve, "x_name"].unique():
+        on_axis = curve & (ok["x_name"] == x_name)
+        column = f"task.{x_name}"
+        own = task_params[column] if column in task_params else pd.Series(None, index=ok.index)
+        other = on_axis & ~(own.astype(object) == ok["x_value"]).fillna(False).astype(bool)
+        names[other] = ok.loc[other, "metric"].astype(str) + f" (mean over {x_name})"
+    return names
 
 
 ERROR_CHARS = 240  # a failure's error as shown: its last line, cut to this length
