@@ -27,7 +27,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from attnbench.harness.discovery import load_plugins
-from attnbench.variant import VARIANTS, VariantShape, build_variant
+from attnbench.variant import VARIANTS, VariantShape, build_variant, random_gates
 
 load_plugins()
 OURS = sorted(name for name in VARIANTS.names() if not VARIANTS.get(name).library)
@@ -48,8 +48,11 @@ def _counted(
     gen = torch.Generator().manual_seed(0)
     q = torch.randn(B, H, N, D, generator=gen).requires_grad_(True)
     k, v = (torch.randn(B, kv_heads, N, D, generator=gen).requires_grad_(True) for _ in range(2))
+    gated = {}  # a gated variant's raw gates (attnbench.variant.random_gates): no products
+    if variant.gates:
+        gated["gates"] = random_gates(variant, B, N, head_dim=D, kv_heads=kv_heads, generator=gen)
     with backends(), FlopCounterMode(display=False) as forward_count:
-        out = variant(q, k, v, causal=causal)
+        out = variant(q, k, v, causal=causal, **gated)
     if not backward:
         return forward_count.get_total_flops(), 0.0
     with backends(), FlopCounterMode(display=False) as backward_count:

@@ -204,6 +204,16 @@ class DeltaRule(AttentionVariant):
             m = n = min(n, m)  # later queries read the final state: counted as n = m
         return batch * products_flops(heads, kv, n, m, d, dv, causal, self.params.chunk_size)
 
+    def backward_flops(self, batch, heads, n, m, d, dv, causal) -> float:
+        """Two products per forward product (autograd), plus the one product of the triangular
+        solve's gradient, −(∂L/∂B) Xᵀ for its matrix: C×C over D + Dv columns per chunk and
+        key/value head (the solve's other gradient is a solve, not counted)."""
+        kv = heads * self.shape.kv_heads / self.shape.n_heads
+        m = min(n, m) if causal else m
+        c = max(1, min(self.params.chunk_size, m))
+        solve_grad = 2.0 * batch * kv * m * c * (d + dv)
+        return 2.0 * self.forward_flops(batch, heads, n, m, d, dv, causal) + solve_grad
+
 
 @register_variant("delta_net")
 class DeltaNet(DeltaRule):
