@@ -36,6 +36,7 @@ _EXPORTS: dict[str, str] = {
     "COST_CLASSES": "attnbench.variant",
     "per_query_head": "attnbench.variant",
     "repeat_kv_heads": "attnbench.variant",
+    "random_gates": "attnbench.variant",
     # the incremental (token-by-token) form of a variant
     "IncrementalAttention": "attnbench.incremental",
     "register_incremental": "attnbench.incremental",
@@ -90,6 +91,7 @@ __all__ = [
     "list_variants",
     "load_plugins",
     "per_query_head",
+    "random_gates",
     "register_incremental",
     "register_task",
     "register_variant",
@@ -145,6 +147,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on f
         VariantShape,
         build_variant,
         per_query_head,
+        random_gates,
         register_variant,
         repeat_kv_heads,
     )

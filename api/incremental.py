@@ -46,6 +46,7 @@ from attnbench.registry import Registry
 from attnbench.variant import (
     AttentionVariant,
     UnsupportedError,
+    check_gates,
     check_kv_heads,
     per_query_head,
 )
@@ -109,7 +110,9 @@ class IncrementalAttention:
         raise NotImplementedError
 
     def _extend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """Outputs of the n tokens at positions position … position + n − 1, then keep them."""
+        """Outputs of the n tokens at positions position … position + n − 1, then keep them.
+        The form of a gated variant (`AttentionVariant.gates`) is called ``_extend(q, k, v,
+        gates)`` with the n tokens' raw gates, name → (B, kv_heads, n, width)."""
         raise NotImplementedError
 
     def state_bytes(self) -> int:
@@ -117,18 +120,38 @@ class IncrementalAttention:
         total = sum(t.numel() * t.element_size() for t in self.state_tensors())
         return total // self.batch
 
-    def prefill(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """The n tokens of (B, H, n, ·) ``q, k, v`` at once: their causal outputs (B, H, n, Dv)."""
+    def prefill(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        gates: dict[str, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """The n tokens of (B, H, n, ·) ``q, k, v`` at once: their causal outputs (B, H, n, Dv).
+        A gated variant's form takes the n tokens' raw ``gates`` too (name → (B, kv_heads, n,
+        width), as the variant's forward takes them)."""
         self._check(q, k, v)
-        out = self._extend(q, k, v)
+        if self.variant.gates:
+            out = self._extend(q, k, v, check_gates(self.variant, gates, k))
+        elif gates:
+            raise ValueError(f"variant '{self.variant_name}' takes no gates.")
+        else:
+            out = self._extend(q, k, v)
         self.position += q.shape[-2]
         return out
 
-    def step(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """One token, (B, H, 1, ·) each: its output (B, H, 1, Dv)."""
+    def step(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        gates: dict[str, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """One token, (B, H, 1, ·) each (and its gates, for a gated variant): its output
+        (B, H, 1, Dv)."""
         if q.dim() == 4 and q.shape[-2] != 1:
             raise ValueError(f"step takes one token; got {q.shape[-2]}: use prefill.")
-        return self.prefill(q, k, v)
+        return self.prefill(q, k, v, gates)
 
     def repeat_kv(self, x: torch.Tensor) -> torch.Tensor:
         """Keys or values of the key/value heads repeated to one per query head (a copy)."""

@@ -31,7 +31,7 @@ variant that registers none (it is optional), and the grouped-query test for a f
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 import torch
@@ -97,6 +97,46 @@ def _make(
     return variant
 
 
+def gates_of_keys(variant: AttentionVariant, k: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Raw gates for a gated variant (`AttentionVariant.gates`) as fixed functions of each key
+    (B, H_kv, M, D): about unit scale, different for every gate. Gates that follow the keys
+    position by position keep every contract test meaningful unchanged: a batch element's
+    gates are its own, perturbing the future perturbs only future gates, and repeating a
+    key/value head repeats its gates. {} for an ungated variant."""
+    d = k.shape[-1]
+    idx = torch.arange(d, device=k.device, dtype=k.dtype)
+    gates = {}
+    for i, (name, width) in enumerate(sorted(variant.gates.items())):
+        if width == "head":
+            weights = torch.cos(idx * (i + 1) + 0.5) * (2.0 / d) ** 0.5
+            gates[name] = (k * weights).sum(dim=-1, keepdim=True)
+        else:
+            gates[name] = k.roll(i + 1, dims=-1)
+    return gates
+
+
+def _call(
+    variant: AttentionVariant,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool = False,
+) -> torch.Tensor:
+    """``variant(q, k, v, causal)``, with `gates_of_keys` for a gated variant."""
+    if variant.gates:
+        return variant(q, k, v, causal=causal, gates=gates_of_keys(variant, k))
+    return variant(q, k, v, causal=causal)
+
+
+def _feed(decoder: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """The decoder's ``step`` for one token, ``prefill`` for more, with `gates_of_keys` of the
+    tokens' keys for a gated variant (the same gates `_call` gives the forward)."""
+    gates = gates_of_keys(decoder.variant, k) if decoder.variant.gates else None
+    if q.shape[-2] == 1:
+        return decoder.step(q, k, v, gates)
+    return decoder.prefill(q, k, v, gates)
+
+
 class VariantContractTests:
     """The contract tests for one variant, named by the ``variant_name`` fixture.
 
@@ -142,7 +182,7 @@ class VariantContractTests:
         if causal and not variant.supports_causal:
             pytest.skip("non-causal variant")
         q, k, v = random_qkv(b=2, h=H, n=17, d=D, dv=5)
-        out = variant(q, k, v, causal=causal)
+        out = _call(variant, q, k, v, causal=causal)
         assert out.shape == (2, H, 17, 5) and out.dtype == torch.float32
 
     def test_cross_attention_lengths(self, variant_name):
@@ -156,9 +196,9 @@ class VariantContractTests:
         q, k, v = random_qkv(b=1, h=H, n=7, m=19, d=D)
         if variant.requires_equal_lengths:  # positional patterns refuse, with a reason
             with pytest.raises(UnsupportedError, match="needs as many keys as queries"):
-                variant(q, k, v)
+                _call(variant, q, k, v)
             return
-        assert variant(q, k, v).shape == (1, H, 7, D)
+        assert _call(variant, q, k, v).shape == (1, H, 7, D)
 
     def test_batch_independence(self, variant_name):
         """Each batch element's output depends on that element alone.
@@ -170,9 +210,9 @@ class VariantContractTests:
         variant = _make(variant_name)
         q, k, v = random_qkv(b=3, h=H, n=20, d=D)
         causal = variant.supports_causal
-        full = variant(q, k, v, causal=causal)
+        full = _call(variant, q, k, v, causal=causal)
         for b in range(3):
-            alone = variant(q[b : b + 1], k[b : b + 1], v[b : b + 1], causal=causal)
+            alone = _call(variant, q[b : b + 1], k[b : b + 1], v[b : b + 1], causal=causal)
             torch.testing.assert_close(full[b : b + 1], alone, rtol=1e-5, atol=1e-5)
 
     @pytest.mark.parametrize("n", [1, 2, 63, 2048])
@@ -186,7 +226,7 @@ class VariantContractTests:
         variant = _make(variant_name)
         q, k, v = random_qkv(b=1, h=H, n=n, d=D, seed=n)
         for causal in [False, True] if variant.supports_causal else [False]:
-            assert torch.isfinite(variant(q, k, v, causal=causal)).all()
+            assert torch.isfinite(_call(variant, q, k, v, causal=causal)).all()
 
     def test_gradients_flow_to_inputs_and_parameters(self, variant_name):
         """q, k, v and every parameter receive finite, non-zero gradients.
@@ -198,7 +238,7 @@ class VariantContractTests:
         variant = _make(variant_name)
         # long enough for block patterns to have several blocks, so their parameters matter
         q, k, v = (t.requires_grad_(True) for t in random_qkv(b=1, h=H, n=200, d=D))
-        variant(q, k, v, causal=variant.supports_causal).square().sum().backward()
+        _call(variant, q, k, v, causal=variant.supports_causal).square().sum().backward()
         for t in (q, k, v, *variant.parameters()):
             assert t.grad is not None and torch.isfinite(t.grad).all() and t.grad.abs().sum() > 0
 
@@ -216,15 +256,15 @@ class VariantContractTests:
         q, k, v = random_qkv(b=1, h=H, n=24, d=D, seed=3)
         if not variant.supports_causal:
             with pytest.raises(UnsupportedError):
-                variant(q, k, v, causal=True)
+                _call(variant, q, k, v, causal=True)
             return
-        base = variant(q, k, v, causal=True)
+        base = _call(variant, q, k, v, causal=True)
         for t in (0, 5, 11, 22):
             q2, k2, v2 = q.clone(), k.clone(), v.clone()
             g = torch.Generator().manual_seed(t)
             for x in (q2, k2, v2):
                 x[:, :, t + 1 :] = 10 * torch.randn(x[:, :, t + 1 :].shape, generator=g)
-            out = variant(q2, k2, v2, causal=True)
+            out = _call(variant, q2, k2, v2, causal=True)
             torch.testing.assert_close(
                 out[:, :, : t + 1], base[:, :, : t + 1], rtol=1e-5, atol=1e-6
             )
@@ -251,7 +291,7 @@ class VariantContractTests:
             pytest.skip(f"{variant_name} cannot materialise its weights")
         assert weights.shape == (2, H, 33, 33)
         torch.testing.assert_close(
-            weights @ v, variant(q, k, v, causal=causal), rtol=1e-5, atol=1e-5
+            weights @ v, _call(variant, q, k, v, causal=causal), rtol=1e-5, atol=1e-5
         )
 
     @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
@@ -284,9 +324,11 @@ class VariantContractTests:
         """
         variant = _make(variant_name).to(torch.bfloat16)
         q, k, v = random_qkv(b=1, h=H, n=32, d=D, dtype=torch.bfloat16)
-        out = variant(q, k, v, causal=variant.supports_causal)
+        out = _call(variant, q, k, v, causal=variant.supports_causal)
         assert out.dtype == torch.bfloat16 and torch.isfinite(out).all()
-        ref = _make(variant_name)(*(t.float() for t in (q, k, v)), causal=variant.supports_causal)
+        ref = _call(
+            _make(variant_name), *(t.float() for t in (q, k, v)), causal=variant.supports_causal
+        )
         # bf16 has an 8-bit mantissa: agreement to a few percent of the output scale
         assert (out.float() - ref).abs().max() <= 0.05 * ref.abs().max() + 0.05
 
@@ -326,11 +368,11 @@ class VariantContractTests:
         decoder = self._incremental(variant, n)
         q, k, v = random_qkv(b=2, h=H, n=n, d=D, dv=5, seed=7, dtype=torch.float64)
         with torch.no_grad():
-            expected = variant(q, k, v, causal=True)
+            expected = _call(variant, q, k, v, causal=True)
             outs, t = [], 0
             for size in schedule:
                 part = (x[:, :, t : t + size] for x in (q, k, v))
-                outs.append(decoder.step(*part) if size == 1 else decoder.prefill(*part))
+                outs.append(_feed(decoder, *part))
                 t += size
         assert t == n and decoder.position == n
         torch.testing.assert_close(torch.cat(outs, dim=2), expected, rtol=1e-9, atol=1e-9)
@@ -346,7 +388,7 @@ class VariantContractTests:
         t = 0
         with torch.no_grad():
             for size in (1, 16, 1, 100, 33):
-                decoder.prefill(*(x[:, :, t : t + size] for x in (q, k, v)))
+                _feed(decoder, *(x[:, :, t : t + size] for x in (q, k, v)))
                 t += size
                 held = sum(x.numel() for x in decoder.state_tensors())
                 assert held == 2 * decoder.state_size(t), f"after {t} tokens"
@@ -355,7 +397,7 @@ class VariantContractTests:
         reserved = sum(x.untyped_storage().nbytes() for x in storages.values())
         assert reserved == 2 * 4 * decoder.state_size(n)
         with pytest.raises(ValueError, match="max_len=151"), torch.no_grad():
-            decoder.step(*(x[:, :, :1] for x in (q, k, v)))
+            _feed(decoder, *(x[:, :, :1] for x in (q, k, v)))
 
     def test_incremental_state_over_lengths_and_flat_for_linear_cost(self, variant_name):
         """After 64, 512 and 4096 tokens the state held is what ``state_size`` says, measured
@@ -367,7 +409,7 @@ class VariantContractTests:
             decoder = self._incremental(variant, n, batch=1, dtype=torch.float32)
             q, k, v = random_qkv(b=1, h=H, n=n, d=D, dv=5)
             with torch.no_grad():
-                decoder.prefill(q, k, v)
+                _feed(decoder, q, k, v)
             assert decoder.state_bytes() == 4 * decoder.state_size(n), f"after {n} tokens"
             sizes.append(decoder.state_bytes())
         assert sizes[0] > 0
@@ -394,9 +436,13 @@ class VariantContractTests:
         _, k, v = random_qkv(b=2, h=kv_heads, n=77, d=D, dv=5, seed=22, dtype=torch.float64)
         group = 4 // kv_heads
         with torch.no_grad():
-            grouped = variant(q, k, v, causal=causal)
-            repeated = variant(
-                q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), causal=causal
+            grouped = _call(variant, q, k, v, causal=causal)
+            repeated = _call(
+                variant,
+                q,
+                k.repeat_interleave(group, 1),
+                v.repeat_interleave(group, 1),
+                causal=causal,
             )
         assert grouped.shape == (2, 4, 77, 5)
         torch.testing.assert_close(grouped, repeated, rtol=1e-9, atol=1e-9)
@@ -410,7 +456,7 @@ class VariantContractTests:
         q, _, _ = random_qkv(b=1, h=4, n=16)
         _, k, v = random_qkv(b=1, h=3, n=16)
         with pytest.raises(ValueError, match="3 .*heads|must divide"):
-            variant(q, k, v)
+            _call(variant, q, k, v)
 
     @pytest.mark.parametrize("kv_heads", [1, 2], ids=["multi-query", "grouped-query"])
     def test_grouped_query_heads_equal_the_forward_on_repeated_keys_and_values(
@@ -426,12 +472,16 @@ class VariantContractTests:
         _, k, v = random_qkv(b=2, h=kv_heads, n=n, d=D, dv=5, seed=12, dtype=torch.float64)
         group = 4 // kv_heads
         with torch.no_grad():
-            expected = variant(
-                q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), causal=True
+            expected = _call(
+                variant,
+                q,
+                k.repeat_interleave(group, 1),
+                v.repeat_interleave(group, 1),
+                causal=True,
             )
             outs, t = [], 0
             for size in (61, 1, 1, 23, 1, 2, 62):
-                outs.append(decoder.prefill(*(x[:, :, t : t + size] for x in (q, k, v))))
+                outs.append(_feed(decoder, *(x[:, :, t : t + size] for x in (q, k, v))))
                 t += size
         torch.testing.assert_close(torch.cat(outs, dim=2), expected, rtol=1e-9, atol=1e-9)
         assert sum(x.numel() for x in decoder.state_tensors()) == 2 * decoder.state_size(n)

@@ -60,6 +60,7 @@ from attnbench import (
     check_finite,
     incremental_form,
     load_plugins,
+    random_gates,
     register_task,
 )
 from attnbench.metrics import DENSITY
@@ -210,8 +211,10 @@ class Decode(Task):
             torch.randn(b, heads, n + m, d, generator=gen).to(device=ctx.device, dtype=ctx.dtype)
             for heads in (h, kv, kv)
         )
+        # a gated variant's raw gates, standard normal as q, k, v ({} for an ungated one)
+        gates = _gates(variant, b, n + m, d, kv, gen, ctx.device, ctx.dtype)
         gqa = kv != h  # SDPA's grouped-query path in the references
-        context = [x[:, :, :n] for x in (q, k, v)]
+        context = [*(x[:, :, :n] for x in (q, k, v)), _cut(gates, 0, n)]
         values: dict[str, float | None] = dict(accuracy)
         details: dict[str, object] = {"correctness_check": correctness, **accuracy_details}
 
@@ -225,7 +228,9 @@ class Decode(Task):
         if n <= p.prefill_max_len:
             timing = time_against(
                 prefill,
-                lambda: F.scaled_dot_product_attention(*context, is_causal=True, enable_gqa=gqa),
+                lambda: F.scaled_dot_product_attention(
+                    *context[:3], is_causal=True, enable_gqa=gqa
+                ),
                 ctx,
                 p,
             )
@@ -237,7 +242,10 @@ class Decode(Task):
         values["state_bytes"] = float(decoder.state_bytes())
         details["state_elements"] = decoder.state_size(n)
         details["kv_heads"] = kv
-        new = [[x[:, :, i : i + 1] for x in (q, k, v)] for i in range(n, n + m)]
+        new = [
+            [*(x[:, :, i : i + 1] for x in (q, k, v)), _cut(gates, i, i + 1)]
+            for i in range(n, n + m)
+        ]
 
         def generate() -> None:
             decoder.position = n  # every block generates the same m tokens (module docstring)
@@ -268,7 +276,7 @@ class Decode(Task):
         if ctx.device.type == "cuda":
             del decoder
             values["decode_peak_mib"] = peak_memory_mib(
-                lambda: _serve(variant, q, k, v, n, ctx.device, ctx.dtype, kv), ctx.device
+                lambda: _serve(variant, q, k, v, n, ctx.device, ctx.dtype, kv, gates), ctx.device
             )
         else:  # a fresh variant and inputs in the memory-probe process (attnbench.toolkit.memory)
             values["decode_peak_mib"] = isolated_cpu_peak(
@@ -298,14 +306,26 @@ class Decode(Task):
         return TaskResult(points=points, details=details)
 
 
-def _serve(variant, q, k, v, n: int, device, dtype, kv_heads: int) -> None:
+def _serve(variant, q, k, v, n: int, device, dtype, kv_heads: int, gates: dict) -> None:
     """Serve one batch: build the state, prefill n tokens, generate the rest one at a time."""
     b, h, total, d = q.shape
     decoder = incremental_form(variant, b, total, d, d, device, dtype, kv_heads)
     with torch.no_grad():
-        decoder.prefill(q[:, :, :n], k[:, :, :n], v[:, :, :n])
+        decoder.prefill(q[:, :, :n], k[:, :, :n], v[:, :, :n], _cut(gates, 0, n))
         for i in range(n, total):
-            decoder.step(q[:, :, i : i + 1], k[:, :, i : i + 1], v[:, :, i : i + 1])
+            token = (x[:, :, i : i + 1] for x in (q, k, v))
+            decoder.step(*token, _cut(gates, i, i + 1))
+
+
+def _gates(variant, b: int, length: int, d: int, kv: int, gen, device, dtype) -> dict:
+    """`random_gates` for ``length`` tokens (drawn from ``gen`` on the CPU), moved."""
+    gates = random_gates(variant, b, length, head_dim=d, kv_heads=kv, generator=gen)
+    return {name: g.to(device=device, dtype=dtype) for name, g in gates.items()}
+
+
+def _cut(gates: dict[str, torch.Tensor], start: int, stop: int) -> dict[str, torch.Tensor]:
+    """The gates of tokens start … stop − 1 (as the tokens' q, k, v are sliced)."""
+    return {name: g[:, :, start:stop] for name, g in gates.items()}
 
 
 def decode_peak_mib(
@@ -330,7 +350,8 @@ def decode_peak_mib(
         for heads in (h, kv_heads, kv_heads)
     )
     cpu = torch.device("cpu")
-    return peak_memory_mib(lambda: _serve(module, q, k, v, n, cpu, dt, kv_heads), cpu)
+    gates = _gates(module, b, n + new_tokens, d, kv_heads, gen, cpu, dt)
+    return peak_memory_mib(lambda: _serve(module, q, k, v, n, cpu, dt, kv_heads, gates), cpu)
 
 
 def check_incremental(variant, ctx: JobContext, heads: int, head_dim: int, kv_heads: int) -> str:
@@ -349,20 +370,17 @@ def check_incremental(variant, ctx: JobContext, heads: int, head_dim: int, kv_he
     )
     reference = variant.float()
     group = heads // kv_heads
+    gates = _gates(variant, 1, n, head_dim, kv_heads, gen, ctx.device, torch.float32)
     try:
         decoder = incremental_form(
             reference, 1, n, head_dim, head_dim, ctx.device, torch.float32, kv_heads
         )
         split = max(1, n - CHECK_STEPS)
         with torch.no_grad():
-            expected = reference(
-                q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), causal=True
-            )
-            outs = [decoder.prefill(q[:, :, :split], k[:, :, :split], v[:, :, :split])]
-            outs += [
-                decoder.step(q[:, :, i : i + 1], k[:, :, i : i + 1], v[:, :, i : i + 1])
-                for i in range(split, n)
-            ]
+            k_all, v_all = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+            every = {name: g.repeat_interleave(group, 1) for name, g in gates.items()}
+            expected = reference(q, k_all, v_all, causal=True, gates=every)
+            outs = _decode(decoder, q, k, v, gates, split)
     finally:
         variant.to(ctx.dtype)
     error = float((torch.cat(outs, dim=2) - expected).abs().max())
@@ -386,19 +404,29 @@ def decode_errors(variant, ctx: JobContext, heads: int, head_dim: int, kv_heads:
         for h in (heads, kv_heads, kv_heads)
     ]
 
+    # the gates stay unit normal (no outliers): they pick decays and step sizes, not scores
+    gates = _gates(variant, 1, n, head_dim, kv_heads, gen, ctx.device, torch.float64)
+
     def run(xs: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
         q, k, v = (x.to(dtype) for x in xs)
         decoder = incremental_form(
             variant.to(dtype), 1, n, head_dim, head_dim, ctx.device, dtype, kv_heads
         )
-        outs = [decoder.prefill(q[:, :, :split], k[:, :, :split], v[:, :, :split])]
-        outs += [
-            decoder.step(q[:, :, i : i + 1], k[:, :, i : i + 1], v[:, :, i : i + 1])
-            for i in range(split, n)
-        ]
-        return torch.cat(outs, dim=2)
+        on = {name: g.to(dtype) for name, g in gates.items()}
+        return torch.cat(_decode(decoder, q, k, v, on, split), dim=2)
 
     try:
         return kernel_errors(run, inputs, ctx.dtype, gen)
     finally:
         variant.to(ctx.dtype)
+
+
+def _decode(decoder, q, k, v, gates: dict, split: int) -> list[torch.Tensor]:
+    """Outputs of a prefill of ``split`` tokens, then one step per token to the end."""
+    outs = [
+        decoder.prefill(q[:, :, :split], k[:, :, :split], v[:, :, :split], _cut(gates, 0, split))
+    ]
+    for i in range(split, q.shape[-2]):
+        token = (x[:, :, i : i + 1] for x in (q, k, v))
+        outs.append(decoder.step(*token, _cut(gates, i, i + 1)))
+    return outs

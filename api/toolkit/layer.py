@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from attnbench.variant import AttentionVariant, VariantShape, build_variant
+from attnbench.variant import AttentionVariant, VariantShape, build_variant, gate_width
 
 
 class MultiHeadAttention(nn.Module):
@@ -51,6 +51,23 @@ class MultiHeadAttention(nn.Module):
         self.attention: AttentionVariant = build_variant(
             variant, variant_params, VariantShape(n_heads, self.head_dim, max_len)
         )
+        # a gated variant's gates come from the input like q, k and v: one linear map each
+        # (attnbench.variant, "Gates"); none for an ungated variant, so its layer is unchanged
+        self.gate_proj = nn.ModuleDict(
+            {
+                name: nn.Linear(d_model, n_heads * gate_width(width, self.head_dim), bias=True)
+                for name, width in self.attention.gates.items()
+            }
+        )
+
+    def project_gates(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The variant's raw gates from x (B, N, d_model): name → (B, H, N, width); {} for an
+        ungated variant."""
+        b, n, _ = x.shape
+        return {
+            name: proj(x).view(b, n, self.n_heads, -1).transpose(1, 2)
+            for name, proj in self.gate_proj.items()
+        }
 
     def split_heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Project x to per-head q, k, v of shape (B, H, N, head_dim)."""
@@ -61,6 +78,10 @@ class MultiHeadAttention(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         q, k, v = self.split_heads(x)
-        mixed = self.attention(q, k, v, causal=self.causal)  # (B, H, N, head_dim)
+        if self.gate_proj:
+            gates = self.project_gates(x)
+            mixed = self.attention(q, k, v, causal=self.causal, gates=gates)
+        else:
+            mixed = self.attention(q, k, v, causal=self.causal)  # (B, H, N, head_dim)
         b, h, n, d = mixed.shape
         return self.out(mixed.transpose(1, 2).reshape(b, n, h * d))

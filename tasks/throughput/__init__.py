@@ -70,6 +70,7 @@ from attnbench import (
     build_variant,
     check_finite,
     load_plugins,
+    random_gates,
     register_task,
     repeat_kv_heads,
 )
@@ -250,11 +251,13 @@ class Throughput(Task):
             )
             for heads in (p.n_heads, kv, kv)
         )
+        # a gated variant's raw gates, standard normal as q, k, v ({} for an ungated one)
+        gates = _on(random_gates(variant, p.batch_size, p.seq_len, **_gate_shape(p, kv, gen)), ctx)
         gqa = kv != p.n_heads  # dense SDPA's grouped-query path
 
         def forward() -> torch.Tensor:
             with torch.no_grad():
-                return variant(q, k, v, causal=p.causal)
+                return variant(q, k, v, causal=p.causal, gates=gates)
 
         def dense_forward() -> torch.Tensor:
             with torch.no_grad():
@@ -316,7 +319,7 @@ class Throughput(Task):
             grad = torch.randn(shape, generator=gen).to(device=ctx.device, dtype=ctx.dtype)
 
             def forward_backward() -> None:
-                out = variant(qg, kg, vg, causal=p.causal)
+                out = variant(qg, kg, vg, causal=p.causal, gates=gates)
                 out.backward(grad)
                 for t in (qg, kg, vg, *variant.parameters()):
                     t.grad = None
@@ -367,14 +370,17 @@ def forward_peak_mib(
         torch.randn(b, heads, n, d, generator=gen).to(dt).requires_grad_(backward)
         for heads in (h, kv, kv)
     )
+    gates = {
+        name: g.to(dt) for name, g in random_gates(module, b, n, head_dim=d, kv_heads=kv).items()
+    }
     grad = torch.randn(shape, generator=gen).to(dt) if backward else None
 
     def call() -> None:
         if not backward:
             with torch.no_grad():
-                module(q, k, v, causal=causal)
+                module(q, k, v, causal=causal, gates=gates)
             return
-        module(q, k, v, causal=causal).backward(grad)
+        module(q, k, v, causal=causal, gates=gates).backward(grad)
         for t in (q, k, v, *module.parameters()):
             t.grad = None
 
@@ -404,7 +410,8 @@ def check_against_weights(variant, p: ThroughputParams, ctx: JobContext) -> str:
         with torch.no_grad():  # the weights first: a variant without them skips the check
             repeated = repeat_kv_heads(k, p.n_heads)
             weights = reference.attention_weights(q, repeated, causal=p.causal)
-            out = reference(q, k, v, causal=p.causal)  # grouped, as timed
+            gates = _on(random_gates(variant, 1, n, **_gate_shape(p, kv, gen)), ctx)
+            out = reference(q, k, v, causal=p.causal, gates=gates)  # grouped, as timed
             v = repeat_kv_heads(v, p.n_heads)
     except NotImplementedError:
         return "skipped: the variant cannot materialise its weights"
@@ -431,10 +438,25 @@ def forward_errors(variant, p: ThroughputParams, ctx: JobContext) -> dict[str, f
         for heads in (p.n_heads, kv, kv)
     ]
 
+    # the gates stay unit normal (no outliers): they pick decays and step sizes, not scores
+    gates = random_gates(variant, 1, n, **_gate_shape(p, kv, gen), dtype=torch.float64)
+
     def run(xs: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
-        return variant.to(dtype)(*(x.to(ctx.device, dtype) for x in xs), causal=p.causal)
+        q, k, v = (x.to(ctx.device, dtype) for x in xs)
+        on = {name: g.to(ctx.device, dtype) for name, g in gates.items()}
+        return variant.to(dtype)(q, k, v, causal=p.causal, gates=on)
 
     try:
         return kernel_errors(run, inputs, ctx.dtype, gen)
     finally:
         variant.to(ctx.dtype)
+
+
+def _gate_shape(p: ThroughputParams, kv: int, gen: torch.Generator) -> dict:
+    """`random_gates`' keywords for this job's heads (drawn from ``gen``, on the CPU)."""
+    return {"head_dim": p.head_dim, "kv_heads": kv, "generator": gen}
+
+
+def _on(gates: dict[str, torch.Tensor], ctx: JobContext) -> dict[str, torch.Tensor]:
+    """Gates moved to the job's device and dtype."""
+    return {name: g.to(device=ctx.device, dtype=ctx.dtype) for name, g in gates.items()}
