@@ -47,3 +47,38 @@ def test_the_quickstart_variant_and_its_incremental_form_run_as_written(tmp_path
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().endswith("ok")
+
+
+GATED_CHECK = """
+import torch
+from attnbench import VariantShape, build_variant
+from attnbench.toolkit.layer import MultiHeadAttention
+
+variant = build_variant("forget", {}, VariantShape(n_heads=2, head_dim=4, max_len=6))
+q, k, v = (torch.randn(1, 2, 6, 4, dtype=torch.float64) for _ in range(3))
+alpha = torch.randn(1, 2, 6, 1, dtype=torch.float64)
+out = variant(q, k, v, causal=True, gates={"alpha": alpha})
+state = torch.zeros(1, 2, 4, 4, dtype=torch.float64)  # the recurrence, written out once more
+for t in range(6):
+    state = torch.sigmoid(alpha[:, :, t, 0])[..., None, None] * state
+    state = state + k[:, :, t, :, None] * v[:, :, t, None, :]
+    torch.testing.assert_close(out[:, :, t], (q[:, :, t, None] @ state)[:, :, 0])
+layer = MultiHeadAttention(8, 2, "forget", causal=True)
+assert set(layer.gate_proj) == {"alpha"}
+assert layer(torch.randn(3, 6, 8)).shape == (3, 6, 8)
+print("ok")
+"""
+
+
+def test_the_gated_variant_example_runs_as_written(tmp_path):
+    """docs/plugins.md's gated variant: its recurrence, and the shared layer feeding its gate."""
+    variant = python_block(
+        (ROOT / "docs" / "plugins.md").read_text(encoding="utf-8"), "# my_attention/forget"
+    )
+    script = tmp_path / "check.py"
+    script.write_text(variant + "\n" + GATED_CHECK, encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().endswith("ok")
