@@ -69,6 +69,8 @@ from attnbench.registry import Registry
 
 COST_CLASSES = ("n²", "n·w", "n")
 GATE_WIDTHS = ("head", "key")  # one value per key/value head and token; one per key channel
+# the in-context estimators a variant may claim to implement (`AttentionVariant.estimator`)
+ESTIMATORS = ("least_squares", "ridge", "online_gd", "gd_step")
 
 
 def allowed_pairs(n: int, m: int, causal: bool) -> int:
@@ -172,6 +174,12 @@ class AttentionVariant(nn.Module):
             repeats them to H heads first, so ``forward`` always sees H.
         gates: The per-token gates ``forward`` needs, name → width ("head" or "key"), projected
             from the layer's input and passed raw (module docstring); {} for none.
+        estimator: The regression a layer of this variant solves in context when keys are the
+            inputs and values the outputs (Wang et al. 2025, "test-time regression"): one of
+            `ESTIMATORS` ("least_squares" for attention without normalisation, theory §3;
+            "online_gd" for the delta rule, one gradient step per token; "ridge" for the mesa
+            layer), or "" where no such claim is made. The in-context regression task sets the
+            trained model's error beside that estimator's on the same prompts.
 
     A variant whose library or device may be missing overrides `unavailable`; building or
     running it where it is unavailable raises `UnsupportedError` with that sentence, so a job
@@ -188,6 +196,9 @@ class AttentionVariant(nn.Module):
     library: ClassVar[str] = ""  # PyPI distribution of the implementation; "" = attnbench
     grouped_query: ClassVar[bool] = False  # forward shares k, v across query heads natively
     gates: ClassVar[dict[str, str]] = {}  # gate name → width, "head" or "key" (module docstring)
+    # the classical estimator the mixer computes with inputs as keys and outputs as values
+    # (one of ESTIMATORS, "" for none claimed): the regression task's "regression view"
+    estimator: ClassVar[str] = ""
     # the largest error the kernel may make, by dtype: max |out − out_float64| over
     # max(1, max |out_float64|) on unit-normal inputs (`within_tolerance`)
     error_tolerance: ClassVar[dict[str, float]] = {
@@ -453,6 +464,10 @@ def _check_contract(name: str, cls: type[AttentionVariant]) -> None:
         raise TypeError(
             f"variant '{name}': gates must map gate names to a width in {GATE_WIDTHS}, "
             f"got {cls.gates!r}."
+        )
+    if cls.estimator not in ("", *ESTIMATORS):
+        raise TypeError(
+            f"variant '{name}': estimator {cls.estimator!r} is not one of {ESTIMATORS} (or '')."
         )
     for attr in ("peer_of", "library"):
         if not isinstance(getattr(cls, attr), str):

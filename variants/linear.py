@@ -115,6 +115,7 @@ class IdentityAttention(AttentionVariant):
     """(QKᵀ/√d)·V / M with no normalisation (h = identity), at linear cost."""
 
     family = "unnormalised"
+    estimator = "least_squares"  # theory §3: least squares is attention without normalisation
     cost = "n"
     supports_causal = True
     grouped_query = True  # one state per key/value head (module docstring)

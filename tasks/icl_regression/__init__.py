@@ -68,7 +68,7 @@ from attnbench.tasks.icl_regression.curriculum import Curriculum
 from attnbench.toolkit.layer import MultiHeadAttention
 from attnbench.toolkit.model import ModelConfig, SequenceModel
 from attnbench.toolkit.training import TrainConfig, train
-from attnbench.variant import mean_density
+from attnbench.variant import gate_width, mean_density
 
 MODES = ("prompt", "attention_system", "one_layer")
 X_DISTS = ("auto", *rb.X_DISTS)
@@ -131,6 +131,12 @@ class IclRegression(Task):
         "gradient step."
     )
     headline = "mse_mean"
+    label = "In-context regression"
+    axes = (
+        Metric(
+            "n_examples", None, "In-context examples before the query", label="examples in context"
+        ),
+    )
     tuning = Tuning(["lr", "layer_lr"], "val_mse_mean")  # lr: prompt mode, layer_lr: one_layer
     # the three modes train different models on different problems: one overview column each,
     # showing what its paper compares (Garg: error / d; theory §3: loss relative to least
@@ -151,6 +157,7 @@ class IclRegression(Task):
             "mse_averaging": "averaging",
             "mse_knn3": "3-NN",
             "mse_gd_step": "one GD step (optimal η)",
+            "mse_online_gd": "online GD (one pass, normalised steps)",
             "mse_zero": "zero predictor",
             "mse_lasso": "Lasso (sparse weights)",
         },
@@ -171,10 +178,20 @@ class IclRegression(Task):
         }
     }
     metrics = (
-        Metric("mse", False, "Squared error / d of the model (prompt: by number of examples)"),
+        Metric(
+            "mse",
+            False,
+            "Squared error / d of the model (prompt: by number of examples)",
+            label="error / d",
+        ),
         Metric("mse_q05", None, "5% bootstrap quantile of the mean error (prompt mode)"),
         Metric("mse_q95", None, "95% bootstrap quantile of the mean error (prompt mode)"),
-        Metric("mse_mean", False, "Model error / d averaged over the numbers of examples"),
+        Metric(
+            "mse_mean",
+            False,
+            "Model error / d averaged over the numbers of examples",
+            label="error / d (mean over examples)",
+        ),
         Metric("val_mse_mean", False, "mse_mean on the validation prompts (picks tuned lr)"),
         Metric("mse_least_squares", None, "Min-norm least squares on the same prompts"),
         Metric("mse_ridge", None, "Ridge regression (λ = σ²) on the same prompts"),
@@ -187,6 +204,17 @@ class IclRegression(Task):
         Metric("mse_knn3", None, "3-nearest-neighbours (attention_system: leave-one-out)"),
         Metric("mse_lasso", None, "Lasso (α = lasso_alpha) on the same prompts (w_sparsity > 0)"),
         Metric("mse_gd_step", None, "One gradient step from w = 0 with the optimal step size"),
+        Metric(
+            "mse_online_gd",
+            None,
+            "One pass of online gradient descent, normalised steps (the delta rule's estimator)",
+        ),
+        Metric(
+            "mse_vs_estimator",
+            False,
+            "mse_mean / the mean error of the estimator the variant implements in theory "
+            "(AttentionVariant.estimator), on the same prompts (prompt mode)",
+        ),
         Metric("mse_zero", None, "The zero predictor, (w·x)²/d on the same prompts"),
         Metric(
             "error_rate_vs_ls",
@@ -198,7 +226,12 @@ class IclRegression(Task):
             False,
             "Final training loss / least-squares loss, median run (attention_system)",
         ),
-        Metric("loss_ratio_vs_gd", False, "mse / mse_gd_step on the same prompts (one_layer)"),
+        Metric(
+            "loss_ratio_vs_gd",
+            False,
+            "mse / mse_gd_step on the same prompts (one_layer)",
+            label="error relative to one gradient step",
+        ),
         Metric("loss_ratio_vs_gd_se", None, "Standard error of loss_ratio_vs_gd (paired)"),
         Metric(
             "cosine_vs_gd", None, "Cosine similarity of the layer's and the GD step's predictions"
@@ -337,6 +370,7 @@ class IclRegression(Task):
             "ridge": lambda x, y, q: rb.ridge(x, y, q, lam),
             "averaging": lambda x, y, q: rb.averaging(x, y, q, second_moment),
             "knn3": rb.nearest_neighbours,
+            "online_gd": rb.online_gd,
             "gd_step": lambda x, y, q: rb.gd_step(x, y, q, self.gd_theory(x.shape[1]).step),
             "zero": lambda x, y, q: q.new_zeros(q.shape[0]),  # the scale: no learning at all
             **(
@@ -459,13 +493,19 @@ class IclRegression(Task):
                 MetricPoint("mse_q05", float(lo[i]), "n_examples", i),
                 MetricPoint("mse_q95", float(hi[i]), "n_examples", i),
             ]
-        for name, err in self.baseline_errors(xs, observed, clean).items():
+        baseline_errors = self.baseline_errors(xs, observed, clean)
+        for name, err in baseline_errors.items():
             points += [
                 MetricPoint(f"mse_{name}", float(v), "n_examples", i)
                 for i, v in enumerate(err.mean(dim=0).tolist())
             ]
+        # the regression view: the variant beside the estimator it implements in theory
+        estimator = model.attention_layers()[0].attention.estimator
+        if estimator in baseline_errors:
+            ratio = float(model_err.mean() / baseline_errors[estimator].mean())
+            points.append(MetricPoint("mse_vs_estimator", ratio))
         points += self.shift_points(predict_all, ctx)
-        details = {"loss_curve": curve}
+        details = {"loss_curve": curve, "estimator": estimator}
         if curriculum.start_dims < p.n_dims or curriculum.start_points < p.n_points:
             details["curriculum_full_from_step"] = curriculum.full_from()
         return TaskResult(points=points, details=details)
@@ -680,6 +720,15 @@ class AttentionSystem(torch.nn.Module):
         self.w_k = torch.nn.Parameter(torch.randn(d, d, generator=gen) / d**0.5)
         self.w_v = torch.nn.Parameter(torch.ones(()))
         self.h = ctx.build_variant(VariantShape(n_heads=1, head_dim=d, max_len=n))
+        # a gated variant's gates come from the input, as q and k do: a learnable map each
+        self.w_gates = torch.nn.ParameterDict(
+            {
+                name: torch.nn.Parameter(
+                    torch.randn(gate_width(width, d), d, generator=gen) / d**0.5
+                )
+                for name, width in self.h.gates.items()
+            }
+        )
         self.ctx = ctx
         self.to(ctx.device, ctx.dtype)
 
@@ -688,7 +737,10 @@ class AttentionSystem(torch.nn.Module):
         q = (x @ self.w_q.T).view(1, 1, *x.shape)
         k = (x @ self.w_k.T).view(1, 1, *x.shape)
         v = (y * self.w_v).view(1, 1, -1, 1)
-        return self.h(q, k, v).flatten()
+        if not self.w_gates:
+            return self.h(q, k, v).flatten()
+        gates = {name: (x @ w.T).view(1, 1, len(x), -1) for name, w in self.w_gates.items()}
+        return self.h(q, k, v, gates=gates).flatten()
 
     def fit(self, x: torch.Tensor, y: torch.Tensor, steps: int) -> list[tuple[int, float]]:
         """Full-batch L-BFGS on the MSE over the history points; returns the loss curve."""

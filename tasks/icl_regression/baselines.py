@@ -129,6 +129,20 @@ def gd_step(xs: torch.Tensor, ys: torch.Tensor, queries: torch.Tensor, step: flo
     return (w * queries).sum(-1)
 
 
+def online_gd(xs: torch.Tensor, ys: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
+    """One pass of online gradient descent from w = 0, one example at a time, each step the
+    normalised one (η_i = 1/‖x_i‖², Kaczmarz's projection onto y_i = w·x_i):
+    w ← w + (y_i − w·x_i)·x_i/‖x_i‖². It is the delta rule's estimator: the delta rule with
+    β = 1, L2-normalised keys k_i = x_i/‖x_i‖ and values y_i/‖x_i‖ is exactly this update, and
+    its state read by the query is the prediction w·x."""
+    w = queries.new_zeros(queries.shape)
+    for i in range(xs.shape[1]):
+        x = xs[:, i]
+        residual = ys[:, i] - (w * x).sum(-1)
+        w = w + (residual / x.square().sum(-1).clamp_min(1e-30)).unsqueeze(-1) * x
+    return (w * queries).sum(-1)
+
+
 def coordinate_moments(x_dist: str, x_scale: float) -> tuple[float, float]:
     """(E x_k², E x_k⁴) of one input coordinate: N(0, x_scale²) or U[−x_scale, x_scale]."""
     if x_dist == "gaussian":

@@ -108,6 +108,20 @@ def test_prompt_mode_reports_curves_bands_and_baselines(one_thread):
     assert points[("mse_gd_step", 0)] == points[("mse_averaging", 0)]
     assert points[("mse_least_squares", 5)] < points[("mse_gd_step", 5)] < 1.0
     assert len(details["loss_curve"]) > 0
+    # softmax claims no estimator: no regression-view ratio
+    assert details["estimator"] == "" and ("mse_vs_estimator", None) not in points
+
+
+def test_prompt_mode_sets_a_variant_beside_the_estimator_it_implements(one_thread):
+    """The regression view: `identity` claims least squares (AttentionVariant.estimator), and
+    its ratio is its mean error over least squares' mean error on the same test prompts."""
+    size = {"n_dims": 3, "n_points": 6, "steps": 20, "eval_prompts": 300, "d_model": 16}
+    points, details = _run("identity", n_layers=1, **size)
+    assert details["estimator"] == "least_squares"
+    curve = [points[("mse_least_squares", i)] for i in range(6)]
+    assert points[("mse_vs_estimator", None)] == pytest.approx(
+        points[("mse_mean", None)] / (sum(curve) / 6), rel=1e-5
+    )
 
 
 def test_bootstrap_band_brackets_the_mean_and_collapses_for_constants():
@@ -286,3 +300,20 @@ def test_the_gd_step_reference_is_scored_at_the_optimal_step(one_thread, monkeyp
     step = eta * (xs * ys.unsqueeze(-1)).mean(dim=1)
     expected = ((step * queries).sum(-1) - target).square().mean() / d
     assert points[("mse_gd_step", None)] == pytest.approx(float(expected), rel=1e-5)
+
+
+def test_a_gated_variant_is_an_attention_system_with_gates_from_its_inputs(one_thread):
+    """A gated mixer as h: its gates come from the history points through a learned map, as
+    W_q and W_k do (an ungated system has no such map), and it trains to a finite ratio."""
+    from attnbench.tasks.icl_regression import AttentionSystem
+
+    ctx = JobContext("delta_net", {}, torch.device("cpu"), torch.float32, 0, 1)
+    system = AttentionSystem(ctx, 3, 20, torch.Generator().manual_seed(0))
+    assert set(system.w_gates) == {"beta"} and system.w_gates["beta"].shape == (1, 3)
+    x, y = torch.randn(20, 3), torch.randn(20)
+    system(x, y).square().sum().backward()
+    assert system.w_gates["beta"].grad.abs().sum() > 0
+    softmax = JobContext("softmax", {}, torch.device("cpu"), torch.float32, 0, 1)
+    assert len(AttentionSystem(softmax, 3, 20, torch.Generator().manual_seed(0)).w_gates) == 0
+    points, _ = _run("delta_net", **{**SYSTEM, "system_runs": 2})
+    assert math.isfinite(points[("loss_ratio_vs_ls", None)])

@@ -291,3 +291,53 @@ def test_the_optimal_gd_step_is_the_monte_carlo_minimiser_to_better_than_one_per
     for factor in (0.99, 1.01):
         with pytest.raises(AssertionError):
             check_optimal_step(factor * theory.step, n, d)
+
+
+def test_online_gd_is_one_normalised_pass_in_order():
+    """`online_gd` against a plain per-prompt loop (w ← w + (y − w·x)·x/‖x‖², in order), and
+    its two defining facts: with orthogonal inputs one pass recovers w exactly (each projection
+    fixes one coordinate and leaves the others), and the order of the examples matters (an
+    estimator that averaged its examples, or took one batch step, would not depend on it)."""
+    xs, clean, observed = _prompts(50, 7, 5, noise=0.3, seed=3)
+    pred = rb.online_gd(xs[:, :7], observed[:, :7], xs[:, 7])
+    for p in range(50):
+        w = [0.0] * 5
+        for i in range(7):
+            x = xs[p, i].tolist()
+            r = float(observed[p, i]) - sum(a * b for a, b in zip(w, x, strict=True))
+            norm = sum(a * a for a in x)
+            w = [a + r * b / norm for a, b in zip(w, x, strict=True)]
+        assert float(pred[p]) == pytest.approx(
+            sum(a * b for a, b in zip(w, xs[p, 7].tolist(), strict=True))
+        )
+    basis = torch.linalg.qr(torch.randn(5, 5, dtype=torch.float64))[0].T * 3.0  # rows ⟂, ‖·‖=3
+    w_true = torch.randn(5, dtype=torch.float64)
+    query = torch.randn(1, 5, dtype=torch.float64)
+    exact = rb.online_gd(basis[None], (basis @ w_true)[None], query)
+    assert float(exact) == pytest.approx(float(query @ w_true), abs=1e-12)
+    reordered = rb.online_gd(xs[:, :7].flip(1), observed[:, :7].flip(1), xs[:, 7])
+    assert not torch.allclose(reordered, pred)
+
+
+def test_online_gd_is_the_delta_rule_with_unit_steps_on_normalised_keys():
+    """The delta rule with β = 1, keys x_i/‖x_i‖ and values y_i/‖x_i‖, read by the query,
+    predicts exactly what `online_gd` does (docs/theory.md: one delta-rule step is one gradient
+    step). Computed by the registered `delta_net` with its features bypassed (identity
+    activation; its L2 norm is then a no-op on normalised keys) and β = sigmoid(40) = 1 − 4e-18."""
+    from attnbench import VariantShape, build_variant
+
+    xs, _, observed = _prompts(3, 6, 4, noise=0.1, seed=5)
+    norms = xs[:, :6].norm(dim=-1, keepdim=True)
+    k = (xs[:, :6] / norms)[:, None]
+    v = (observed[:, :6, None] / norms)[:, None]
+    q = xs[:, 6:7][:, None]
+    variant = build_variant(
+        "delta_net", {"qk_activation": "identity"}, VariantShape(1, 4, 7)
+    ).double()
+    beta = torch.full((3, 1, 6, 1), 40.0, dtype=torch.float64)
+    # a non-causal call: the query reads the state after the last key; q's own L2 norm and the
+    # 1/√D scale multiply the read-out, so undo them
+    out = variant(q, k, v, causal=False, gates={"beta": beta})[:, 0, 0, 0]
+    out = out * xs[:, 6].norm(dim=-1) * 4**0.5
+    expected = rb.online_gd(xs[:, :6], observed[:, :6], xs[:, 6])
+    torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-10)
