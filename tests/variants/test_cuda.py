@@ -1,0 +1,99 @@
+"""Every registered variant on a CUDA device: the same maths as on the CPU, in float32 and
+bfloat16, forward and backward, and its incremental form. Skipped where there is no GPU (CI);
+run on a GPU machine with ``pytest tests/variants/test_cuda.py``.
+
+The CPU contract suite (`attnbench.testing`) checks each variant against its definition; this
+checks that the CUDA paths (SDPA's and flex_attention's kernels, the engines' device branches,
+the pointwise and top-k paths) compute the same function: the CUDA output against the variant's
+own float64 output on the CPU for the same inputs and parameters. Tolerances are each variant's
+declared ``error_tolerance`` for the dtype (relative to max(1, max |reference|)), as the
+throughput task judges its timings; a variant unavailable on CUDA skips with its sentence.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnbench import VariantShape, build_variant, incremental_form, why_no_incremental_form
+from attnbench.testing import gates_of_keys
+from attnbench.variant import VARIANTS
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+N, H, D = 300, 4, 64  # 300: no multiple of a chunk (64) or a block (32, 64)
+
+
+def _variant(name: str) -> torch.nn.Module:
+    variant_cls = VARIANTS.get(name)
+    reason = variant_cls.unavailable("cuda")
+    if reason:
+        pytest.skip(reason)
+    torch.manual_seed(0)
+    return build_variant(name, {}, VariantShape(H, D, N))
+
+
+def _call(variant, q, k, v, causal):
+    gates = gates_of_keys(variant, k) if variant.gates else None
+    if gates is None:
+        return variant(q, k, v, causal=causal)
+    return variant(q, k, v, causal=causal, gates=gates)
+
+
+def _inputs(seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(2, H, N, D, generator=g, dtype=torch.float64) for _ in range(3)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("name", VARIANTS.names())
+def test_cuda_forward_equals_the_cpu_float64_forward(name, causal, dtype):
+    variant = _variant(name)
+    if causal and not variant.supports_causal:
+        pytest.skip("not causal")
+    q, k, v = _inputs()
+    # the CPU reference in float64 (peers without a CPU path: their CUDA float32 instead)
+    try:
+        reference = _call(variant.double(), q, k, v, causal)
+    except Exception:  # noqa: BLE001 - a CUDA-only library: compare with its own float32
+        reference = None
+    cuda = variant.to("cuda")
+    if reference is None:
+        reference = _call(cuda.float(), *(x.float().cuda() for x in (q, k, v)), causal).double()
+    out = _call(cuda.to(dtype), *(x.to("cuda", dtype) for x in (q, k, v)), causal)
+    assert out.dtype == dtype and out.device.type == "cuda"
+    scale = max(1.0, float(reference.abs().max()))
+    error = float((out.double().cpu() - reference.cpu()).abs().max()) / scale
+    name_of = str(dtype).removeprefix("torch.")
+    limit = variant.error_tolerance.get(name_of, 1e-1)
+    assert error <= limit, f"{name} {name_of} causal={causal}: error {error:.3g} > {limit:g}"
+
+
+@pytest.mark.parametrize("name", VARIANTS.names())
+def test_cuda_backward_is_finite_and_reaches_every_input(name):
+    variant = _variant(name).cuda()
+    q, k, v = (x.float().cuda().requires_grad_(True) for x in _inputs(1))
+    _call(variant, q, k, v, variant.supports_causal).square().mean().backward()
+    for t in (q, k, v):
+        assert t.grad is not None and torch.isfinite(t.grad).all() and t.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("name", VARIANTS.names())
+def test_cuda_incremental_form_equals_the_causal_forward(name):
+    variant = _variant(name)
+    if why_no_incremental_form(variant):
+        pytest.skip(why_no_incremental_form(variant))
+    variant = variant.cuda()
+    q, k, v = (x.float().cuda() for x in _inputs(2))
+    with torch.no_grad():
+        expected = _call(variant, q, k, v, True)
+        decoder = incremental_form(variant, 2, N, D, D, device="cuda", dtype=torch.float32)
+        gates = gates_of_keys(variant, k) if variant.gates else {}
+        cut = {n: g[:, :, :250] for n, g in gates.items()}
+        outs = [decoder.prefill(q[:, :, :250], k[:, :, :250], v[:, :, :250], cut)]
+        for t in range(250, N):
+            token = (x[:, :, t : t + 1] for x in (q, k, v))
+            outs.append(decoder.step(*token, {n: g[:, :, t : t + 1] for n, g in gates.items()}))
+    error = float((torch.cat(outs, dim=2) - expected).abs().max())
+    assert error <= 1e-4 * max(1.0, float(expected.abs().max())), f"{name}: {error:.3g}"
