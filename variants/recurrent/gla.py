@@ -1,0 +1,375 @@
+"""Decayed linear attention with data-dependent decay: `gla` (per key channel) and `mamba2` (per
+head), one chunked engine for both.
+
+Both keep, per key/value head, a state S (D×Dv) with
+
+    S_t = diag(a_t)·S_{t−1} + k_t v_tᵀ,        o_t = S_tᵀ q_t,
+
+with no normaliser (unlike `linear`), and differ only in the decay a_t and in what multiplies the
+keys:
+
+- `gla` (Yang et al. 2024, "Gated Linear Attention Transformers with Hardware-Efficient
+  Training"): a_t ∈ (0, 1)^D, one decay per key channel, log a_t = logsigmoid(raw_t)/τ with the
+  gate normaliser τ = 16 (flash-linear-attention's ``gate_logit_normalizer``), queries scaled by
+  1/√D as fla's kernels do. Gate ``"alpha"`` of width ``"key"``.
+- `mamba2` (Dao & Gu 2024, state-space duality): one scalar decay per head,
+  a_t = exp(−exp(A_log)·Δ_t) with the time step Δ_t = softplus(raw_t + dt_bias), and the input
+  term scaled by Δ_t: S_t = a_t S_{t−1} + Δ_t B_t x_tᵀ, y_t = S_tᵀ C_t, where C ↔ q, B ↔ k,
+  x ↔ v. A_log and dt_bias are per key/value head parameters initialised as Mamba-2 does (A
+  uniform in [1, 16]; Δ log-uniform in [0.001, 0.1], floored at 1e-4, dt_bias its inverse
+  softplus). No query scale (Mamba-2 has none). Gate ``"dt"`` of width ``"head"``.
+  Deviations from the Mamba-2 block, which is more than this core: the D·x skip, the gating by
+  z and its RMSNorm, the short convolution and the projections are not here (the shared layer
+  makes q, k, v); and Mamba-2 shares B and C across the heads of a group while each head has its
+  own x, Δ and A, whereas here keys and values share heads (grouped-query: queries own heads),
+  so Δ and A are per key/value head, as the gate contract defines.
+
+The chunked parallel form (`decayed_attention`): the sequence is cut into chunks of C positions;
+within a chunk b_t = Σ_{r ≤ t} log a_r is the cumulative log-decay, and every decay factor used
+is exp of a *difference* b_t − b_s with t ≥ s, so never more than 1 — no exp of a large positive
+number, whatever the gates (the naive factorisation q_t e^{b_t} · k_s e^{−b_s} overflows once a
+chunk's decays sum below about −88 in float32). For a per-head decay the within-chunk weights are
+one C×C matrix exp(b_t − b_s) (masked before the exp). For a per-channel decay the factor
+differs per channel, so (q_t ⊙ e^{b_t − b_s})·k_s is no product of a C×D and a D×C matrix;
+`_within_chunk_channel` builds it as a binary tree: the pairs (t in the right half of a block,
+s in its left half) are one matrix product with both factors referred to the last position of
+the left half, e^{b_t − b_ref} and e^{b_ref − b_s}, each ≤ 1; halving down to single positions
+covers every pair s < t once (log2 C levels, about C·D multiply-adds per token, as the masked
+C×C product would be). The past enters through the state at the chunk's start; the states are
+carried by a Python loop over chunks (a multiply-add of D×Dv per chunk), blocks of
+``BLOCK_CHUNKS`` chunks computed together so that memory stays bounded.
+
+``causal=False`` (as for `linear`): every query reads the state after the last key. Causal with
+N ≠ M: query i reads the state after key min(i, M − 1) (no token, no decay).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attnbench import AttentionVariant, VariantShape, register_variant
+from attnbench.incremental import IncrementalAttention, register_incremental
+from attnbench.variant import check_gates
+
+BLOCK_CHUNKS = 16  # chunks computed together; the state is carried chunk by chunk within
+SMALL_BLOCK = 8  # tree levels below this half-width multiply elementwise (tiny matmuls are slow)
+
+# dtype names whose inputs are computed in float32 (the decays and the state need the mantissa)
+_WIDENED = (torch.float16, torch.bfloat16)
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """float32 for half-precision inputs (cumulative log-decays in bfloat16 lose a position's
+    decay against the chunk's sum), else the input's dtype."""
+    return torch.float32 if dtype in _WIDENED else dtype
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def _within_chunk_head(q: torch.Tensor, k: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """A[t, s] = (q_t·k_s)·exp(b_t − b_s) for s ≤ t, else 0; b (…, C, 1) a per-head cumulative
+    log-decay. The exponent is masked to −inf above the diagonal before the exp."""
+    c = q.shape[-2]
+    diff = b - b.transpose(-1, -2)  # (…, C, C): b_t − b_s, ≤ 0 where s ≤ t
+    upper = torch.ones(c, c, dtype=torch.bool, device=q.device).triu(1)
+    weights = torch.exp(diff.masked_fill(upper, float("-inf")))
+    return (q @ k.transpose(-1, -2)) * weights
+
+
+def _within_chunk_channel(q: torch.Tensor, k: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """A[t, s] = Σ_d q_td k_sd exp(b_td − b_sd) for s ≤ t, else 0, with b (…, C, D) a
+    per-channel cumulative log-decay and C a power of two (module docstring: the binary tree)."""
+    c = q.shape[-2]
+    a = (q * k).sum(-1)[..., None, None]  # (…, C, 1, 1): the diagonal, blocks of one position
+    h = 1
+    while h < c:  # a: (…, C/h, h, h) → (…, C/2h, 2h, 2h)
+        nb = c // (2 * h)
+        qb, kb, bb = (x.unflatten(-2, (nb, 2, h)) for x in (q, k, b))  # (…, nb, 2, h, D)
+        ref = bb[..., 0, h - 1 :, :]  # the left half's last position: (…, nb, 1, D)
+        right = qb[..., 1, :, :] * torch.exp(bb[..., 1, :, :] - ref)  # e^{b_t − b_ref} ≤ 1
+        left = kb[..., 0, :, :] * torch.exp(ref - bb[..., 0, :, :])  # e^{b_ref − b_s} ≤ 1
+        if h < SMALL_BLOCK:
+            pairs = (right.unsqueeze(-2) * left.unsqueeze(-3)).sum(-1)
+        else:
+            pairs = right @ left.transpose(-1, -2)  # (…, nb, h, h): t right, s left
+        halves = a.unflatten(-3, (nb, 2))
+        upper = torch.cat([halves[..., 0, :, :], torch.zeros_like(pairs)], dim=-1)
+        lower = torch.cat([pairs, halves[..., 1, :, :].expand_as(pairs)], dim=-1)
+        a = torch.cat([upper.expand_as(lower), lower], dim=-2)
+        h *= 2
+    return a.squeeze(-3)
+
+
+def decayed_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    log_decay: torch.Tensor,
+    chunk: int,
+    causal: bool,
+    state: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Outputs and final state of S_t = diag(e^{g_t}) S_{t−1} + k_t v_tᵀ, o_t = S_tᵀ q_t.
+
+    Args:
+        q: Queries (B, H, N, D), already scaled.
+        k: Keys (B, H_kv, M, D) (H_kv divides H: query head h reads key/value head h // (H/H_kv)).
+        v: Values (B, H_kv, M, Dv).
+        log_decay: g_t ≤ 0, (B, H_kv, M, D) per key channel or (B, H_kv, M, 1) per head.
+        chunk: Chunk length C (a power of two; shorter sequences use the next power of two).
+        causal: Query i reads S_i (with N ≠ M: S_{min(i, M−1)}); else every query reads S_M.
+        state: S before the first key, (B, H_kv, D, Dv); None for zeros.
+
+    Returns:
+        (out (B, H, N, Dv), S after the last key (B, H_kv, D, Dv)).
+    """
+    bsz, heads, n, d = q.shape
+    kv, m, dv = k.shape[1], k.shape[-2], v.shape[-1]
+    group = heads // kv
+    qg = q.reshape(bsz, kv, group, n, d)  # each key/value head's queries
+    k, v, g = k.unsqueeze(2), v.unsqueeze(2), log_decay.unsqueeze(2)
+    s = q.new_zeros(bsz, kv, 1, d, dv) if state is None else state.unsqueeze(2).to(q.dtype)
+    if not causal:
+        after = g.flip(-2).cumsum(-2).flip(-2) - g  # Σ_{r > s} g_r: decay from s to the end
+        s = s * torch.exp(g.sum(-2)).unsqueeze(-1) + (k * torch.exp(after)).transpose(-1, -2) @ v
+        return (qg @ s).reshape(bsz, heads, n, dv), s.squeeze(2)
+    if m > n:  # keys after the last query are never read
+        k, v, g = k[..., :n, :], v[..., :n, :], g[..., :n, :]
+    c = min(chunk, _pow2_at_least(n))
+    pad = (-n) % c
+    padded = n + pad
+    # zero keys, values and log-decays after the end change no state (and no output kept)
+    qg = F.pad(qg, (0, 0, 0, pad))
+    k, v, g = (F.pad(x, (0, 0, 0, padded - x.shape[-2])) for x in (k, v, g))
+    within = _within_chunk_channel if g.shape[-1] > 1 else _within_chunk_head
+    outs = []
+    for start in range(0, padded, c * BLOCK_CHUNKS):
+        qc, kc, vc, gc = (x[..., start : start + c * BLOCK_CHUNKS, :] for x in (qg, k, v, g))
+        qc, kc, vc, gc = (x.unflatten(-2, (-1, c)) for x in (qc, kc, vc, gc))  # (…, K, C, ·)
+        b = gc.cumsum(-2)  # cumulative log-decay within each chunk, ≤ 0, decreasing
+        last = b[..., -1:, :]
+        out = within(qc, kc, b) @ vc
+        own = (kc * torch.exp(last - b)).transpose(-1, -2) @ vc  # each chunk's s_u: (…, K, D, Dv)
+        through = torch.exp(last).transpose(-1, -2)  # decay across a chunk: (…, K, D or 1, 1)
+        starts = []
+        for u in range(qc.shape[-3]):
+            starts.append(s)
+            s = s * through[..., u, :, :] + own[..., u, :, :]
+        out = out + (qc * torch.exp(b)) @ torch.stack(starts, dim=3)
+        outs.append(out.flatten(-3, -2))
+    out = torch.cat(outs, dim=-2)[..., :n, :]
+    return out.reshape(bsz, heads, n, dv), s.squeeze(2)
+
+
+def per_key_value_head(param: torch.Tensor, heads: int, like: torch.Tensor) -> torch.Tensor:
+    """A per key/value head parameter (H_kv,) as (1, heads, 1, 1) in ``like``'s dtype, repeated
+    when the keys come repeated to ``heads`` heads (each copy keeps its head's value)."""
+    if heads != param.shape[0]:
+        param = param.repeat_interleave(heads // param.shape[0])
+    return param.to(like.dtype).view(1, heads, 1, 1)
+
+
+def _decayed_flops(
+    variant: AttentionVariant, b: int, h: int, n: int, m: int, d: int, dv: int, causal: bool
+) -> float:
+    """The matrix products of `decayed_attention` (what ``torch.utils.flop_counter`` sees).
+
+    Per key/value head: the chunk states kᵀv, 2·M·D·Dv. Per query head: the read-out q·S,
+    2·N·D·Dv; causal, the within-chunk weights (per head: the C×C product q kᵀ, 2·C·D per token;
+    per channel: the tree's matrix levels, h·D per token for each half-width h ≥ SMALL_BLOCK)
+    and their product with v, 2·C·Dv per token. Not counted: the elementwise work (decay
+    factors, the tree's small levels, the state hand-over, D·Dv per chunk), O(N·D) beside these.
+    """
+    kv = h * variant.shape.kv_heads / variant.shape.n_heads
+    if not causal:
+        return 2.0 * b * (h * n + kv * m) * d * dv
+    c = min(variant.params.chunk_size, _pow2_at_least(n))
+    if variant.gates_width == "key":
+        scores = sum(w * d for w in (1 << i for i in range(20)) if SMALL_BLOCK <= w < c)
+    else:
+        scores = 2 * c * d
+    return b * n * (h * (scores + 2 * c * dv + 2 * d * dv) + kv * 2 * d * dv)
+
+
+@dataclass
+class GLAParams:
+    """Hyperparameters of `gla` (defaults: flash-linear-attention's GatedLinearAttention)."""
+
+    gate_normaliser: float = 16.0  # τ in log a = logsigmoid(raw)/τ (fla gate_logit_normalizer)
+    chunk_size: int = 64  # positions per chunk of the parallel form (a power of two)
+
+
+@dataclass
+class Mamba2Params:
+    """Hyperparameters of `mamba2` (defaults: mamba_ssm's Mamba2 module)."""
+
+    chunk_size: int = 64  # positions per chunk of the parallel form (a power of two)
+    a_init_min: float = 1.0  # A = exp(A_log) drawn uniformly in [a_init_min, a_init_max]
+    a_init_max: float = 16.0
+    dt_min: float = 0.001  # the initial time step Δ is log-uniform in [dt_min, dt_max] …
+    dt_max: float = 0.1
+    dt_init_floor: float = 1e-4  # … and at least this
+
+
+class DecayedLinearAttention(AttentionVariant):
+    """Base of `gla` and `mamba2`: a gate turned into per-token log-decays (`decays`), the shared
+    engine `decayed_attention`, the state per key/value head."""
+
+    family = "gated-linear"
+    cost = "n"
+    supports_causal = True
+    grouped_query = True  # one state per key/value head; the gates are per key/value head
+    gates_width = "key"
+    # measured (tests/variants/test_gated_linear.py) over 2048 positions, H = 4, D = 64 with
+    # standard-normal gates, relative to the output's scale against float64: worst 6e-7 in
+    # float32, 4e-3 in bfloat16 (its inputs rounded; computed in float32); limits with room
+    error_tolerance = {"float64": 1e-12, "float32": 1e-5, "float16": 2e-2, "bfloat16": 5e-2}
+
+    def __init__(self, params, shape: VariantShape) -> None:
+        super().__init__(params, shape)
+        c = params.chunk_size
+        if c < 1 or c & (c - 1):
+            raise ValueError(f"{self.name} chunk_size must be a power of two, got {c}; try 64.")
+
+    def decays(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gates: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(scaled queries, keys as they enter the state, values, log-decays ≤ 0) from the raw
+        gates; keys and values with as many heads as the states (`state_heads`)."""
+        raise NotImplementedError
+
+    def state_heads(self, kv_heads: int) -> int:
+        """The states kept for keys of ``kv_heads`` heads: one per key/value head, unless the
+        variant's own per-head parameters have more heads (mamba2 built without n_kv_heads, its
+        A per query head): then one per parameter head, as `decay` keeps one per query head."""
+        return kv_heads
+
+    def run(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        gates: dict[str, torch.Tensor],
+        causal: bool,
+        state: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The engine on the parametrised gates, computed in `compute_dtype`: (out, state)."""
+        dtype = compute_dtype(q.dtype)
+        q, k, v = (x.to(dtype) for x in (q, k, v))
+        gates = {name: g.to(dtype) for name, g in gates.items()}
+        q, k, v, g = self.decays(q, k, v, gates)
+        return decayed_attention(q, k, v, g, self.params.chunk_size, causal, state)
+
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        causal: bool = False,
+        gates: dict[str, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        self.check_inputs(q, k, v, causal)
+        gates = check_gates(self, gates, k)
+        return self.run(q, k, v, gates, causal)[0].to(q.dtype)
+
+    def forward_flops(self, batch, heads, n, m, d, dv, causal) -> float:
+        return _decayed_flops(self, batch, heads, n, m, d, dv, causal)
+
+
+@register_variant("gla")
+class GatedLinearAttention(DecayedLinearAttention):
+    """Gated linear attention: a per-key-channel decay logsigmoid(raw)/τ, queries scaled by
+    1/√D, no normaliser (module docstring)."""
+
+    Params = GLAParams
+    gates = {"alpha": "key"}
+    gates_width = "key"
+
+    def __init__(self, params: GLAParams, shape: VariantShape) -> None:
+        super().__init__(params, shape)
+        if not params.gate_normaliser > 0:
+            raise ValueError(f"gla gate_normaliser must be > 0, got {params.gate_normaliser}.")
+
+    def decays(self, q, k, v, gates):
+        log_decay = F.logsigmoid(gates["alpha"]) / self.params.gate_normaliser
+        return q / math.sqrt(q.shape[-1]), k, v, log_decay
+
+
+@register_variant("mamba2")
+class Mamba2(DecayedLinearAttention):
+    """Mamba-2's SSD core: a per-head decay exp(−exp(A_log)·Δ), keys scaled by
+    Δ = softplus(raw + dt_bias) (module docstring, with the deviations from the block)."""
+
+    Params = Mamba2Params
+    gates = {"dt": "head"}
+    gates_width = "head"
+
+    def __init__(self, params: Mamba2Params, shape: VariantShape) -> None:
+        super().__init__(params, shape)
+        p = params
+        if not 0 < p.a_init_min <= p.a_init_max or not 0 < p.dt_min <= p.dt_max:
+            raise ValueError(
+                f"mamba2 needs 0 < a_init_min <= a_init_max and 0 < dt_min <= dt_max; got "
+                f"A in [{p.a_init_min}, {p.a_init_max}], dt in [{p.dt_min}, {p.dt_max}]."
+            )
+        kv = shape.kv_heads
+        a = torch.empty(kv).uniform_(p.a_init_min, p.a_init_max)
+        self.A_log = nn.Parameter(torch.log(a))
+        log_dt = torch.rand(kv) * (math.log(p.dt_max) - math.log(p.dt_min)) + math.log(p.dt_min)
+        dt = torch.exp(log_dt).clamp(min=p.dt_init_floor)
+        self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # softplus⁻¹(dt)
+
+    def state_heads(self, kv_heads: int) -> int:
+        return max(kv_heads, self.A_log.shape[0])
+
+    def decays(self, q, k, v, gates):
+        heads, raw = self.state_heads(k.shape[1]), gates["dt"]
+        if heads > k.shape[1]:  # a decay per query head: keys and values repeated to them
+            k, v, raw = (x.repeat_interleave(heads // k.shape[1], dim=1) for x in (k, v, raw))
+        dt = F.softplus(raw + per_key_value_head(self.dt_bias, heads, k))  # (B, H_kv, M, 1)
+        log_decay = -torch.exp(per_key_value_head(self.A_log, heads, k)) * dt
+        return q, k * dt, v, log_decay
+
+
+class DecayedIncremental(IncrementalAttention):
+    """Decoding `gla` and `mamba2`: the state S (D×Dv) per key/value head, the same size at every
+    length; n new tokens run the chunked engine from it (a step: one decay and one rank-one
+    update, then q·S)."""
+
+    grouped_query = True
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.state_heads = self.variant.state_heads(self.kv_heads)
+        lead = (self.batch, self.state_heads, self.head_dim, self.value_dim)
+        self.state = torch.zeros(*lead, device=self.device, dtype=self.dtype)
+
+    def state_size(self, n: int) -> int:
+        """D·Dv per state head (`state_heads`: the key/value heads) whatever n: S is all a later
+        token reads of the past."""
+        return self.state_heads * self.head_dim * self.value_dim
+
+    def state_tensors(self) -> list[torch.Tensor]:
+        return [self.state]
+
+    def _extend(self, q, k, v, gates):
+        out, state = self.variant.run(q, k, v, gates, causal=True, state=self.state)
+        self.state.copy_(state)
+        return out.to(q.dtype)
+
+
+@register_incremental("gla")
+class GLAIncremental(DecayedIncremental):
+    """`gla` token by token (`DecayedIncremental`)."""
+
+
+@register_incremental("mamba2")
+class Mamba2Incremental(DecayedIncremental):
+    """`mamba2` token by token (`DecayedIncremental`)."""
