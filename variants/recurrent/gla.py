@@ -22,7 +22,9 @@ keys:
   z and its RMSNorm, the short convolution and the projections are not here (the shared layer
   makes q, k, v); and Mamba-2 shares B and C across the heads of a group while each head has its
   own x, Δ and A, whereas here keys and values share heads (grouped-query: queries own heads),
-  so Δ and A are per key/value head, as the gate contract defines.
+  so Δ is per key/value head (the gate contract) and A_log, dt_bias have one value per
+  key/value head of the shape (``n_kv_heads``); a variant built without it has them per query
+  head, and query heads that share keys then keep a state each (as `decay` does).
 
 The chunked parallel form (`decayed_attention`): the sequence is cut into chunks of C positions;
 within a chunk b_t = Σ_{r ≤ t} log a_r is the cumulative log-decay, and every decay factor used
