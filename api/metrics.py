@@ -21,12 +21,25 @@ class Metric:
         higher_is_better: Direction; None where neither is better (e.g. a diagnostic).
         description: One line shown on hover in the leaderboard.
         unit: Unit for axis labels ("ms", "MiB", "" for ratios).
+        label: A short name a reader understands, for chart titles, axes, legends and table
+            headers (e.g. "state per sequence" for ``state_bytes``); "" shows ``name``.
     """
 
     name: str
     higher_is_better: bool | None
     description: str
     unit: str = ""
+    label: str = ""
+
+    @property
+    def title(self) -> str:
+        """The label, or the name where none is declared."""
+        return self.label or self.name
+
+    @property
+    def axis_title(self) -> str:
+        """The title with its unit: "state per sequence (bytes)"."""
+        return f"{self.title} ({self.unit})" if self.unit else self.title
 
 
 @dataclass

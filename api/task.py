@@ -63,6 +63,10 @@ class Task:
     Params: ClassVar[type] = object
     metrics: ClassVar[tuple[Metric, ...]] = ()
     description: ClassVar[str] = ""
+    # the task's name for readers ("" shows ``name``) and how to name its curve axes and
+    # parameters (label, unit: TaskInfo.axes)
+    label: ClassVar[str] = ""
+    axes: ClassVar[tuple[Metric, ...]] = ()
     headline: ClassVar[str] = ""  # the metric the leaderboard ranks by
     charts: ClassVar[
         tuple[str, ...]
@@ -152,6 +156,8 @@ class Task:
             description=cls.description,
             headline=cls.headline,
             metrics=list(cls.metrics),
+            label=cls.label,
+            axes=list(cls.axes),
             charts=list(cls.charts),
             chart_bands=dict(cls.chart_bands),
             chart_references={k: dict(v) for k, v in cls.chart_references.items()},

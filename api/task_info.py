@@ -107,6 +107,12 @@ class TaskInfo:
     Attributes:
         name: Registered task name.
         description: One line shown above the task's section.
+        label: The task's name for readers, in titles and headers (e.g. "Associative recall
+            (MQAR)"); "" shows ``name``.
+        axes: How to name the curve axes and task parameters the page shows (a `Metric` each:
+            name, label, unit; direction None), e.g. ``Metric("seq_len", None, "…", "tokens",
+            label="context length")``. A curve axis that is itself a declared metric (e.g. the
+            state a sequence holds) needs no entry. Undeclared names are shown as they are.
         headline: The metric the leaderboard ranks by.
         metrics: Declared metrics (direction, description, unit), in display order.
         charts: Metrics drawn against their curve axis (default: the headline).
@@ -143,6 +149,8 @@ class TaskInfo:
     description: str = ""
     headline: str = ""
     metrics: list[Metric] = field(default_factory=list)
+    label: str = ""
+    axes: list[Metric] = field(default_factory=list)
     charts: list[str] = field(default_factory=list)
     chart_bands: dict[str, tuple[str, str]] = field(default_factory=dict)
     chart_references: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -165,6 +173,26 @@ class TaskInfo:
         """The declared (or fit-derived) metric ``name``; None if the task has none such."""
         return next((m for m in self.all_metrics() if m.name == name), None)
 
+    @property
+    def title(self) -> str:
+        """The task's label, or its name where none is declared."""
+        return self.label or self.name
+
+    def metric_title(self, name: str, unit: bool = False) -> str:
+        """A declared metric's label (with its unit if ``unit``), else ``name`` itself."""
+        metric = self.metric(name)
+        if metric is None:
+            return name
+        return metric.axis_title if unit else metric.title
+
+    def axis_title(self, name: str) -> str:
+        """A curve axis or task parameter's label and unit (`axes`, else a metric of that
+        name: an axis may be a measured quantity), else ``name`` itself."""
+        declared = next((a for a in self.axes if a.name == name), None)
+        if declared is not None:
+            return declared.axis_title
+        return self.metric_title(name, unit=True)
+
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able data (for records and the table's metadata)."""
         data = dataclasses.asdict(self)
@@ -177,10 +205,11 @@ class TaskInfo:
         known = {f.name for f in dataclasses.fields(cls)}
         data = {k: v for k, v in data.items() if k in known}
         metric_fields = {f.name for f in dataclasses.fields(Metric)}
-        data["metrics"] = [
-            Metric(**{k: v for k, v in m.items() if k in metric_fields})
-            for m in data.get("metrics", [])
-        ]
+        for key in ("metrics", "axes"):
+            data[key] = [
+                Metric(**{k: v for k, v in m.items() if k in metric_fields})
+                for m in data.get(key, [])
+            ]
         data["chart_bands"] = {k: tuple(v) for k, v in data.get("chart_bands", {}).items()}
         data["scaling_fits"] = [ScalingFit.from_dict(f) for f in data.get("scaling_fits", [])]
         tuning = data.get("tuning")

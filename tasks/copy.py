@@ -76,13 +76,34 @@ class SelectiveCopy(Task):
     Params = CopyParams
     description = "Selective copying: write out the data tokens scattered in noise, in order."
     headline = "accuracy"
+    label = "Selective copying"
     tuning = Tuning(["lr"], "val_accuracy")
     metrics = (
-        Metric("accuracy", True, "Token accuracy of the greedily written output"),
+        Metric(
+            "accuracy",
+            True,
+            "Token accuracy of the greedily written output",
+            label="copy accuracy",
+        ),
         Metric("val_accuracy", True, "accuracy on the validation split (picks tuned lr)"),
-        Metric("exact_match", True, "Fraction of sequences written out entirely right"),
-        Metric("chance_accuracy", None, "Chance token accuracy: one over the data tokens"),
-        Metric("final_loss", False, "Training loss at the end (mean of the last stretch)"),
+        Metric(
+            "exact_match",
+            True,
+            "Fraction of sequences written out entirely right",
+            label="sequences copied exactly",
+        ),
+        Metric(
+            "chance_accuracy",
+            None,
+            "Chance token accuracy: one over the data tokens",
+            label="chance",
+        ),
+        Metric(
+            "final_loss",
+            False,
+            "Training loss at the end (mean of the last stretch)",
+            label="final training loss",
+        ),
         DENSITY,
     )
 

@@ -106,6 +106,8 @@ class Decode(Task):
     Params = DecodeParams
     description = "Inference: one token at a time after a context (latency, state, memory)."
     headline = "decode_ratio"
+    label = "Decoding"
+    axes = (Metric("seq_len", None, "Context length", "tokens", label="context length"),)
     cost_metric = "decode_ratio"
     charts = ("decode_ms_per_token", "decode_ratio", "state_bytes", "decode_peak_mib", "prefill_ms")
     scaling_fits = (ScalingFit("decode_ms_per_token", "seq_len", reference_variant="softmax"),)
@@ -125,6 +127,7 @@ class Decode(Task):
             "Per-token decode time / one bare SDPA call of one query over the same cache, "
             "timed in alternating blocks in the same process (median); a load slows both alike",
             "× SDPA",
+            label="per-token time relative to one SDPA call",
         ),
         Metric(
             "decode_ms_per_token",
@@ -132,11 +135,18 @@ class Decode(Task):
             "Latency of one generated token after seq_len tokens of context (median of blocks "
             "of new_tokens steps, divided by new_tokens)",
             "ms",
+            label="per-token latency",
         ),
         Metric("decode_iqr", None, "Interquartile range of the per-token latency", "ms"),
         Metric("decode_ref_ms", None, "The bare SDPA call per token in the same rounds", "ms"),
         Metric("tokens_per_s", True, "Generated tokens per second (B / per-token latency)"),
-        Metric("prefill_ms", False, "Time to prefill the context (to the first token)", "ms"),
+        Metric(
+            "prefill_ms",
+            False,
+            "Time to prefill the context (to the first token)",
+            "ms",
+            label="prefill time",
+        ),
         Metric("prefill_ratio", False, "Prefill time / dense causal SDPA's, alternating", "×"),
         Metric("prefill_ref_ms", None, "Dense causal SDPA over the context, same rounds", "ms"),
         Metric("prefill_iqr", None, "Interquartile range of the prefill samples", "ms"),
@@ -145,12 +155,14 @@ class Decode(Task):
             False,
             "Bytes of state one sequence holds after the context (KV cache, ring or matrix)",
             "B",
+            label="state per sequence",
         ),
         Metric(
             "decode_peak_mib",
             False,
             "Peak memory of serving the batch: the state, the prefill and the generated tokens",
             "MiB",
+            label="peak memory while decoding",
         ),
         Metric("decode_steady", None, "1: the decode samples settled and the machine was quiet"),
         Metric(

@@ -179,6 +179,39 @@ def integer_ticks(values: pd.Series, log: bool = False) -> dict:
     return {"tickmode": "linear", "tick0": distinct[0], "dtick": step, "tickformat": "d"}
 
 
+LOG_STEPS_UP_TO = 3  # decades: up to this span a log axis has 1, 2, 5 of each; beyond, decades
+
+
+def log_ticks(values: pd.Series) -> dict:
+    """Tick settings for a log axis of ``values``: each label a whole number as written
+    ("0.1", "0.2", "0.5", "1", …), never Plotly's bare mantissas ("5 2 0.1 5 2"): 1, 2 and 5 of
+    each decade over a span of up to `LOG_STEPS_UP_TO` decades, the decades alone beyond."""
+    values = pd.Series(values, dtype=float)
+    values = values[(values > 0) & values.map(math.isfinite)]
+    if values.empty:
+        return {}
+    low, high = float(values.min()), float(values.max())
+    first, last = math.floor(math.log10(low)), math.ceil(math.log10(high))
+    steps = (1, 2, 5) if last - first <= LOG_STEPS_UP_TO else (1,)
+    reach = 1.5 if len(steps) > 1 else 10.0  # the tick just beyond each end of the values
+    ticks = [
+        float(f"{m * 10.0**e:.12g}")
+        for e in range(first, last + 1)
+        for m in steps
+        if low / reach <= m * 10.0**e <= high * reach
+    ]
+    return {"tickmode": "array", "tickvals": ticks, "ticktext": [f"{t:g}" for t in ticks]}
+
+
+def axis_ticks(values: pd.Series, log: bool) -> dict:
+    """The ticks of an axis of ``values``: `integer_ticks` where they are whole numbers (one per
+    value where few), `log_ticks` on any other log axis, else Plotly's."""
+    ticks = integer_ticks(values, log=log)
+    if log and ticks.get("tickmode") != "array":
+        return log_ticks(values)
+    return ticks
+
+
 def _spread_on_log_axis(values: list[float]) -> list[float]:
     """The values that get a tick on a log axis: none closer than 1/MAX_TICKS of the axis's
     span to another, round ones (powers of 2 or 10) chosen first, so that labels never overlap
@@ -359,6 +392,8 @@ class CurveExtras:
             and its hover says so. Empty: nothing is judged.
         accuracy_flag: The 0/1 metric saying whether the timed kernel computed within its
             declared error (`TaskInfo.accuracy`): drawn hollow too, with its own hover line.
+        x_title, y_title: The axes' titles, as a reader names them (`TaskInfo.axis_title`);
+            "": the axis's name, and the metric with its unit.
     """
 
     notes: dict[str, str] = field(default_factory=dict)
@@ -368,6 +403,8 @@ class CurveExtras:
     companions: dict[str, str] = field(default_factory=dict)  # metric → label (hover, title)
     steady_flag: str = ""
     accuracy_flag: str = ""
+    x_title: str = ""
+    y_title: str = ""
 
 
 def curve_figure(
@@ -404,8 +441,10 @@ def curve_figure(
     references = _add_references(fig, ok, lines.x_name, extras.references)
     _add_failures(fig, extras.failures, lines.rows)
     notes = _curve_notes(lines.constant, drawn)
-    yaxis = _curve_yaxis(lines.rows["value"], metric, unit, (references, drawn.ys), notes)
-    fig.update_layout(xaxis=_curve_xaxis(lines.rows, lines.x_name, extras.failures), yaxis=yaxis)
+    y_title = extras.y_title or (f"{metric} ({unit})" if unit else metric)
+    yaxis = _curve_yaxis(lines.rows["value"], y_title, (references, drawn.ys), notes)
+    xaxis = _curve_xaxis(lines.rows, extras.x_title or lines.x_name, extras.failures)
+    fig.update_layout(xaxis=xaxis, yaxis=yaxis)
     finish_layout(fig, title, _subtitle(subtitle, notes))
     return fig
 
@@ -600,8 +639,7 @@ def _curve_notes(constant: str, drawn: _Drawn) -> list[str]:
 
 def _curve_yaxis(
     values: pd.Series,
-    metric: str,
-    unit: str,
+    title: str,
     references_lines: tuple[dict[str, pd.Series], list[float]],
     notes: list[str],
 ) -> dict:
@@ -609,8 +647,8 @@ def _curve_yaxis(
     reference line reaches far beyond them, with a line of ``notes`` naming how far."""
     references, ys = references_lines
     y_type = axis_type(values)
-    yaxis = {"title": f"{metric} ({unit})" if unit else metric, "type": y_type}
     log = y_type == "log"
+    yaxis = {"title": title, "type": y_type, **(log_ticks(values) if log else {})}
     off = _off_axis(references, ys, log)
     if off:
         yaxis["range"] = clip_to(ys, log)
@@ -618,14 +656,14 @@ def _curve_yaxis(
     return yaxis
 
 
-def _curve_xaxis(rows: pd.DataFrame, x_name: str, failures: pd.DataFrame | None) -> dict:
+def _curve_xaxis(rows: pd.DataFrame, title: str, failures: pd.DataFrame | None) -> dict:
     """The x axis: log where the points span decades, integer ticks where every position (the
     failures' too) is an integer."""
     xs = rows["x_value"]
     if failures is not None and not failures.empty:
         xs = pd.concat([xs, failures["x"].astype(float)])
     x_type = axis_type(rows["x_value"])
-    return {"title": x_name, "type": x_type, **integer_ticks(xs, log=x_type == "log")}
+    return {"title": title, "type": x_type, **axis_ticks(xs, log=x_type == "log")}
 
 
 def _subtitle(subtitle: str, notes: list[str]) -> str:
@@ -817,10 +855,19 @@ def scatter_figure(
                 hoverinfo="text",
             )
         )
-    xaxis = {"title": x_title, "type": axis_type(points["x"])}
+    x_type, y_type = axis_type(points["x"]), axis_type(points["y"])
+    xaxis = {
+        "title": x_title,
+        "type": x_type,
+        **(log_ticks(points["x"]) if x_type == "log" else {}),
+    }
     if x_range is not None:
         xaxis["range"] = list(x_range)
-    fig.update_layout(xaxis=xaxis, yaxis={"title": y_title}, showlegend=True)
+    yaxis = {
+        "title": y_title,
+        **({"type": "log", **log_ticks(points["y"])} if y_type == "log" else {}),
+    }
+    fig.update_layout(xaxis=xaxis, yaxis=yaxis, showlegend=True)
     finish_layout(fig, title, subtitle)
     return fig
 
@@ -833,6 +880,7 @@ def bar_figure(
     references: dict[str, str] | None = None,
     colours: dict[str, str] | None = None,
     subtitle: str = "",
+    y_title: str = "",
 ) -> go.Figure | None:
     """``metric``'s single values (points without a curve coordinate) as one bar per variant (and
     its varying parameters, machine, dtype): the mean over the runs behind it, in the variant's
@@ -844,7 +892,8 @@ def bar_figure(
     Call it with one task setting at a time (references are averaged over ``ok``). The value axis
     is logarithmic where bars and levels span decades (`axis_type`). Bars are named by what
     differs between them; what is the same for all goes into the subtitle after ``subtitle``.
-    Returns None when ``ok`` has no such values of ``metric``.
+    Returns None when ``ok`` has no such values of ``metric``. ``y_title``: the value axis's
+    title as a reader names it ("": the metric with its unit).
     """
     scalar = ok[ok["x_value"].isna()]
     rows = scalar[scalar["metric"] == metric]
@@ -872,7 +921,8 @@ def bar_figure(
         )
     )
     levels = _add_levels(fig, scalar, bars.labels, references or {})
-    yaxis, constant = _bar_yaxis(f"{metric} ({unit})" if unit else metric, bars, levels, constant)
+    y_title = y_title or (f"{metric} ({unit})" if unit else metric)
+    yaxis, constant = _bar_yaxis(y_title, bars, levels, constant)
     fig.update_layout(
         xaxis={"type": "category", "automargin": True},
         yaxis=yaxis,
@@ -951,8 +1001,10 @@ def _bar_yaxis(
     a level far beyond the bars is left off it, the axis ending above the bars, and named in
     ``constant`` with its value."""
     y_type = axis_type(pd.Series(bars.means + list(levels.values())))
-    yaxis = {"title": title, "type": y_type}
     log = y_type == "log"
+    yaxis = {"title": title, "type": y_type}
+    if log:
+        yaxis.update(log_ticks(pd.Series(bars.means + bars.run_y + list(levels.values()))))
     values = bars.means + bars.run_y
     off = [f"{n} ({v:.3g})" for n, v in levels.items() if _beyond([v], [*values, 0.0], log)]
     if off and not log:

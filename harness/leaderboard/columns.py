@@ -71,17 +71,28 @@ def stated_position(rows: pd.DataFrame) -> tuple[str, float] | None:
     return x_name, float(counts[counts == counts.max()].index.max())
 
 
-def _at_stated_position(frame: pd.DataFrame, task: str, metric: str) -> tuple[pd.DataFrame, str]:
+def position_text(info: TaskInfo, x_name: str, x_value: float) -> str:
+    """A curve position as the task names its axis: "context length 4096 tokens" where it
+    declares the axis (`TaskInfo.axes`), else "seq_len=4096"."""
+    axis = next((a for a in info.axes if a.name == x_name), None)
+    if axis is None or not axis.label:
+        return f"{x_name}={x_value:g}"
+    return f"{axis.label} {x_value:g}" + (f" {axis.unit}" if axis.unit else "")
+
+
+def _at_stated_position(
+    frame: pd.DataFrame, task: str, metric: str, info: TaskInfo
+) -> tuple[pd.DataFrame, str]:
     """``frame`` without the rows of ``task`` at other positions of ``metric``'s curve axis
     than `stated_position` (rows of other tasks and the task's scalars kept), and the position
-    as "seq_len=4096" ("" when the metric has no axis)."""
+    as `position_text` names it ("" when the metric has no axis)."""
     mine = frame["task"] == task
     position = stated_position(frame[mine & (frame["metric"] == metric)])
     if position is None:
         return frame, ""
     x_name, x_value = position
     elsewhere = mine & (frame["x_name"] == x_name) & (frame["x_value"] != x_value)
-    return frame[~elsewhere], f"{x_name}={x_value:g}"
+    return frame[~elsewhere], position_text(info, x_name, x_value)
 
 
 def _headline(
@@ -89,6 +100,7 @@ def _headline(
 ) -> Headline:
     metric = info.metric(metric_name)
     description = metric.description if metric else ""
+    title = info.title + task.removeprefix(info.name)  # a split column keeps its " (value)"
     return Headline(
         task,
         metric_name,
@@ -98,6 +110,7 @@ def _headline(
         accuracy_flag=info.accuracy.get(metric_name, ""),
         cost=bool(info.cost_metric) and metric_name == info.cost_metric,
         group=group,
+        label=f"{title}: {info.metric_title(metric_name)}",
     )
 
 
@@ -119,7 +132,7 @@ def overview_columns(frame: pd.DataFrame, infos: dict[str, TaskInfo]) -> Columns
             if info.headline:
                 headline = _headline(task, info, info.headline)
                 if headline.cost:
-                    frame, headline.at = _at_stated_position(frame, task, info.headline)
+                    frame, headline.at = _at_stated_position(frame, task, info.headline, info)
                     task_col = task_col.loc[frame.index]
                 result.headlines.append(headline)
                 result.task_of[task] = task

@@ -125,7 +125,7 @@ def _headline_column(h: Headline) -> Column:
     )
     return Column(
         h.task,
-        f"{h.task}: {h.metric}" + (f" @ {h.at}" if h.at else ""),
+        (h.label or f"{h.task}: {h.metric}") + (f" @ {h.at}" if h.at else ""),
         f"{h.description} — {where} (± spread over seeds or IQR), #rank within the task; {what}",
         h.higher_is_better,
     )
@@ -210,7 +210,9 @@ def _rule(computed: Standings, cost: list[Headline]) -> str:
     if cost:
         text += (
             " Cost ("
-            + ", ".join(f"{h.task}: {h.metric}" + (f" at {h.at}" if h.at else "") for h in cost)
+            + ", ".join(
+                (h.label or f"{h.task}: {h.metric}") + (f" at {h.at}" if h.at else "") for h in cost
+            )
             + ") is ranked in its "
             "own column and never averaged with quality: one number would have to invent an "
             "exchange rate between them. Quality against cost is drawn below, for you to judge."

@@ -116,6 +116,7 @@ class Headline:
     cost: bool = False  # the task's declared cost metric: ranked apart from quality
     group: str = ""  # the task a column belongs to ("": ``task``); a task's columns share one vote
     at: str = ""  # the one curve position the column is at, e.g. "seq_len=4096" (`columns`)
+    label: str = ""  # the column's name for readers, "task: metric" in the task's words
 
 
 def uncertainty(points: pd.DataFrame) -> pd.Series:

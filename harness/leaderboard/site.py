@@ -78,6 +78,7 @@ class TaskSection:
     table: Table
     charts: list[Chart]
     n_runs: int
+    title: str = ""  # the task's label (`TaskInfo.label`), "" where it declares none
     fits: Table | None = None
     fits_note: str = ""  # what the fits are, from the task's declarations
     tuned: Table | None = None  # tuning axes: the value each variant's validation picked
@@ -202,15 +203,17 @@ def _task_charts(
     runs = rows[~rows["derived"]]
     headline = (info.headline if info else "") or runs["metric"].iloc[0]
     charts = []
-    for metric in (info.charts if info else []) or [headline]:
-        declared = info.metric(metric) if info else None
+    info = info or TaskInfo(task)  # undeclared names are shown as they are
+    for metric in info.charts or [headline]:
+        declared = info.metric(metric)
         unit = declared.unit if declared else ""
         curve = runs[(runs["metric"] == metric) & runs["x_name"].notna()]
         for x_name in sorted(curve["x_name"].unique()):  # one chart per curve axis
             on_axis = runs[runs["x_name"] == x_name]
             value = _constant(on_axis[on_axis["metric"] == metric])
             if value is not None:
-                notes.append(_constant_note(metric, f" against {x_name}", value))
+                where = f" against {info.axis_title(x_name)}"
+                notes.append(_constant_note(info.metric_title(metric), where, value))
                 continue
             along = tuple(axis_parameters(curve[curve["x_name"] == x_name], x_name))
             failures = _failures(frame, task, x_name, along)
@@ -221,13 +224,15 @@ def _task_charts(
                 extras = CurveExtras(
                     notes=_fit_notes(rows, info, metric, x_name),
                     failures=failures[failures["setting"] == setting],
-                    band=info.chart_bands.get(metric) if info else None,
-                    references=info.chart_references.get(metric, {}) if info else {},
-                    companions=info.chart_companions.get(metric, {}) if info else {},
-                    steady_flag=info.steadiness.get(metric, "") if info else "",
-                    accuracy_flag=info.accuracy.get(metric, "") if info else "",
+                    band=info.chart_bands.get(metric),
+                    references=info.chart_references.get(metric, {}),
+                    companions=info.chart_companions.get(metric, {}),
+                    steady_flag=info.steadiness.get(metric, ""),
+                    accuracy_flag=info.accuracy.get(metric, ""),
+                    x_title=info.axis_title(x_name),
+                    y_title=info.metric_title(metric, unit=True),
                 )
-                title = f"{task}: {metric} against {x_name}"
+                title = f"{info.title}: {info.metric_title(metric)} against {extras.x_title}"
                 fig = curve_figure(group, metric, title, unit, extras, colours, label)
                 if fig is not None:
                     chart_id = f"chart-{task}-{metric}-{x_name}" + (f"-{i}" if label else "")
@@ -256,7 +261,8 @@ def _bar_charts(
     settings); none for a metric whose values are all the same (a line of ``notes`` says so)."""
     runs = rows[~rows["derived"] & rows["x_value"].isna()]
     charts = []
-    for metric, references in (info.bar_charts if info else {}).items():
+    info = info or TaskInfo(task)
+    for metric, references in info.bar_charts.items():
         declared = info.metric(metric)
         unit = declared.unit if declared else ""
         having = runs[runs["metric"] == metric]["run_id"].unique()
@@ -265,11 +271,12 @@ def _bar_charts(
             continue
         value = _constant(mine[mine["metric"] == metric])
         if value is not None:
-            notes.append(_constant_note(metric, "", value))
+            notes.append(_constant_note(info.metric_title(metric), "", value))
             continue
         for i, (label, group) in enumerate(_bar_settings(mine)):
-            title = f"{task}: {metric} per variant"
-            fig = bar_figure(group, metric, title, unit, references, colours, label)
+            title = f"{info.title}: {info.metric_title(metric)} per variant"
+            y_title = info.metric_title(metric, unit=True)
+            fig = bar_figure(group, metric, title, unit, references, colours, label, y_title)
             if fig is not None:
                 chart_id = f"chart-{task}-{metric}-bars" + (f"-{i}" if label else "")
                 charts.append(chart(chart_id, fig))
@@ -312,14 +319,18 @@ def _sections(
         sections.append(
             TaskSection(
                 name=task,
+                title=info.label if info else "",
                 description=info.description if info else "",
-                table=task_table(
-                    rows[~derived],
-                    _metric_info(info),
-                    RUN_LINK,
-                    published,
-                    steadiness=info.steadiness if info else None,
-                    accuracy=info.accuracy if info else None,
+                table=readable_headers(
+                    task_table(
+                        rows[~derived],
+                        _metric_info(info),
+                        RUN_LINK,
+                        published,
+                        steadiness=info.steadiness if info else None,
+                        accuracy=info.accuracy if info else None,
+                    ),
+                    info,
                 ),
                 charts=charts,
                 n_runs=rows.loc[~derived, "run_id"].nunique(),
@@ -330,6 +341,29 @@ def _sections(
             )
         )
     return sections
+
+
+def readable_headers(table: Table, info: TaskInfo | None) -> Table:
+    """``table`` (a task table) with the headers of its metric and parameter columns as the
+    task names them (`TaskInfo.metric_title`, `axis_title`), each identifier kept in the
+    header's hover; columns the task does not name keep their identifier."""
+    if info is None:
+        return table
+    for col in table.columns:
+        metric, _, over = col.key.partition(" (mean over ")
+        name = col.key.removeprefix("task.")
+        if info.metric(metric) is not None:
+            header = info.metric_title(metric)
+            if over:
+                header += f" (mean over {info.axis_title(over.removesuffix(')'))})"
+        elif col.key.startswith("task.") and any(a.name == name for a in info.axes):
+            header = info.axis_title(name)
+        else:
+            continue
+        if header != col.key:
+            col.description = f"{col.key}: {col.description}" if col.description else col.key
+            col.header = header
+    return table
 
 
 def _count_unsteady(frame: pd.DataFrame, infos: dict[str, TaskInfo]) -> int:

@@ -23,7 +23,7 @@ import re
 import pandas as pd
 
 from attnbench.harness.leaderboard.charts import Chart, chart, scatter_figure, variant_colours
-from attnbench.harness.leaderboard.columns import Columns, stated_position
+from attnbench.harness.leaderboard.columns import Columns, position_text, stated_position
 from attnbench.harness.leaderboard.ranking import MACHINE, THREADS, Headline
 from attnbench.harness.leaderboard.tables import differing_keys
 from attnbench.harness.results.metric_points import declared_steadiness, unsteady_rows
@@ -64,14 +64,16 @@ def _latency(
     machine, dtype, threads = cost.groupby([MACHINE, "dtype", THREADS]).size().idxmax()
     cost = cost[(cost[MACHINE] == machine) & (cost["dtype"] == dtype) & (cost[THREADS] == threads)]
     position = stated_position(cost)
+    info = infos[cost_task]
     where = ""
     if position is not None:
         x_name, length = position
         cost = cost[(cost["x_name"] == x_name) & (cost["x_value"] == length)]
-        where = f" at {x_name}={length:g}"
-    declared = infos[cost_task].metric(cost_metric)
+        where = f" at {position_text(info, x_name, length)}"
+    declared = info.metric(cost_metric)
     unit = f" ({declared.unit})" if declared and declared.unit else ""
-    title = f"{cost_task} {cost_metric}{where}{unit}"
+    named = info.metric_title(cost_metric)
+    title = f"{named}{where}{unit}" if named != cost_metric else f"{cost_task} {named}{where}{unit}"
     steady = cost[~cost["unsteady"]]
     only_unsteady = cost[~cost["variant"].isin(set(steady["variant"]))]
     notes = {str(v): f"{cost_metric} from unsteady timings only" for v in only_unsteady["variant"]}
@@ -186,11 +188,12 @@ def tradeoff_charts(
     for i, (kind, h, points, x_title, x_range, where) in enumerate(plans):
         arrow = "↑" if h.higher_is_better else "↓"
         against = "cost" if kind == "cost" else "density"
+        info = infos.get(columns.task_of.get(h.task, h.task)) or TaskInfo(h.task)
         fig = scatter_figure(
             points,
             x_title,
-            f"{h.metric} {arrow}",
-            f"{h.task}: {h.metric} against {against}",
+            f"{info.metric_title(h.metric, unit=True)} {arrow}",
+            f"{h.label or f'{h.task}: {h.metric}'} against {against}",
             colours=colours,
             x_range=x_range,
             subtitle=where,

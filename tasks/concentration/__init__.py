@@ -240,6 +240,11 @@ class Concentration(Task):
         "over non-empty rows; dashed: the variant's closed form where it applies at this N."
     )
     headline = "sparsity_s"
+    label = "Attention concentration"
+    axes = (
+        Metric("scale", None, "Scale of the attention logits", label="logit scale"),
+        Metric("layer", None, "Layer of the trained model", label="layer"),
+    )
     charts = ("sparsity_s", "entropy", "empty_rows", "sinkhorn_divergence")
     chart_companions = {"sparsity_s": {"sparsity_s_theory": "closed form"}}
     metrics = (
@@ -248,18 +253,35 @@ class Concentration(Task):
             None,
             "S(x) = E|a|/√E[a²] over a row's allowed keys, mean over non-empty rows: "
             "1 uniform, 1/√n one-hot",
+            label="row sparsity S (1 uniform, 1/√n one-hot)",
         ),
-        Metric("entropy", None, "Entropy of |a|/Σ|a| (nats), mean over non-empty rows"),
+        Metric(
+            "entropy",
+            None,
+            "Entropy of |a|/Σ|a| (nats), mean over non-empty rows",
+            label="attention entropy",
+        ),
         Metric("effective_size", None, "exp(entropy): keys effectively attended (non-empty rows)"),
         Metric("max_weight", None, "Largest weight of |a|/Σ|a|, mean over non-empty rows"),
-        Metric("empty_rows", None, "Fraction of rows whose weights are all zero"),
-        Metric("ds_error", None, "Doubly-stochastic error: max row/column sum deviation"),
+        Metric(
+            "empty_rows",
+            None,
+            "Fraction of rows whose weights are all zero",
+            label="empty rows",
+        ),
+        Metric(
+            "ds_error",
+            None,
+            "Doubly-stochastic error: max row/column sum deviation",
+            label="doubly-stochastic error",
+        ),
         Metric(
             "sinkhorn_divergence",
             None,
             "Sinkhorn divergence S_ε (ε = 0.5) between the weight the plan gives each key and the "
             "uniform weight entropic OT imposes, cost ‖k − k'‖²/d: 0 for a converged Sinkhorn "
             "plan (non-causal gaussian source)",
+            label="Sinkhorn divergence",
         ),
         Metric(
             "sparsity_s_theory",

@@ -225,6 +225,7 @@ class IclRegression(Task):
             "loss_ratio_vs_ls",
             False,
             "Final training loss / least-squares loss, median run (attention_system)",
+            label="loss relative to least squares",
         ),
         Metric(
             "loss_ratio_vs_gd",
@@ -241,7 +242,12 @@ class IclRegression(Task):
         Metric("gd_over_zero_theory", None, "The exact expected value of gd_over_zero"),
         Metric("final_loss", False, "Training loss at the end"),
         *(
-            Metric(f"mse_{name}", False, f"Model error / d, prompt mode, {text} (Garg et al.)")
+            Metric(
+                f"mse_{name}",
+                False,
+                f"Model error / d, prompt mode, {text} (Garg et al.)",
+                label=f"error / d, {text}",
+            )
             for name, text in icl_shifts.SHIFTS.items()
         ),
         *(

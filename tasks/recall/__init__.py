@@ -121,35 +121,83 @@ class Recall(Task):
         "trained on a mixture of (seq_len, pairs), tested also on more pairs and longer sequences."
     )
     headline = "accuracy"
+    label = "Associative recall (MQAR)"
+    axes = (
+        Metric("n_kv_pairs", None, "Key-value pairs in a test sequence", label="key-value pairs"),
+        Metric("d_model", None, "Model width", label="model width"),
+        Metric("seq_len", None, "Training sequence length", "tokens", label="sequence length"),
+    )
     tuning = Tuning(["lr"], "val_accuracy")
     charts = ("accuracy_by_pairs", "accuracy_by_d_model", "accuracy_by_state_bytes")
     chart_references = {
         "accuracy_by_pairs": {"context_guess_by_pairs": "a random value of the sequence (1/pairs)"}
     }
     metrics = (
-        Metric("accuracy", True, "Query accuracy, mean over the test configurations (Zoology's)"),
-        Metric("accuracy_by_pairs", True, "Query accuracy per test configuration, by its pairs"),
-        Metric("val_accuracy", True, "accuracy on the validation split (picks tuned lr)"),
-        Metric("accuracy_trained_sizes", True, "Mean over test configurations within training's"),
-        Metric("accuracy_beyond", True, "Mean over test configurations past training's sizes"),
-        Metric("accuracy_by_d_model", True, "The headline by model width (one line per variant)"),
+        Metric(
+            "accuracy",
+            True,
+            "Query accuracy, mean over the test configurations (Zoology's)",
+            label="recall accuracy",
+        ),
+        Metric(
+            "accuracy_by_pairs",
+            True,
+            "Query accuracy per test configuration, by its pairs",
+            label="recall accuracy",
+        ),
+        Metric(
+            "val_accuracy",
+            True,
+            "accuracy on the validation split (picks tuned lr)",
+            label="validation accuracy",
+        ),
+        Metric(
+            "accuracy_trained_sizes",
+            True,
+            "Mean over test configurations within training's",
+            label="accuracy within trained sizes",
+        ),
+        Metric(
+            "accuracy_beyond",
+            True,
+            "Mean over test configurations past training's sizes",
+            label="accuracy beyond trained sizes",
+        ),
+        Metric(
+            "accuracy_by_d_model",
+            True,
+            "The headline by model width (one line per variant)",
+            label="recall accuracy",
+        ),
         Metric(
             "state_bytes",
             False,
             "Bytes the attention layers hold per sequence while generating, at the longest test "
             "length (KV cache, ring or matrix; module docstring)",
             "B",
+            label="state per sequence",
         ),
         Metric(
             "accuracy_by_state_bytes",
             True,
             "The headline by state size (Zoology's figure: one line per variant across widths)",
+            label="recall accuracy",
         ),
-        Metric("chance_accuracy", None, "Chance level: one over the number of values"),
+        Metric(
+            "chance_accuracy",
+            None,
+            "Chance level: one over the number of values",
+            label="chance",
+        ),
         Metric(
             "context_guess_by_pairs", None, "Accuracy of answering a random value of the context"
         ),
-        Metric("final_loss", False, "Training loss at the end (mean of the last stretch)"),
+        Metric(
+            "final_loss",
+            False,
+            "Training loss at the end (mean of the last stretch)",
+            label="final training loss",
+        ),
         DENSITY,
         Metric("density_by_pairs", None, "density at each test configuration's length"),
     )

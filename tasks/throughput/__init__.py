@@ -115,6 +115,8 @@ class Throughput(Task):
 
     Params = ThroughputParams
     description = "Speed and memory of the attention core at one size."
+    label = "Throughput (attention core)"
+    axes = (Metric("seq_len", None, "Sequence length", "tokens", label="sequence length"),)
     headline = "fwd_ratio"  # ranked by the interleaved ratio to dense SDPA (module docstring)
     charts = ("fwd_ratio", "fwd_ms", "peak_mem_mib", "fwd_bwd_ms")
     # the leaderboard draws every task's quality against this cost: a ratio measured in one
@@ -141,26 +143,47 @@ class Throughput(Task):
             "Forward time / dense SDPA's at the same shape, timed in alternating rounds in the "
             "same process (median over the samples); a load slows both alike",
             "× SDPA",
+            label="forward time relative to dense SDPA",
         ),
         Metric("fwd_ref_ms", None, "Dense SDPA's forward time in the same rounds, median", "ms"),
-        Metric("fwd_ms", False, "Forward latency per call, median of the samples", "ms"),
+        Metric(
+            "fwd_ms",
+            False,
+            "Forward latency per call, median of the samples",
+            "ms",
+            label="forward latency",
+        ),
         Metric("fwd_ms_iqr", None, "Interquartile range of the forward latency samples", "ms"),
-        Metric("fwd_bwd_ms", False, "Forward+backward latency per call, median", "ms"),
+        Metric(
+            "fwd_bwd_ms",
+            False,
+            "Forward+backward latency per call, median",
+            "ms",
+            label="forward+backward latency",
+        ),
         Metric(
             "fwd_bwd_ratio",
             False,
             "Forward+backward time / dense SDPA's forward+backward, alternating rounds",
             "× SDPA",
+            label="forward+backward time relative to dense SDPA",
         ),
         Metric("fwd_bwd_ref_ms", None, "Dense SDPA's forward+backward time, median", "ms"),
         Metric("fwd_bwd_ms_iqr", None, "IQR of the forward+backward latency samples", "ms"),
-        Metric("peak_mem_mib", False, "Peak extra memory of one forward call", "MiB"),
+        Metric(
+            "peak_mem_mib",
+            False,
+            "Peak extra memory of one forward call",
+            "MiB",
+            label="peak extra memory",
+        ),
         Metric(
             "gflops_fwd",
             True,
             "Achieved forward GFLOP/s: the variant's declared forward FLOPs (the pairs it scores) "
             "over the median time",
             "GFLOP/s",
+            label="achieved forward rate",
         ),
         Metric(
             "peak_gflops",
@@ -193,7 +216,13 @@ class Throughput(Task):
             "1: max_abs_error / max(1, max |reference|) is within the variant's declared "
             "tolerance for the dtype; 0: not (its timings are marked and enter no contest)",
         ),
-        Metric("tokens_per_s", True, "Forward tokens per second (B·N / latency)", "tokens/s"),
+        Metric(
+            "tokens_per_s",
+            True,
+            "Forward tokens per second (B·N / latency)",
+            "tokens/s",
+            label="forward tokens per second",
+        ),
         Metric("first_call_ms", False, "Latency of the very first call (init, compile)", "ms"),
         Metric("fwd_samples", None, "Number of forward timing samples behind the median"),
         Metric("fwd_ms_rel_iqr", None, "IQR / median of the forward samples behind the median"),

@@ -1184,8 +1184,10 @@ def test_a_cost_column_is_at_the_size_measured_for_the_most_variants(tmp_path):
         _write_timed(tmp_path, f"t{i}", variant, n, ms, 1.0)
     collect(tmp_path)
     html = build_site(tmp_path).read_text().replace("<wbr>", "")  # break hints in long names
-    assert "throughput: fwd_ratio @ seq_len=128" in html.split('id="overview-table"')[1]
-    assert "Cost (throughput: fwd_ratio at seq_len=128)" in html
+    # in the task's own words (its label, the metric's and the axis's: TaskInfo.label, axes)
+    named = "Throughput (attention core): forward time relative to dense SDPA"
+    assert f"{named} @ sequence length 128 tokens" in html.split('id="overview-table"')[1]
+    assert f"Cost ({named} at sequence length 128 tokens)" in html
     cells = _overview_cells(html)
     # at 128: softmax 4/4, window 6/4, linear 8/4 (a mean over sizes would put linear second)
     assert ">1 · #1</td>" in cells["softmax"]
@@ -1301,7 +1303,8 @@ def test_a_constant_metric_is_said_in_one_line_not_charted(tmp_path):
         _write(tmp_path, f"b{i}", "linear", n, 2.0)
     collect(tmp_path)
     html = build_site(tmp_path).read_text()
-    assert "fwd_ms against seq_len is 2 in every run: not charted." in html
+    said = "forward latency against sequence length (tokens) is 2 in every run: not charted."
+    assert said in html
     assert 'id="chart-throughput-fwd_ms-seq_len"' not in html
 
 
