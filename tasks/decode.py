@@ -64,6 +64,7 @@ from attnbench import (
     register_task,
 )
 from attnbench.metrics import DENSITY
+from attnbench.toolkit import kernel_path
 from attnbench.toolkit.memory import isolated_cpu_peak, peak_memory_mib
 from attnbench.toolkit.timed import (
     check_timing_settings,
@@ -235,8 +236,9 @@ class Decode(Task):
             with torch.no_grad():
                 decoder.prefill(*context)
 
-        with torch.no_grad():
+        with torch.no_grad(), kernel_path.recording() as prefill_paths:
             check_finite("prefill output", decoder.prefill(*context))
+        details["prefill_kernel_path"] = kernel_path.described(prefill_paths)
         if n <= p.prefill_max_len:
             timing = time_against(
                 prefill,
@@ -272,9 +274,10 @@ class Decode(Task):
                         new[i][0], k[:, :, : n + i + 1], v[:, :, : n + i + 1], enable_gqa=gqa
                     )
 
-        with torch.no_grad():
+        with torch.no_grad(), kernel_path.recording() as step_paths:
             decoder.position = n
             check_finite("decoded output", decoder.step(*new[0]))
+        details["decode_kernel_path"] = kernel_path.described(step_paths)
         timing = time_against(generate, bare_sdpa, ctx, p)
         values.update(
             timing_metrics(

@@ -34,6 +34,21 @@ def test_records_every_declared_metric_at_the_context_length():
     assert points["tokens_per_s"].value == pytest.approx(1 / per_token_s)
     assert points["decode_ratio"].value > 0 and points["prefill_ratio"].value > 0
     assert details["correctness_check"].startswith("prefill 88 + 8 steps == causal forward at n=96")
+    # softmax's cache is read by PyTorch's operators in the prefill and at every step
+    assert details["prefill_kernel_path"] == details["decode_kernel_path"] == "torch operators"
+
+
+def test_a_decode_record_names_the_kernel_path_of_its_prefill_and_its_steps():
+    """Each timing says what ran (attnbench.toolkit.kernel_path): a kernel noted during one
+    untimed prefill and one untimed step, recorded beside the timings."""
+    from attnbench.toolkit import kernel_path
+
+    _, details, _ = _run("window", {"window": 8}, seq_len=64, new_tokens=2, n_heads=2, head_dim=16)
+    for key in ("prefill_kernel_path", "decode_kernel_path"):
+        assert details[key] == "torch operators" or "kernel (" in details[key]
+    with kernel_path.recording() as paths:
+        kernel_path.note("tile kernel (AVX2)")
+    assert kernel_path.described(paths) == "tile kernel (AVX2)"
 
 
 @pytest.mark.parametrize(
