@@ -120,6 +120,7 @@ class DeltaRule(AttentionVariant):
     supports_causal = True
     grouped_query = True
     gates = {"beta": "head"}
+    estimator = "online_gd"  # one gradient step per token on ½‖Sᵀk − v‖² (theory.md)
     # measured (tests/variants/test_delta_rule.py) at n = 512 and 4096, H = 4, D = 64, unit-normal
     # inputs and gates, causal and not, 3 seeds, both variants: worst 3.1e-7 in float32 (the
     # triangular solve and the chunk hand-overs round like any float32 product chain), 2.5e-4

@@ -253,6 +253,7 @@ class MesaAttention(AttentionVariant):
     """The mesa layer: ridge regression of values on keys at every token (module docstring)."""
 
     family = "mesa"
+    estimator = "ridge"  # the regularised least-squares solution on the prefix (theory.md)
     cost = "n"
     supports_causal = True
     grouped_query = True  # H and G per key/value head; Λ per query head
