@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from attnbench import register_variant
+from attnbench import VariantShape, build_variant, register_variant
 from attnbench.peers.availability import PeerVariant
 
 INSTALL = "pip install fla-core==0.6.0 (CUDA, with the Triton your CUDA torch brings)"
@@ -32,6 +32,11 @@ INSTALL = "pip install fla-core==0.6.0 (CUDA, with the Triton your CUDA torch br
 
 def _heads_last(x: torch.Tensor) -> torch.Tensor:
     """(B, H, N, D) → FLA's (B, N, H, D), contiguous for the Triton kernels."""
+    return x.transpose(1, 2).contiguous()
+
+
+def _per_token(x: torch.Tensor) -> torch.Tensor:
+    """A gate or decay (B, H, N) → FLA's (B, N, H), contiguous."""
     return x.transpose(1, 2).contiguous()
 
 
@@ -98,3 +103,115 @@ class FlaDecayPeer(_FlaPeer):
         if causal:
             return self._causal_sums(q, k, v)
         return _bidirectional(self._causal_sums, q, k, v, q.shape[-1] ** -0.5)
+
+
+class _FlaRecurrentPeer(_FlaPeer):
+    """What the recurrent mixers' adapters share: our variant of the same maths (`peer_of`,
+    built from the registry with the same shape and its default parameters, its learned gate
+    parameters included) turns q, k, v and the raw gates into the kernel's inputs; FLA's chunk
+    kernel then runs the recurrence. So the two differ only in the kernel, which is what a
+    peer is for. Causal: FLA's output. Not causal: every query reads the final state, which
+    FLA's kernel returns (``output_final_state``), as ours does. Keys and values are repeated
+    to the query heads (`grouped_query` False); FLA's layout is (B, N, H, ·)."""
+
+    supports_causal = True
+    requires_equal_lengths = True  # FLA's kernels take one sequence of keys per query
+
+    def __init__(self, params, shape: VariantShape) -> None:
+        super().__init__(params, shape)
+        self.ours = build_variant(self.peer_of, {}, shape)  # its gates are declared alike
+
+    def _read(self, q, k, v, causal, kernel) -> torch.Tensor:
+        """``kernel(q, k, v, final)`` on FLA's layout → the output (B, H, N, Dv)."""
+        out, state = kernel(*(_heads_last(x) for x in (q, k, v)), not causal)
+        if causal:
+            return out.transpose(1, 2)
+        return q @ state.to(q.dtype)  # (B, H, D, Dv) final state, read by every query
+
+
+@register_variant("peer_fla_delta_net")
+class FlaDeltaNetPeer(_FlaRecurrentPeer):
+    """FLA's `chunk_delta_rule` on `delta_net`'s features (SiLU, L2 norm, q scaled 1/√D) and β."""
+
+    family = "delta"
+    peer_of = "delta_net"
+    gates = {"beta": "head"}
+
+    def forward(self, q, k, v, causal=False, gates=None):
+        self.check_inputs(q, k, v, causal)
+        fq, fk = self.ours.features(q, k)
+        fk, v, beta, log_alpha = self.ours.rule_inputs(fk, v, gates)
+        from fla.ops.delta_rule import chunk_delta_rule
+
+        def kernel(a, b, c, final):
+            return chunk_delta_rule(a, b, c, _per_token(beta), scale=1.0, output_final_state=final)
+
+        return self._read(fq, fk, v, causal, kernel)
+
+
+@register_variant("peer_fla_gated_delta_net")
+class FlaGatedDeltaNetPeer(FlaDeltaNetPeer):
+    """FLA's `chunk_gated_delta_rule` on `gated_delta_net`'s features, β and log α."""
+
+    peer_of = "gated_delta_net"
+    gates = {"alpha": "head", "beta": "head"}
+
+    def forward(self, q, k, v, causal=False, gates=None):
+        self.check_inputs(q, k, v, causal)
+        fq, fk = self.ours.features(q, k)
+        fk, v, beta, log_alpha = self.ours.rule_inputs(fk, v, gates)
+        from fla.ops.gated_delta_rule import chunk_gated_delta_rule
+
+        def kernel(a, b, c, final):
+            return chunk_gated_delta_rule(
+                a,
+                b,
+                c,
+                g=_per_token(log_alpha),
+                beta=_per_token(beta),
+                scale=1.0,
+                output_final_state=final,
+            )
+
+        return self._read(fq, fk, v, causal, kernel)
+
+
+@register_variant("peer_fla_gla")
+class FlaGLAPeer(_FlaRecurrentPeer):
+    """FLA's `chunk_gla` on `gla`'s scaled queries and per-channel log-decays."""
+
+    family = "gated-linear"
+    peer_of = "gla"
+    gates = {"alpha": "key"}
+
+    def forward(self, q, k, v, causal=False, gates=None):
+        self.check_inputs(q, k, v, causal)
+        q, k, v, log_decay = self.ours.decays(q, k, v, gates)
+        from fla.ops.gla import chunk_gla
+
+        def kernel(a, b, c, final):
+            g = _heads_last(log_decay)
+            return chunk_gla(a, b, c, g=g, scale=1.0, output_final_state=final)
+
+        return self._read(q, k, v, causal, kernel)
+
+
+@register_variant("peer_fla_mamba2")
+class FlaMamba2Peer(_FlaRecurrentPeer):
+    """FLA's `chunk_simple_gla` (a scalar decay per head and token: the SSD recurrence) on
+    `mamba2`'s keys scaled by Δ and its log-decays −exp(A_log)·Δ."""
+
+    family = "gated-linear"
+    peer_of = "mamba2"
+    gates = {"dt": "head"}
+
+    def forward(self, q, k, v, causal=False, gates=None):
+        self.check_inputs(q, k, v, causal)
+        q, k, v, log_decay = self.ours.decays(q, k, v, gates)
+        from fla.ops.simple_gla import chunk_simple_gla
+
+        def kernel(a, b, c, final):
+            g = _per_token(log_decay[..., 0])
+            return chunk_simple_gla(a, b, c, g=g, scale=1.0, output_final_state=final)
+
+        return self._read(q, k, v, causal, kernel)
