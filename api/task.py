@@ -91,6 +91,8 @@ class Task:
     steadiness: ClassVar[dict[str, str]] = {}
     # metric → its run's 0/1 metric saying the kernel was within its error (TaskInfo.accuracy)
     accuracy: ClassVar[dict[str, str]] = {}
+    # a battery of tasks whose headlines the board also averages into one column (TaskInfo.battery)
+    battery: ClassVar[str] = ""
 
     def __init__(self, params: Any) -> None:
         self.params = params
@@ -170,6 +172,7 @@ class Task:
             column_headlines=dict(cls.column_headlines),
             steadiness=dict(cls.steadiness),
             accuracy=dict(cls.accuracy),
+            battery=cls.battery,
         )
 
     @classmethod

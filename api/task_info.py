@@ -143,6 +143,10 @@ class TaskInfo:
             "fwd_accurate"}``; `AttentionVariant.within_tolerance`). Like an unsteady timing, a
             value whose flag is 0 is marked on the leaderboard and enters no contest: the time
             of a wrong result is no time. Empty: nothing is judged.
+        battery: The name of a battery of tasks the task belongs to (e.g. ``"mad"``: MAD's six
+            synthetic tasks). Beside each task's column, the overview shows one column per
+            battery: per variant, the mean of its member tasks' headline values, where the
+            variant has all of them (`harness.leaderboard.battery`). Empty: in none.
     """
 
     name: str
@@ -163,6 +167,7 @@ class TaskInfo:
     column_headlines: dict[str, str] = field(default_factory=dict)
     steadiness: dict[str, str] = field(default_factory=dict)
     accuracy: dict[str, str] = field(default_factory=dict)
+    battery: str = ""
 
     def all_metrics(self) -> list[Metric]:
         """The declared metrics, then those the scaling fits add at collection."""

@@ -76,6 +76,7 @@ class SelectiveCopy(Task):
     Params = CopyParams
     description = "Selective copying: write out the data tokens scattered in noise, in order."
     headline = "accuracy"
+    battery = "mad"  # MAD's selective copying / in-context recall (tasks/mad, docs/mad.md)
     label = "Selective copying"
     tuning = Tuning(["lr"], "val_accuracy")
     metrics = (

@@ -127,6 +127,7 @@ class Recall(Task):
         Metric("d_model", None, "Model width", label="model width"),
         Metric("seq_len", None, "Training sequence length", "tokens", label="sequence length"),
     )
+    battery = "mad"  # MAD's selective copying / in-context recall (tasks/mad, docs/mad.md)
     tuning = Tuning(["lr"], "val_accuracy")
     charts = ("accuracy_by_pairs", "accuracy_by_d_model", "accuracy_by_state_bytes")
     chart_references = {

@@ -11,6 +11,17 @@ import torch
 
 from attnbench.task import TASKS, JobContext, build_task
 
+MAD_TINY = dict(  # a few steps of MAD's tasks (tasks/mad)
+    vocab_size=32,
+    train_size=16,
+    test_size=8,
+    val_size=8,
+    steps=2,
+    batch_size=8,
+    d_model=16,
+    n_heads=2,
+)
+
 # (task, tiny params, (n, causal) the variant must be scored at)
 SETTINGS = [
     (
@@ -80,6 +91,11 @@ SETTINGS = [
     ),
     ("concentration", dict(seq_len=30, scales=[1.0], n_batches=1, head_dim=8), (30, False)),
     ("concentration", dict(source="recall", recall_steps=1), (64, True)),
+    *[
+        (task, dict(MAD_TINY, seq_len=24), (n, True))
+        for task, n in [("fuzzy_recall", 24), ("noisy_recall", 23)]  # noisy: MAD's shift by one
+    ],
+    *[(task, dict(MAD_TINY, seq_len=16), (16, True)) for task in ("memorization", "compression")],
 ]
 
 
