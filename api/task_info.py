@@ -146,7 +146,7 @@ class TaskInfo:
         battery: The name of a battery of tasks the task belongs to (e.g. ``"mad"``: MAD's six
             synthetic tasks). Beside each task's column, the overview shows one column per
             battery: per variant, the mean of its member tasks' headline values, where the
-            variant has all of them (`harness.leaderboard.battery`). Empty: in none.
+            variant has all of them (`harness.leaderboard.columns.with_batteries`). Empty: in none.
     """
 
     name: str

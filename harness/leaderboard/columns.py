@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from attnbench.harness.leaderboard.ranking import Headline
+from attnbench.harness.leaderboard.ranking import Headline, Standings
 from attnbench.task_info import TaskInfo
 
 
@@ -111,6 +111,7 @@ def _headline(
         cost=bool(info.cost_metric) and metric_name == info.cost_metric,
         group=group,
         label=f"{title}: {info.metric_title(metric_name)}",
+        battery=info.battery,
     )
 
 
@@ -155,3 +156,37 @@ def overview_columns(frame: pd.DataFrame, infos: dict[str, TaskInfo]) -> Columns
         task_col.loc[split[split].index] = values[split].map(lambda v, t=task: column_name(t, v))
     result.frame = frame.assign(task=task_col)
     return result
+
+
+def with_batteries(computed: Standings, ordered: list[Headline]) -> list[Headline]:
+    """``ordered`` with one column per battery (`TaskInfo.battery`, e.g. MAD's six tasks) of two
+    or more ranked quality columns, placed after its last member: per entry, the mean of the
+    members' values (each already the mean over its task's settings, as MAD averages its
+    difficulty levels), only where the entry has a value in every member (an average over the
+    tasks a variant happened to run would not compare). Its values go into ``computed.values``
+    under the column's name; it is shown, not ranked: its members already vote in the rank.
+    """
+    members: dict[str, list[Headline]] = {}
+    for h in ordered:
+        if h.battery and not h.cost and h.higher_is_better is not None:
+            members.setdefault(h.battery, []).append(h)
+    out = list(ordered)
+    for battery, group in sorted(members.items()):
+        if len(group) < 2 or len({h.higher_is_better for h in group}) > 1:
+            continue
+        name = f"{battery} (mean of {len(group)})"
+        table = pd.concat([computed.values[h.task][0] for h in group], axis=1)
+        computed.values[name] = (table.mean(axis=1, skipna=False), pd.Series(dtype=float))
+        metrics = "/".join(sorted({h.metric for h in group}))
+        column = Headline(
+            name,
+            metrics,
+            group[0].higher_is_better,
+            f"Mean of the {battery} battery's {len(group)} columns' {metrics} (each the mean "
+            f"over its settings), where a row has all of them: " + ", ".join(h.task for h in group),
+            label=f"{battery.upper()}: mean {metrics} of {len(group)} tasks",
+            battery=battery,
+            members=tuple(h.task for h in group),
+        )
+        out.insert(out.index(group[-1]) + 1, column)
+    return out

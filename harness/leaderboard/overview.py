@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from attnbench.harness.leaderboard.columns import with_batteries
 from attnbench.harness.leaderboard.ranking import Headline, Standings, standings
 from attnbench.harness.leaderboard.tables import (
     UNSTEADY_MARK,
@@ -63,7 +64,7 @@ def overview(
     computed = standings(frame, headlines)
     if computed is None:
         return None
-    ordered = _column_order(computed.headlines)
+    ordered = with_batteries(computed, _column_order(computed.headlines))
     labels = _labels(computed.entries.to_frame(index=False))
     result = Overview(table=Table(columns=_columns(ordered)))
     for key in _row_order(computed):
@@ -112,6 +113,9 @@ def _columns(ordered: list[Headline]) -> list[Column]:
 
 def _headline_column(h: Headline) -> Column:
     """A task's column: its headline, where it is taken, and how it is ranked."""
+    if h.members:  # a battery's mean (`columns.with_batteries`)
+        what = "not ranked: its tasks vote in the rank on their own"
+        return Column(h.task, h.label, f"{h.description}; {what}", h.higher_is_better)
     what = "ranked by win rate" if h.higher_is_better is not None else "no direction: not ranked"
     if h.cost:
         what += "; a cost: ranked on its own, never averaged into the quality rank"

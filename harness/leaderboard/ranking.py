@@ -117,6 +117,8 @@ class Headline:
     group: str = ""  # the task a column belongs to ("": ``task``); a task's columns share one vote
     at: str = ""  # the one curve position the column is at, e.g. "seq_len=4096" (`columns`)
     label: str = ""  # the column's name for readers, "task: metric" in the task's words
+    battery: str = ""  # the task's battery (TaskInfo.battery; `columns.with_batteries`)
+    members: tuple[str, ...] = ()  # a battery's column: the columns it is the mean of
 
 
 def uncertainty(points: pd.DataFrame) -> pd.Series:
