@@ -40,10 +40,11 @@ ordered; there is no bidirectional form in the papers). Causal with N ≠ M foll
 convention (query i reads S_min(i, M−1)).
 
 Computed chunk by chunk in the WY/UT form (`delta_chunks`); float32 and float64 natively,
-bfloat16 and float16 in float32 (the triangular solve has no reduced-precision kernel) and
-rounded back. Grouped-query heads native: a state per key/value head, except where the gated
-variant's learned decay has a head per query head (built without ``n_kv_heads``), whose query
-heads then decay differently and keep a state each, as `decay` does.
+bfloat16 and float16 in float32 (a chain of C×C products and an inverted triangular matrix
+per chunk: reduced precision would compound over the chunk and the hand-overs) and rounded
+back. Grouped-query heads native: a state per key/value head, except where the gated variant's
+learned decay has a head per query head (built without ``n_kv_heads``), whose query heads then
+decay differently and keep a state each, as `decay` does.
 """
 
 from __future__ import annotations
@@ -123,7 +124,7 @@ class DeltaRule(AttentionVariant):
     estimator = "online_gd"  # one gradient step per token on ½‖Sᵀk − v‖² (theory.md)
     # measured (tests/variants/test_delta_rule.py) at n = 512 and 4096, H = 4, D = 64, unit-normal
     # inputs and gates, causal and not, 3 seeds, both variants: worst 3.1e-7 in float32 (the
-    # triangular solve and the chunk hand-overs round like any float32 product chain), 2.5e-4
+    # inverse and the chunk hand-overs round like any float32 product chain), 2.5e-4
     # in float16 and 2.1e-3 in bfloat16 (the inputs' rounding; computed in float32); declared
     # with a factor of about 10 for other CPUs' summation orders
     error_tolerance = {"float64": 1e-12, "float32": 3e-6, "float16": 3e-3, "bfloat16": 2e-2}
@@ -202,24 +203,14 @@ class DeltaRule(AttentionVariant):
         return self.forward(q, k, eye, causal=causal, gates=gates)
 
     def forward_flops(self, batch, heads, n, m, d, dv, causal) -> float:
-        """The matrix products of the chunked form, the flop counter's count (`products_flops`):
-        the triangular solves (`delta_chunks.solve_flops`) and the element-wise gates, norms
-        and decays are not counted. ``heads`` query heads share key/value heads as the
-        instance's shape does."""
+        """The matrix products of the chunked form, the flop counter's count (`products_flops`);
+        the element-wise gates, norms, decays and base blocks of the inverse are not counted.
+        ``heads`` query heads share key/value heads as the instance's shape does. The backward
+        is the default, two products per forward product (autograd; every step is one)."""
         kv = heads * self.shape.kv_heads / self.shape.n_heads
         if causal and n != m:
             m = n = min(n, m)  # later queries read the final state: counted as n = m
         return batch * products_flops(heads, kv, n, m, d, dv, causal, self.params.chunk_size)
-
-    def backward_flops(self, batch, heads, n, m, d, dv, causal) -> float:
-        """Two products per forward product (autograd), plus the one product of the triangular
-        solve's gradient, −(∂L/∂B) Xᵀ for its matrix: C×C over D + Dv columns per chunk and
-        key/value head (the solve's other gradient is a solve, not counted)."""
-        kv = heads * self.shape.kv_heads / self.shape.n_heads
-        m = min(n, m) if causal else m
-        c = max(1, min(self.params.chunk_size, m))
-        solve_grad = 2.0 * batch * kv * m * c * (d + dv)
-        return 2.0 * self.forward_flops(batch, heads, n, m, d, dv, causal) + solve_grad
 
 
 @register_variant("delta_net")
