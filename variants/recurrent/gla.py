@@ -87,11 +87,14 @@ def _within_chunk_head(q: torch.Tensor, k: torch.Tensor, b: torch.Tensor) -> tor
 
 def _within_chunk_channel(q: torch.Tensor, k: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """A[t, s] = Σ_d q_td k_sd exp(b_td − b_sd) for s ≤ t, else 0, with b (…, C, D) a
-    per-channel cumulative log-decay and C a power of two (module docstring: the binary tree)."""
+    per-channel cumulative log-decay and C a power of two (module docstring: the binary tree).
+    Each level writes its blocks in place into A through a strided view of its diagonal."""
     c = q.shape[-2]
-    a = (q * k).sum(-1)[..., None, None]  # (…, C, 1, 1): the diagonal, blocks of one position
+    lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
+    a = q.new_zeros(*lead, c, c)
+    torch.diagonal(a, dim1=-2, dim2=-1).copy_((q * k).sum(-1))  # s = t: no decay
     h = 1
-    while h < c:  # a: (…, C/h, h, h) → (…, C/2h, 2h, 2h)
+    while h < c:  # the pairs (t in the right half, s in the left half) of blocks of 2h
         nb = c // (2 * h)
         qb, kb, bb = (x.unflatten(-2, (nb, 2, h)) for x in (q, k, b))  # (…, nb, 2, h, D)
         ref = bb[..., 0, h - 1 :, :]  # the left half's last position: (…, nb, 1, D)
@@ -101,12 +104,10 @@ def _within_chunk_channel(q: torch.Tensor, k: torch.Tensor, b: torch.Tensor) -> 
             pairs = (right.unsqueeze(-2) * left.unsqueeze(-3)).sum(-1)
         else:
             pairs = right @ left.transpose(-1, -2)  # (…, nb, h, h): t right, s left
-        halves = a.unflatten(-3, (nb, 2))
-        upper = torch.cat([halves[..., 0, :, :], torch.zeros_like(pairs)], dim=-1)
-        lower = torch.cat([pairs, halves[..., 1, :, :].expand_as(pairs)], dim=-1)
-        a = torch.cat([upper.expand_as(lower), lower], dim=-2)
+        blocks = torch.diagonal(a.unflatten(-1, (nb, 2 * h)).unflatten(-3, (nb, 2 * h)), 0, -4, -2)
+        blocks[..., h:, :h, :].copy_(pairs.movedim(-3, -1))  # the diagonal blocks' lower left
         h *= 2
-    return a.squeeze(-3)
+    return a
 
 
 def decayed_attention(
@@ -148,8 +149,10 @@ def decayed_attention(
     pad = (-n) % c
     padded = n + pad
     # zero keys, values and log-decays after the end change no state (and no output kept)
-    qg = F.pad(qg, (0, 0, 0, pad))
-    k, v, g = (F.pad(x, (0, 0, 0, padded - x.shape[-2])) for x in (k, v, g))
+    if pad:
+        qg = F.pad(qg, (0, 0, 0, pad))
+    if k.shape[-2] != padded:
+        k, v, g = (F.pad(x, (0, 0, 0, padded - x.shape[-2])) for x in (k, v, g))
     within = _within_chunk_channel if g.shape[-1] > 1 else _within_chunk_head
     outs = []
     for start in range(0, padded, c * BLOCK_CHUNKS):
