@@ -145,12 +145,12 @@ def delta_rule_chunked(
     n_chunks = -(-m // c)
     length = n_chunks * c
     # padded positions have k = 0, v = 0, β = 0 and α = 1: they write nothing and forget nothing
-    kc = _pad(k, length).view(b, kv, n_chunks, c, d)
-    vc = _pad(v, length).view(b, kv, n_chunks, c, dv)
-    bc = _pad(beta, length).view(b, kv, n_chunks, c, 1)
+    kc = _pad(k, length).reshape(b, kv, n_chunks, c, d)
+    vc = _pad(v, length).reshape(b, kv, n_chunks, c, dv)
+    bc = _pad(beta, length).reshape(b, kv, n_chunks, c, 1)
     lower = torch.ones(c, c, dtype=torch.bool, device=k.device).tril()  # i <= r
     if log_alpha is not None:
-        cum = _pad(log_alpha, length).view(b, kv, n_chunks, c).cumsum(-1)  # log γ_r
+        cum = _pad(log_alpha, length).reshape(b, kv, n_chunks, c).cumsum(-1)  # log γ_r
         # Γ[r, i] = γ_r / γ_i for i <= r, 0 above the diagonal (masked before exp: no overflow)
         gaps = (cum.unsqueeze(-1) - cum.unsqueeze(-2)).masked_fill(~lower, float("-inf"))
         decay_pairs = gaps.exp()
@@ -160,11 +160,11 @@ def delta_rule_chunked(
     gram = kc @ kc.transpose(-1, -2)  # (B, H_kv, n_chunks, C, C)
     if log_alpha is not None:
         gram = gram * decay_pairs
-    # A = strictly-lower(diag(β) (Γ ⊙ K Kᵀ)); [W | U'] = (I + A)⁻¹ diag(β) [γ K | V]
-    inverse = unit_lower_inverse(gram.tril(-1) * bc)
-    keys_in = kc * gamma if log_alpha is not None else kc
-    solved = inverse @ (torch.cat([keys_in, vc], dim=-1) * bc)
-    w, u_prime = solved[..., :d], solved[..., d:]
+    # A = strictly-lower(diag(β) (Γ ⊙ K Kᵀ)); T = (I + A)⁻¹ diag(β): β scales T's columns;
+    # W = T diag(γ) K and U' = T V, two products (no concatenated right-hand side to copy)
+    t = unit_lower_inverse(gram.tril(-1) * bc) * bc.transpose(-1, -2)
+    w = t @ (kc * gamma if log_alpha is not None else kc)
+    u_prime = t @ vc
     keys_out = kc * to_end if log_alpha is not None else kc  # diag(γ_C / γ) K
 
     starts, writes = [], []  # S₀ of each chunk, U of each chunk
@@ -181,21 +181,22 @@ def delta_rule_chunked(
     h, n = q.shape[1], q.shape[2]
     group = h // kv
     if not causal:  # every query reads the state after the last key
-        out = q.view(b, kv, group * n, d) @ state
+        out = q.reshape(b, kv, group * n, d) @ state
         return out.view(b, h, n, dv), state
     if n != m:
         raise ValueError(f"the causal delta rule needs as many queries as keys; got {n} and {m}.")
     # queries of a key/value head's G query heads stacked as G·C rows of each chunk
-    qc = _pad(q, length).view(b, kv, group, n_chunks, c, d).transpose(2, 3)
-    qc = qc.reshape(b, kv, n_chunks, group * c, d)
-    scores = qc @ kc.transpose(-1, -2)  # (B, H_kv, n_chunks, G·C, C)
-    mask = lower.repeat(group, 1)
+    qc = _pad(q, length).reshape(b, kv, group, n_chunks, c, d).transpose(2, 3)
+    scores = qc.reshape(b, kv, n_chunks, group * c, d) @ kc.transpose(-1, -2)
+    scores = scores.view(b, kv, n_chunks, group, c, c)  # (…, G, C, C): one mask for the group
     if log_alpha is not None:
-        scores = scores * decay_pairs.repeat(1, 1, 1, group, 1)
-        qc = qc * gamma.repeat(1, 1, 1, group, 1)
+        scores = scores * decay_pairs.unsqueeze(3)
+        qc = qc * gamma.unsqueeze(3)
     else:
-        scores = scores.masked_fill(~mask, 0.0)
-    out = qc @ torch.stack(starts, dim=2) + scores @ torch.stack(writes, dim=2)
+        scores = scores.masked_fill(~lower, 0.0)
+    rows = (b, kv, n_chunks, group * c)
+    out = qc.reshape(*rows, d) @ torch.stack(starts, dim=2)
+    out = out + scores.view(*rows, c) @ torch.stack(writes, dim=2)
     out = out.view(b, kv, n_chunks, group, c, dv).transpose(2, 3).reshape(b, h, length, dv)
     return out[:, :, :n], state
 
