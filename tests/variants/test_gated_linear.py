@@ -18,6 +18,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from attnbench.harness.discovery import load_plugins
 from attnbench.incremental import incremental_form
 from attnbench.variant import VariantShape, build_variant, random_gates
+from attnbench.variants.recurrent import gla as gla_module
 
 load_plugins()
 
@@ -76,12 +77,17 @@ def mamba2_reference(variant, q, k, v, gates, causal):
 REFERENCES = {"gla": gla_reference, "mamba2": mamba2_reference}
 
 
+@pytest.mark.parametrize("span", [gla_module.FACTOR_SPAN, -1.0], ids=["factored", "differences"])
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
 @pytest.mark.parametrize("kv", [4, 2, 1])
 @pytest.mark.parametrize("name", ["gla", "mamba2"])
-def test_forward_equals_the_per_token_recurrence_in_float64(name, kv, causal):
+def test_forward_equals_the_per_token_recurrence_in_float64(name, kv, causal, span, monkeypatch):
     """150 positions (no multiple of the 64-position chunk), chunk 16 and 64, 1, 2 or 4
-    key/value heads for 4 query heads: to 1e-10 (float64 rounding over the sums is ~1e-14)."""
+    key/value heads for 4 query heads: to 1e-10 (float64 rounding over the sums is ~1e-14).
+    Both within-chunk forms: the factored product (these gates' chunks decay by less than
+    e^{−20}) and, with the threshold moved below 0, the exact-difference forms (the tree for
+    gla's channels, the masked exponent for mamba2's heads)."""
+    monkeypatch.setattr(gla_module, "FACTOR_SPAN", span)
     q, k, v, gen = inputs(kv=kv)
     for chunk in (16, 64):
         variant = build(name, kv=kv, chunk_size=chunk)

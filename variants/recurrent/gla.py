@@ -27,18 +27,21 @@ keys:
   head, and query heads that share keys then keep a state each (as `decay` does).
 
 The chunked parallel form (`decayed_attention`): the sequence is cut into chunks of C positions;
-within a chunk b_t = Σ_{r ≤ t} log a_r is the cumulative log-decay, and every decay factor used
-is exp of a *difference* b_t − b_s with t ≥ s, so never more than 1 — no exp of a large positive
-number, whatever the gates (the naive factorisation q_t e^{b_t} · k_s e^{−b_s} overflows once a
-chunk's decays sum below about −88 in float32). For a per-head decay the within-chunk weights are
-one C×C matrix exp(b_t − b_s) (masked before the exp). For a per-channel decay the factor
-differs per channel, so (q_t ⊙ e^{b_t − b_s})·k_s is no product of a C×D and a D×C matrix;
-`_within_chunk_channel` builds it as a binary tree: the pairs (t in the right half of a block,
-s in its left half) are one matrix product with both factors referred to the last position of
-the left half, e^{b_t − b_ref} and e^{b_ref − b_s}, each ≤ 1; halving down to single positions
-covers every pair s < t once (log2 C levels, about C·D multiply-adds per token, as the masked
-C×C product would be). The past enters through the state at the chunk's start; the states are
-carried by a Python loop over chunks (a multiply-add of D×Dv per chunk), blocks of
+within a chunk b_t = Σ_{r ≤ t} log a_r is the cumulative log-decay (≤ 0, decreasing). The
+within-chunk weights Σ_d q_td k_sd e^{b_td − b_sd} (s ≤ t) are one C×C product of q_t e^{b_t}
+and k_s e^{−b_s} where that is safe: in a block of chunks whose decays each sum above
+−FACTOR_SPAN (= −20), so that e^{−b_s} ≤ e^{20} (standard-normal gates sum to about −3 over 64
+positions in gla). The factored product overflows once a chunk's decays sum below about −88 in
+float32; a steeper block therefore uses only exps of *differences* b_t − b_s with t ≥ s, never
+more than 1. For a per-head decay those weights are one C×C matrix exp(b_t − b_s) (masked before
+the exp). For a per-channel decay the factor differs per channel, so (q_t ⊙ e^{b_t − b_s})·k_s
+is no product of a C×D and a D×C matrix; `_within_chunk_channel` builds it as a binary tree:
+the pairs (t in the right half of a block, s in its left half) are one matrix product with both
+factors referred to the last position of the left half, e^{b_t − b_ref} and e^{b_ref − b_s},
+each ≤ 1; halving down to single positions covers every pair s < t once (log2 C levels, about
+C·D/2 multiply-adds per token, as the masked C×C product would be, but about 3·D elementwise
+operations per level besides). The past enters through the state at the chunk's start; the
+states are carried by a Python loop over chunks (a multiply-add of D×Dv per chunk), blocks of
 ``BLOCK_CHUNKS`` chunks computed together so that memory stays bounded.
 
 ``causal=False`` (as for `linear`): every query reads the state after the last key. Causal with
@@ -60,6 +63,10 @@ from attnbench.variant import check_gates
 
 BLOCK_CHUNKS = 16  # chunks computed together; the state is carried chunk by chunk within
 SMALL_BLOCK = 8  # tree levels below this half-width multiply elementwise (tiny matmuls are slow)
+# a block of chunks whose log-decays sum above −FACTOR_SPAN in every chunk takes the factored
+# product (q e^{b})·(k e^{−b}): factors within [e^{−20}, e^{20}] = [2e-9, 5e8], far from float32's
+# overflow (3e38) and underflow (1e-38); a steeper block takes the exact-difference forms
+FACTOR_SPAN = 20.0
 
 # dtype names whose inputs are computed in float32 (the decays and the state need the mantissa)
 _WIDENED = (torch.float16, torch.bfloat16)
@@ -154,20 +161,30 @@ def decayed_attention(
     if k.shape[-2] != padded:
         k, v, g = (F.pad(x, (0, 0, 0, padded - x.shape[-2])) for x in (k, v, g))
     within = _within_chunk_channel if g.shape[-1] > 1 else _within_chunk_head
+    lower = torch.ones(c, c, dtype=q.dtype, device=q.device).tril()
     outs = []
     for start in range(0, padded, c * BLOCK_CHUNKS):
         qc, kc, vc, gc = (x[..., start : start + c * BLOCK_CHUNKS, :] for x in (qg, k, v, g))
         qc, kc, vc, gc = (x.unflatten(-2, (-1, c)) for x in (qc, kc, vc, gc))  # (…, K, C, ·)
         b = gc.cumsum(-2)  # cumulative log-decay within each chunk, ≤ 0, decreasing
-        last = b[..., -1:, :]
-        out = within(qc, kc, b) @ vc
-        own = (kc * torch.exp(last - b)).transpose(-1, -2) @ vc  # each chunk's s_u: (…, K, D, Dv)
+        last = b[..., -1:, :]  # its least value
+        queried = qc * torch.exp(b)  # q_t e^{b_t}: to the chunk's start, ≤ 1
+        if bool((last >= -FACTOR_SPAN).all()):
+            # every chunk's decays sum above −FACTOR_SPAN: e^{−b_s} ≤ e^{FACTOR_SPAN}, so
+            # (q_t e^{b_t})·(k_s e^{−b_s}) is one product with factors that neither overflow
+            # nor underflow, its terms those of the exact sum to rounding
+            keyed = kc * torch.exp(-b)
+            out = ((queried @ keyed.transpose(-1, -2)) * lower) @ vc
+            own = (keyed * torch.exp(last)).transpose(-1, -2) @ vc
+        else:  # a steeper decay: exponents of differences only (module docstring)
+            out = within(qc, kc, b) @ vc
+            own = (kc * torch.exp(last - b)).transpose(-1, -2) @ vc
         through = torch.exp(last).transpose(-1, -2)  # decay across a chunk: (…, K, D or 1, 1)
         starts = []
-        for u in range(qc.shape[-3]):
+        for u in range(qc.shape[-3]):  # each chunk's state at its start, carried
             starts.append(s)
             s = s * through[..., u, :, :] + own[..., u, :, :]
-        out = out + (qc * torch.exp(b)) @ torch.stack(starts, dim=3)
+        out = out + queried @ torch.stack(starts, dim=3)
         outs.append(out.flatten(-3, -2))
     out = torch.cat(outs, dim=-2)[..., :n, :]
     return out.reshape(bsz, heads, n, dv), s.squeeze(2)
@@ -187,19 +204,19 @@ def _decayed_flops(
     """The matrix products of `decayed_attention` (what ``torch.utils.flop_counter`` sees).
 
     Per key/value head: the chunk states kᵀv, 2·M·D·Dv. Per query head: the read-out q·S,
-    2·N·D·Dv; causal, the within-chunk weights (per head: the C×C product q kᵀ, 2·C·D per token;
-    per channel: the tree's matrix levels, h·D per token for each half-width h ≥ SMALL_BLOCK)
-    and their product with v, 2·C·Dv per token. Not counted: the elementwise work (decay
-    factors, the tree's small levels, the state hand-over, D·Dv per chunk), O(N·D) beside these.
+    2·N·D·Dv; causal, the within-chunk weights as one C×C product (q e^{b})(k e^{−b})ᵀ, 2·C·D
+    per token, and their product with v, 2·C·Dv per token. That is the work at every block whose
+    chunks decay by less than e^{−FACTOR_SPAN} (all of them for standard-normal gates, and for
+    the gates of a trained layer short of near-zero decays); a steeper block takes the tree
+    (per channel: about C·D/2 in products per token, the rest elementwise) or the masked
+    exponent (per head), and runs fewer products than counted here. Not counted: the
+    elementwise work (decay factors, the state hand-over, D·Dv per chunk), O(N·D).
     """
     kv = h * variant.shape.kv_heads / variant.shape.n_heads
     if not causal:
         return 2.0 * b * (h * n + kv * m) * d * dv
     c = min(variant.params.chunk_size, _pow2_at_least(n))
-    if variant.gates_width == "key":
-        scores = sum(w * d for w in (1 << i for i in range(20)) if SMALL_BLOCK <= w < c)
-    else:
-        scores = 2 * c * d
+    scores = 2 * c * d
     return b * n * (h * (scores + 2 * c * dv + 2 * d * dv) + kv * 2 * d * dv)
 
 
