@@ -91,6 +91,10 @@ class Task:
     steadiness: ClassVar[dict[str, str]] = {}
     # metric → its run's 0/1 metric saying the kernel was within its error (TaskInfo.accuracy)
     accuracy: ClassVar[dict[str, str]] = {}
+    # lower-is-better metrics along the curve axis a reader may cap (TaskInfo.budgets)
+    budgets: ClassVar[tuple[str, ...]] = ()
+    # metric → a key of the run's details shown beside its values (TaskInfo.annotations)
+    annotations: ClassVar[dict[str, str]] = {}
     # a battery of tasks whose headlines the board also averages into one column (TaskInfo.battery)
     battery: ClassVar[str] = ""
 
@@ -172,6 +176,8 @@ class Task:
             column_headlines=dict(cls.column_headlines),
             steadiness=dict(cls.steadiness),
             accuracy=dict(cls.accuracy),
+            budgets=list(cls.budgets),
+            annotations=dict(cls.annotations),
             battery=cls.battery,
         )
 

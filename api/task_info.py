@@ -143,6 +143,14 @@ class TaskInfo:
             "fwd_accurate"}``; `AttentionVariant.within_tolerance`). Like an unsteady timing, a
             value whose flag is 0 is marked on the leaderboard and enters no contest: the time
             of a wrong result is no time. Empty: nothing is judged.
+        annotations: metric → a key of the run's details whose text the board shows beside
+            the metric's values, in the task table and the charts' hover (e.g. ``{"fwd_ms":
+            "fwd_kernel_path"}``: which kernel a timing ran). Name the key in ``axes`` to give
+            its column a label.
+        budgets: Lower-is-better metrics of this task, measured along its curve axis, on which
+            a reader may set a budget in the board's "Which attention for my case" panel
+            (e.g. the time per generated token and the state a sequence holds, by context
+            length): the panel lists the variants within the budget at the chosen position.
         battery: The name of a battery of tasks the task belongs to (e.g. ``"mad"``: MAD's six
             synthetic tasks). Beside each task's column, the overview shows one column per
             battery: per variant, the mean of its member tasks' headline values, where the
@@ -167,6 +175,8 @@ class TaskInfo:
     column_headlines: dict[str, str] = field(default_factory=dict)
     steadiness: dict[str, str] = field(default_factory=dict)
     accuracy: dict[str, str] = field(default_factory=dict)
+    budgets: list[str] = field(default_factory=list)
+    annotations: dict[str, str] = field(default_factory=dict)
     battery: str = ""
 
     def all_metrics(self) -> list[Metric]:

@@ -110,6 +110,14 @@ class Decode(Task):
     label = "Decoding"
     axes = (Metric("seq_len", None, "Context length", "tokens", label="context length"),)
     cost_metric = "decode_ratio"
+    # what a reader budgets when choosing for long-context decoding (the board's chooser)
+    budgets = ("decode_ms_per_token", "state_bytes")
+    # which kernels each timing ran (the run's details), beside its values on the board
+    annotations = {
+        "decode_ms_per_token": "decode_kernel_path",
+        "decode_ratio": "decode_kernel_path",
+        "prefill_ms": "prefill_kernel_path",
+    }
     charts = ("decode_ms_per_token", "decode_ratio", "state_bytes", "decode_peak_mib", "prefill_ms")
     scaling_fits = (ScalingFit("decode_ms_per_token", "seq_len", reference_variant="softmax"),)
     steadiness = {

@@ -536,3 +536,75 @@ def test_hostile_strings_are_shown_as_text(hostile):
     assert IMG_TAG in cells and any(LINK in c for c in cells)
     titles = page.eval("[...document.querySelectorAll('th[title]')].map(c => c.title)")
     assert any(LINK in t for t in titles)  # a metric's description, as a tooltip's text
+
+
+# --- "Which attention for my case" (#44 item 3), at 1400 × 900 ----------------------------------
+
+
+@pytest.fixture(scope="module")
+def chooser(tmp_path_factory):
+    from chooser_board import write_chooser_board
+
+    index = write_chooser_board(tmp_path_factory.mktemp("chooser") / "results")
+    browser = Browser(_chromium(), tmp_path_factory.mktemp("profile"), (WIDTH, HEIGHT))
+    browser.viewport(WIDTH, HEIGHT)
+    browser.open(index.as_uri())
+    yield browser
+    browser.close()
+
+
+CHOOSER_ROWS = (
+    "[...document.querySelectorAll('#chooser-table tbody tr')]"
+    ".map(tr => [...tr.cells].map(td => td.textContent))"
+)
+
+
+def _choose(browser, **values) -> list[list[str]]:
+    """Set the chooser's controls (id suffix → value, as the reader would), then its rows."""
+    for name, value in values.items():
+        event = "input" if name == "limit" else "change"
+        browser.eval(
+            f"(() => {{ const e = document.getElementById('chooser-{name}');"
+            f" e.value = {json.dumps(str(value))};"
+            f" e.dispatchEvent(new Event('{event}')); }})()"
+        )
+    return browser.eval(CHOOSER_ROWS)
+
+
+def test_the_chooser_lists_the_variants_within_the_budget_best_first(chooser):
+    from chooser_board import HOSTILE
+
+    # per-token latency at a 32k context, no limit: by quality, the frontier starred
+    rows = _choose(chooser, budget=0, context=32768, limit="")
+    assert [r[1] for r in rows] == ["softmax", "linear", HOSTILE]
+    assert [r[0] for r in rows] == ["★", "★", ""]  # the hostile variant: slower and worse
+    assert rows[0][3] == "2 ms" and rows[1][3] == "0.2 ms"
+    # a limit of 1 ms per token: softmax (2 ms at 32k) drops out, linear is the best left
+    rows = _choose(chooser, limit="1")
+    assert [r[1] for r in rows] == ["linear", HOSTILE]
+    note = chooser.eval("document.getElementById('chooser-note').textContent")
+    assert note.startswith("2 within the limit; 1 over it")
+    assert "1 configurations with a quality but no cost" in note  # window's other setting
+    # at a 1k context softmax is the fastest and the best: alone on the frontier
+    rows = _choose(chooser, context=1024, limit="")
+    assert [r[0] for r in rows] == ["★", "", ""]
+
+
+def test_the_chooser_takes_a_state_budget_in_binary_units(chooser):
+    from chooser_board import HOSTILE
+
+    rows = _choose(chooser, budget=1, context=32768, limit="1 MiB")
+    assert [r[1] for r in rows] == ["linear", HOSTILE]  # softmax holds 4 MiB at 32k
+    assert rows[0][3] == "64 KiB"
+    assert [r[1] for r in _choose(chooser, limit="8MiB")][0] == "softmax"
+    _choose(chooser, limit="lots")
+    assert not chooser.eval("document.getElementById('chooser-limit').checkValidity()")
+
+
+def test_the_chooser_shows_hostile_names_as_text_and_runs_nothing(chooser):
+    from chooser_board import HOSTILE
+
+    rows = _choose(chooser, budget=0, context=1024, limit="")
+    assert HOSTILE in [r[1] for r in rows]
+    assert chooser.eval("document.querySelectorAll('#chooser img').length") == 0
+    assert chooser.eval("window.__pwned === undefined")

@@ -20,15 +20,16 @@ from attnbench.harness.results.table_file import TableError
     "site may mix two builds (build it again)."
 )
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``attnbench-leaderboard [RESULTS_DIR] [-o OUT_DIR]``."""
+    """Entry point of ``attnbench-leaderboard [RESULTS_DIR ...] [-o OUT_DIR]``."""
     parser = argparse.ArgumentParser(
         prog="attnbench-leaderboard", description="Build the static leaderboard site."
     )
     parser.add_argument(
         "results_dir",
-        nargs="?",
-        default="results",
-        help="folder with results.parquet / runs/ (default: results)",
+        nargs="*",
+        default=["results"],
+        help="folders with results.parquet / runs/ (default: results); several make one board "
+        "(e.g. a CPU and a GPU reference), which needs -o",
     )
     parser.add_argument(
         "-o",
@@ -43,24 +44,30 @@ def main(argv: list[str] | None = None) -> int:
     )
     add_strict_flag(parser, reads_records=True)
     args = parser.parse_args(argv)
-    for value, what in ((args.results_dir, "the results folder"), (args.out, "-o")):
+    for value, what in (*((d, "a results folder") for d in args.results_dir), (args.out, "-o")):
         if value is not None and not value.strip():  # Path("") is the working folder
             print(f"attnbench-leaderboard: {what} is empty; give a folder.", file=sys.stderr)
             return 2
     try:
-        index = build_site(args.results_dir, args.out, include_stale=args.include_stale)
+        folders = args.results_dir if len(args.results_dir) > 1 else args.results_dir[0]
+        index = build_site(folders, args.out, include_stale=args.include_stale)
     except (SiteError, TableError) as exc:
         print(f"attnbench-leaderboard: {exc}", file=sys.stderr)
         return 2
-    if not (Path(args.results_dir) / TABLE_NAME).exists():
-        print(
-            f"attnbench-leaderboard: no results yet in {args.results_dir}; run "
-            "`attnbench -m sweep=quick` first. Wrote an empty page:",
-            file=sys.stderr,
-        )
+    for folder in args.results_dir:
+        if not (Path(folder) / TABLE_NAME).exists():
+            print(
+                f"attnbench-leaderboard: no results yet in {folder}; run "
+                "`attnbench -m sweep=quick` first. "
+                + ("Wrote an empty page:" if len(args.results_dir) == 1 else "The page has none."),
+                file=sys.stderr,
+            )
     print(index.resolve())
     if args.strict:  # the page is built from the valid records; the status names the others
-        return report_bad_records("attnbench-leaderboard", bad_records(args.results_dir))
+        return max(
+            report_bad_records("attnbench-leaderboard", bad_records(folder))
+            for folder in args.results_dir
+        )
     return 0
 
 

@@ -567,10 +567,15 @@ def _point_texts(
     unsteady or its kernel inaccurate (``flagged``: the x values of each), so not ranked."""
     unsteady, inaccurate = flagged
     along_at = _along_texts(line, along)
+    notes: dict = {}
+    if "annotation" in line:  # what the task declares beside the value (TaskInfo.annotations)
+        noted = line[line["annotation"].fillna("").astype(str) != ""]
+        notes = noted.groupby("x_value")["annotation"].agg(lambda s: sorted(set(s))).to_dict()
     return [
         "\n".join(
             [
                 *along_at.get(x, []),
+                *notes.get(x, []),
                 *(["unsteady timing: not ranked"] * (x in unsteady)),
                 *(["kernel error above its tolerance: not ranked"] * (x in inaccurate)),
             ]

@@ -35,7 +35,7 @@ class Overview:
     rule: str = ""  # how the ranks are made, in words, shown above the table
 
 
-def _labels(entries: pd.DataFrame) -> dict[tuple[str, str], str]:
+def config_labels(entries: pd.DataFrame) -> dict[tuple[str, str], str]:
     """(variant, params JSON) → its row label: the name alone where a variant has one
     configuration, else the name and only the parameters that differ between its configurations
     (e.g. `window window=0.2` beside `window window=256`: quality at matched density, timing at
@@ -65,7 +65,7 @@ def overview(
     if computed is None:
         return None
     ordered = with_batteries(computed, _column_order(computed.headlines))
-    labels = _labels(computed.entries.to_frame(index=False))
+    labels = config_labels(computed.entries.to_frame(index=False))
     result = Overview(table=Table(columns=_columns(ordered)))
     for key in _row_order(computed):
         variant, _, machine, dtype = key

@@ -26,6 +26,7 @@ import logging
 import os
 import stat
 import tempfile
+from collections.abc import Collection
 from pathlib import Path
 
 from attnbench.harness.jobs.paths import looping_link, too_long
@@ -186,10 +187,13 @@ def _publish(source: Path, dest: Path, run_id: str) -> bool:
         Path(tmp).unlink(missing_ok=True)
 
 
-def copy_records(results_dir: Path, out: Path, run_ids: set[str]) -> set[str]:
+def copy_records(
+    results_dir: Path, out: Path, run_ids: set[str], keep: Collection[str] = ()
+) -> set[str]:
     """Publish the records of the runs ``run_ids`` from ``results_dir/runs`` into ``out`` (see
-    the module docstring) and remove the ones earlier builds left there; returns the run_ids
-    published. What is left out is counted in one warning."""
+    the module docstring) and remove the ones earlier builds left there, but those of ``keep``
+    (published from another folder of the same board); returns the run_ids published. What is
+    left out is counted in one warning."""
     out.mkdir(parents=True, exist_ok=True)
     source = runs_dir(results_dir)
     published: set[str] = set()
@@ -216,7 +220,8 @@ def copy_records(results_dir: Path, out: Path, run_ids: set[str]) -> set[str]:
                 left_out += 1
     for entry in os.scandir(out):
         run_id = entry.name.removesuffix(".json")
-        stale = entry.name.endswith(".json") and is_run_id(run_id) and run_id not in published
+        kept = run_id in published or run_id in keep
+        stale = entry.name.endswith(".json") and is_run_id(run_id) and not kept
         if stale and not entry.is_dir(follow_symlinks=False):
             os.unlink(entry.path)
     if left_out:

@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -38,7 +39,7 @@ from attnbench.harness.leaderboard.columns import overview_columns
 from attnbench.harness.leaderboard.overview import overview
 from attnbench.harness.leaderboard.peers import labelled, peer_section, unavailable
 from attnbench.harness.leaderboard.publish import SITE_MARK, SiteError, check_paths, copy_records
-from attnbench.harness.leaderboard.ranking import with_machine
+from attnbench.harness.leaderboard.ranking import MACHINE, with_machine
 from attnbench.harness.leaderboard.tables import (
     UNSTEADY_MARK,
     Table,
@@ -51,6 +52,7 @@ from attnbench.harness.leaderboard.tables import (
 )
 from attnbench.harness.leaderboard.tradeoffs import tradeoff_charts
 from attnbench.harness.leaderboard.tuning import Choice, select_tuned, tuning_table
+from attnbench.harness.leaderboard.views.chooser import chooser_data, embeddable
 from attnbench.harness.results.collect import (
     COLUMNS,
     TABLE_NAME,
@@ -329,6 +331,7 @@ def _sections(
                         published,
                         steadiness=info.steadiness if info else None,
                         accuracy=info.accuracy if info else None,
+                        annotations=_annotation_headers(info),
                     ),
                     info,
                 ),
@@ -341,6 +344,12 @@ def _sections(
             )
         )
     return sections
+
+
+def _annotation_headers(info: TaskInfo | None) -> dict[str, str]:
+    """metric → the header of the column of its annotation (`TaskInfo.annotations`): the
+    detail key's label where the task names it in ``axes``, else the key."""
+    return {m: info.axis_title(key) for m, key in info.annotations.items()} if info else {}
 
 
 def readable_headers(table: Table, info: TaskInfo | None) -> Table:
@@ -385,7 +394,7 @@ def _provenance(frame: pd.DataFrame) -> dict[str, str]:
 
     return {
         "generated": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machines": values("device_name"),
+        "machines": values(MACHINE if MACHINE in frame else "device_name"),  # hardware identity
         "hosts": values("hostname"),
         "attnbench": values("attnbench_version"),
         "torch": values("torch_version"),
@@ -466,14 +475,64 @@ def _collect_first(results_dir: Path, n_new: int) -> None:
     )
 
 
+@dataclass
+class Source:
+    """One results folder of a board: its rows (all, and those shown) and its provenance."""
+
+    folder: Path
+    frame: pd.DataFrame  # the table's rows, runs an earlier folder holds left out
+    infos: dict[str, TaskInfo]
+    shown: pd.DataFrame = field(default_factory=pd.DataFrame)
+    n_stale: int = 0
+    n_elsewhere: int = 0  # runs an earlier folder of the board holds too (shown once, from it)
+
+    def header(self) -> dict[str, object]:
+        """What the page's header says of the folder (`_provenance` and the counts)."""
+        runs = self.shown.loc[~self.shown["derived"], "run_id"].nunique() if len(self.shown) else 0
+        return {
+            "folder": str(self.folder),
+            "n_runs": runs,
+            "n_stale": self.n_stale,
+            "n_elsewhere": self.n_elsewhere,
+            **(_provenance(self.shown) if len(self.shown) else {}),
+        }
+
+
+def _folders(results_dirs: object) -> list[Path]:
+    """The results folders of a board: one path, or several (each once).
+
+    Raises:
+        SiteError: none given, or one given twice.
+    """
+    if isinstance(results_dirs, (str, os.PathLike)):
+        return [Path(results_dirs)]
+    folders = [Path(d) for d in results_dirs]  # type: ignore[union-attr]
+    if not folders:
+        raise SiteError("no results folder given; name one or more (e.g. results).")
+    seen: dict[Path, Path] = {}
+    for folder in folders:
+        key = folder.resolve()
+        if key in seen:
+            raise SiteError(f"{folder} is given twice (as {seen[key]} too); name each folder once.")
+        seen[key] = folder
+    return folders
+
+
 def build_site(
-    results_dir: str | os.PathLike = "results",
+    results_dir: str | os.PathLike | Sequence[str | os.PathLike] = "results",
     out_dir: str | os.PathLike | None = None,
     include_stale: bool = False,
 ) -> Path:
-    """Write the leaderboard for ``results_dir`` into ``out_dir`` (default RESULTS_DIR/leaderboard).
+    """Write the leaderboard of one results folder, or of several on one page, into ``out_dir``.
+
+    Several folders (a CPU reference, a GPU reference, a colleague's machine) make one board:
+    machines stay apart by their hardware identity, as within one folder; each folder's
+    provenance and stale runs are stated in the header, staleness judged per folder; a run
+    that two folders hold (a copied record: the same identity) is shown once, from the first.
 
     Args:
+        results_dir: A results folder, or a list of them.
+        out_dir: The site folder (default RESULTS_DIR/leaderboard; required for several).
         include_stale: Show the records of older code too (history; default: only current ones,
             and the page says how many it left out). The published table holds all of them.
 
@@ -481,28 +540,35 @@ def build_site(
         The path of ``index.html``. With no results, the page says how to produce some.
 
     Raises:
-        SiteError: no results folder, or ``out_dir`` cannot or must not be written.
-        TableError: the results table is corrupt or of an older layout.
+        SiteError: no results folder, one given twice, several without ``out_dir``, or
+            ``out_dir`` cannot or must not be written.
+        TableError: a results table is corrupt or of an older layout.
     """
-    results_dir = Path(results_dir)
-    out = Path(out_dir) if out_dir is not None else results_dir / "leaderboard"
-    check_paths(results_dir, out)
-    table_path = results_dir / TABLE_NAME
-    _bring_up_to_date(results_dir, table_path)
-    frame, infos = load(table_path, COLUMNS)[:2] if table_path.exists() else (pd.DataFrame(), {})
+    folders = _folders(results_dir)
+    if len(folders) > 1 and out_dir is None:
+        raise SiteError("a board of several results folders needs its own folder: give -o SITE.")
+    out = Path(out_dir) if out_dir is not None else folders[0] / "leaderboard"
+    for folder in folders:
+        check_paths(folder, out)
+    sources = [_read_source(folder) for folder in folders]
     _start_site(out)
-    published: set[str] = set()
-    n_stale = 0
-    if not frame.empty:
-        published = _publish_table(frame, table_path, results_dir, out)
-        frame, n_stale = _shown(frame, include_stale)
+    published = _publish_sources(sources, out)
+    for source in sources:
+        if not source.frame.empty:
+            source.shown, source.n_stale = _shown(source.frame, include_stale)
+    shown = [s.shown for s in sources if not s.shown.empty]
+    frame = pd.concat(shown, ignore_index=True) if shown else pd.DataFrame()
+    infos: dict[str, TaskInfo] = {}
+    for source in reversed(sources):  # the first folder's description of a task wins
+        infos.update(source.infos)
     html = (
         _environment()
         .get_template("index.html.j2")
         .render(
-            results_dir=str(results_dir),
+            results_dir=str(folders[0]),
             **_page(frame, infos, published),
-            n_stale=n_stale,
+            n_stale=sum(s.n_stale for s in sources),
+            sources=[s.header() for s in sources] if len(sources) > 1 else [],
             unsteady_mark=UNSTEADY_MARK,
             include_stale=include_stale,
             plotly_js=PLOTLY_JS,
@@ -511,6 +577,33 @@ def build_site(
     index = out / "index.html"
     atomic_write_text(index, html)
     return index
+
+
+def _read_source(folder: Path) -> Source:
+    """A results folder's table, brought up to date with its records (`_bring_up_to_date`)."""
+    table_path = folder / TABLE_NAME
+    _bring_up_to_date(folder, table_path)
+    frame, infos = load(table_path, COLUMNS)[:2] if table_path.exists() else (pd.DataFrame(), {})
+    return Source(folder, frame, infos)
+
+
+def _publish_sources(sources: list[Source], out: Path) -> set[str]:
+    """Publish each folder's table and records (`_publish_table`); a run an earlier folder
+    holds is left out of the later one's rows (counted in its ``n_elsewhere``). Returns the
+    run_ids whose records were published."""
+    published: set[str] = set()
+    seen: set[str] = set()
+    for source in sources:
+        if source.frame.empty:
+            continue
+        again = source.frame["run_id"].isin(seen)
+        source.n_elsewhere = source.frame.loc[again, "run_id"].nunique()
+        source.frame = source.frame[~again]
+        seen |= set(source.frame["run_id"].dropna())
+        runs = set(source.frame.loc[~source.frame["derived"].astype(bool), "run_id"].dropna())
+        published |= copy_records(source.folder, out / "runs", runs, keep=published)
+    _publish_table([s for s in sources if not s.frame.empty], out)
+    return published
 
 
 def _bring_up_to_date(results_dir: Path, table_path: Path) -> None:
@@ -550,13 +643,22 @@ def _start_site(out: Path) -> None:
         atomic_write_text(out / PLOTLY_JS, get_plotlyjs())
 
 
-def _publish_table(frame: pd.DataFrame, table_path: Path, results_dir: Path, out: Path) -> set[str]:
-    """Copy the table beside the page (parquet and CSV) and the valid records of its runs
-    (`publish.copy_records`); returns the run_ids whose records were published."""
-    shutil.copyfile(table_path, out / "results.parquet")
+def _publish_table(sources: list[Source], out: Path) -> None:
+    """The table beside the page, as parquet and CSV: one folder's table file as it is; the
+    rows of several, each with its ``results_folder``."""
+    if len(sources) == 1:
+        shutil.copyfile(sources[0].folder / TABLE_NAME, out / "results.parquet")
+        sources[0].frame.to_csv(out / "results.csv", index=False)
+        return
+    for name in ("results.parquet", "results.csv"):
+        (out / name).unlink(missing_ok=True)  # an earlier build's table is not this board's
+    if not sources:
+        return
+    frame = pd.concat(
+        [s.frame.assign(results_folder=str(s.folder)) for s in sources], ignore_index=True
+    )
+    frame.to_parquet(out / "results.parquet", index=False)
     frame.to_csv(out / "results.csv", index=False)
-    runs = set(frame.loc[~frame["derived"].astype(bool), "run_id"].dropna())
-    return copy_records(results_dir, out / "runs", runs)
 
 
 def _page(frame: pd.DataFrame, infos: dict[str, TaskInfo], published: set[str]) -> dict:
@@ -571,6 +673,7 @@ def _page(frame: pd.DataFrame, infos: dict[str, TaskInfo], published: set[str]) 
         return {
             **page,
             "sections": [],
+            "chooser": None,
             "overview": None,
             "cost_charts": [],
             "unfinished": None,
@@ -598,7 +701,9 @@ def _contents(
     # a library that cannot run here is listed with the peers as unavailable, not here
     not_unavailable = labelled(every_run)[~unavailable(every_run)]
     n_runs = frame.loc[~frame["derived"], "run_id"].nunique()
+    chooser = chooser_data(frame, columns, infos)
     return {
+        "chooser": embeddable(chooser) if chooser else None,
         "sections": _sections(frame, infos, published, choices, colours),
         "overview": overview(columns.frame, columns.headlines, families),
         "cost_charts": tradeoff_charts(frame, columns, infos, colours),

@@ -48,6 +48,7 @@ class Cell:
     best: bool = False
     links: list[tuple[str, str]] = field(default_factory=list)  # (href, text) after the text
     note: str = ""
+    hint: str = ""  # hover text that marks nothing (e.g. which kernel a timing ran)
 
 
 @dataclass
@@ -160,6 +161,7 @@ def task_table(
     linked: Collection[str] | None = None,
     steadiness: dict[str, str] | None = None,
     accuracy: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
 ) -> Table:
     """One row per (variant, its parameters, machine, dtype, task setting); one column per metric.
 
@@ -184,10 +186,17 @@ def task_table(
         accuracy: metric → its 0/1 accuracy flag metric (`TaskInfo.accuracy`): a value whose
             kernel erred beyond its declared tolerance in a seed is marked with INACCURATE_MARK
             and a note, and is never the best of its group.
+        annotations: metric → the header of a text column showing the text its points carry
+            (`TaskInfo.annotations`, e.g. "kernel path"); the text is also in the hover of
+            each of the metric's cells. Metrics sharing a header share the column.
     """
     wide = _wide(ok)
+    annotations = annotations or {}
     metrics = _metric_order(wide.metric_columns, metric_info)
     table = Table(columns=_task_columns(wide.keys, metrics, metric_info, run_link is not None))
+    headers = list(dict.fromkeys(annotations[_base(m)] for m in metrics if _base(m) in annotations))
+    at = len(table.columns) - (run_link is not None)
+    table.columns[at:at] = [Column(f"annotation:{h}", h) for h in headers]
     means = wide.means
     steady = {m: _steady_share(means, m, _base(m), steadiness or {}) for m in metrics}
     accurate = {m: _steady_share(means, m, _base(m), accuracy or {}) for m in metrics}
@@ -195,9 +204,19 @@ def task_table(
     best = _best_rows(means, metrics, metric_info, group_keys, (steady, accurate))
     for i, row in means.iterrows():
         cells = [Cell(str(row[k]), _sortable(row[k])) for k in wide.keys]
+        key = tuple(row[k] for k in wide.keys)
+        notes = {m: wide.annotations.get((*key, m), "") for m in metrics}
         cells += [
-            _value_cell(row[m], steady[m][i], i in best.get(m, ()), accurate[m][i]) for m in metrics
+            _noted(
+                _value_cell(row[m], steady[m][i], i in best.get(m, ()), accurate[m][i]), notes[m]
+            )
+            for m in metrics
         ]
+        for header in headers:
+            text = next(
+                (notes[m] for m in metrics if annotations.get(_base(m)) == header and notes[m]), ""
+            )
+            cells.append(Cell(text, text))
         if run_link is not None:
             cells.append(_runs_cell(wide, row, run_link, linked))
         table.rows.append(cells)
@@ -221,6 +240,7 @@ class _Wide:
     keys: list[str]
     settings: list[str]
     runs: pd.Series
+    annotations: dict[tuple, str] = field(default_factory=dict)  # (*key, column) → its text
 
 
 def _wide(ok: pd.DataFrame) -> _Wide:
@@ -237,7 +257,19 @@ def _wide(ok: pd.DataFrame) -> _Wide:
     wide = frame.pivot_table(index=keys, columns="metric", values="value", aggfunc="mean")
     runs = frame.groupby(keys)["run_id"].unique()
     means = wide.reset_index().sort_values(keys, key=_numbers_first, ignore_index=True)
-    return _Wide(means, list(wide.columns), keys, setting_cols, runs)
+    return _Wide(
+        means, list(wide.columns), keys, setting_cols, runs, _annotation_texts(frame, keys)
+    )
+
+
+def _annotation_texts(frame: pd.DataFrame, keys: list[str]) -> dict[tuple, str]:
+    """(*key, metric column) → the distinct annotations of its points (`TaskInfo.annotations`:
+    e.g. the kernel path of a timing), joined with "; "."""
+    if "annotation" not in frame:
+        return {}
+    noted = frame[frame["annotation"].fillna("").astype(str) != ""]
+    texts = noted.groupby([*keys, "metric"])["annotation"].agg(lambda s: "; ".join(sorted(set(s))))
+    return {k if isinstance(k, tuple) else (k,): v for k, v in texts.items()}
 
 
 def _base(column: str) -> str:
@@ -299,6 +331,12 @@ def _best_rows(
         )
         best[m] = set(means.index[(candidates == pick) & candidates.notna()])
     return best
+
+
+def _noted(cell: Cell, text: str) -> Cell:
+    """``cell`` with ``text`` (an annotation) as its hint: in its hover, marking nothing."""
+    cell.hint = text
+    return cell
 
 
 def _runs_cell(wide: _Wide, row: pd.Series, run_link: str, linked: Collection[str] | None) -> Cell:

@@ -113,7 +113,10 @@ COLUMNS = [
     "attempts",  # distinct records of this run_id (a failed re-run beside an ok one: 2)
     "latest_status",  # status of the newest of them
     "record_file",  # the file under runs/ the rows come from
+    "annotation",  # text the task declares beside the metric (TaskInfo.annotations), else ""
 ]
+# columns a later layout added → the value a table of an earlier one reads as (`table_file.load`)
+COLUMN_DEFAULTS = {"annotation": ""}
 TABLE_NAME = "results.parquet"
 LOCK_NAME = ".collect.lock"
 TABLE_DTYPES = {
@@ -280,7 +283,23 @@ def record_rows(record: Record, record_file: str = "") -> list[dict]:
     }
     empty = dict.fromkeys(POINT_FIELDS)
     points = record.metrics or [empty]
-    return [{**common, **{k: p.get(k) for k in POINT_FIELDS}} for p in points]
+    annotated = (record.task_info or {}).get("annotations") or {}
+    return [
+        {
+            **common,
+            **{k: p.get(k) for k in POINT_FIELDS},
+            "annotation": _annotation(record, annotated, p),
+        }
+        for p in points
+    ]
+
+
+def _annotation(record: Record, annotated: dict, point: dict) -> str:
+    """The text of the record's details the task declares beside ``point``'s metric
+    (`TaskInfo.annotations`, e.g. which kernel a timing ran); "" where none."""
+    key = annotated.get(point.get("metric")) if isinstance(annotated, dict) else None
+    value = record.details.get(key) if isinstance(key, str) else None
+    return value if isinstance(value, str) else ""
 
 
 def read_table(path: str | os.PathLike) -> tuple[pd.DataFrame, dict[str, TaskInfo]]:

@@ -19,7 +19,7 @@ import pandas as pd
 import pyarrow as pa
 
 from attnbench.harness.jobs.paths import too_long
-from attnbench.harness.results.collect import TABLE_NAME, read_table
+from attnbench.harness.results.collect import COLUMN_DEFAULTS, TABLE_NAME, read_table
 from attnbench.task_info import TaskInfo
 
 MAX_REASON = 160  # characters of the reader's own message quoted in a TableError
@@ -86,6 +86,9 @@ def load(
             f"{path} is not a readable {kind} results table ({reason}); collect it again with "
             f"`{_recollect(path)}`."
         ) from None
+    for column, default in COLUMN_DEFAULTS.items():  # added since: older tables lack it
+        if column in required and column not in frame.columns:
+            frame[column] = default
     missing = [c for c in required if c not in frame.columns]
     if missing:
         shown = ", ".join(missing[:5]) + (", …" if len(missing) > 5 else "")

@@ -157,3 +157,60 @@ def test_the_built_in_tasks_name_their_headline_charts_and_axes_for_readers():
         unnamed += [f"{name}: task label"] * (not info.label)
         unnamed += [f"{name}: {m}" for m in wanted if m and info.metric_title(m) == m]
     assert not unnamed
+
+
+def _timed(tmp_path, name, variant, n, ms, path):
+    from attnbench.tasks.throughput import Throughput
+
+    points = [
+        {"metric": m, "value": v, "x_name": "seq_len", "x_value": n, "higher_is_better": False}
+        for m, v in (("fwd_ms", ms), ("fwd_ratio", ms / 4), ("peak_mem_mib", 1.0 + n / 64))
+    ]
+    write_record(
+        tmp_path,
+        make_record(
+            name,
+            variant=variant,
+            task_params={"seq_len": n},
+            metrics=points,
+            task_info=Throughput.describe().to_dict(),
+            details={"variant_family": variant, "fwd_kernel_path": path},
+        ),
+    )
+
+
+def test_a_timings_kernel_path_is_in_the_task_table_and_the_hover(tmp_path):
+    """#41 item 3: each timing's record says which kernel ran (details.fwd_kernel_path); the
+    task declares it beside its timed metrics (TaskInfo.annotations), so the board shows it."""
+    for i, n in enumerate((64, 128, 256)):
+        _timed(tmp_path, f"w{i}", "window", n, 1.0 + i, "tile kernel (AVX512) <x>")
+        _timed(tmp_path, f"s{i}", "softmax", n, 2.0 + i, "torch operators")
+    collect(tmp_path)
+    html = build_site(tmp_path).read_text()
+    section = html.split('id="task-throughput"')[1].split("</section>")[0]
+    headers = re.findall(r"<th [^>]*>([^<]*)</th>", section.split("</thead>")[0])
+    assert "kernel path" in headers
+    rows = section.split("<tbody>")[1].split("</tbody>")[0].split("</tr>")[:-1]
+    window = [r for r in rows if ">window<" in r]
+    assert window and all("tile kernel (AVX512) &lt;x&gt;</td>" in r for r in window)
+    assert all('title="tile kernel (AVX512) &lt;x&gt;"' in r for r in window)  # the hover
+    assert 'class="unsteady"' not in section  # an annotation marks nothing
+    (fig,) = [f for cid, f in _figures(html).items() if cid.startswith("chart-throughput-fwd_ms")]
+    hover = {t["name"].split(" · ")[0]: t["text"] for t in fig["data"] if t.get("text")}
+    assert hover["softmax"] == ["torch operators"] * 3
+    assert hover["window"] == ["tile kernel (AVX512) &lt;x&gt;"] * 3  # escaped for Plotly
+
+
+def test_a_table_collected_before_annotations_existed_still_loads(tmp_path):
+    import pandas as pd
+
+    from attnbench.harness.results.collect import COLUMNS
+    from attnbench.harness.results.table_file import load
+
+    _timed(tmp_path, "a", "softmax", 64, 2.0, "torch operators")
+    collect(tmp_path)
+    table = tmp_path / "results.parquet"
+    frame = pd.read_parquet(table).drop(columns="annotation")
+    frame.to_parquet(tmp_path / "old.parquet")
+    loaded = load(tmp_path / "old.parquet", COLUMNS)[0]
+    assert (loaded["annotation"] == "").all()

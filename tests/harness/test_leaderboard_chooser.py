@@ -1,0 +1,43 @@
+"""'Which attention for my case' (#44 item 3): the chooser's data, from the same rows as the page
+(the board: `tests/chooser_board.py`; in Chromium: `tests/test_leaderboard_browser.py`)."""
+
+from __future__ import annotations
+
+from chooser_board import HOSTILE, chooser_data, write_chooser_board
+
+from attnbench.harness.leaderboard import build_site
+
+
+def test_the_chooser_pairs_quality_and_cost_of_the_same_configuration_only(tmp_path):
+    html = write_chooser_board(tmp_path).read_text()
+    data = chooser_data(html)
+    assert [b["label"] for b in data["budgets"]] == [
+        "Generation: per-token latency",
+        "Generation: state per sequence",
+    ]
+    assert data["budgets"][0]["axis"] == "context length (tokens)"
+    assert [q["label"] for q in data["qualities"]] == ["Recall: recall accuracy"]
+    # window was timed at window=64 and trained at window=0.2: two configurations, never paired
+    assert sorted(data["configs"]) == sorted([HOSTILE, "linear", "softmax"])
+    assert data["left_out"] == {"no_cost": 1, "no_quality": 1}
+    costs = {(c[0], c[2], data["configs"][c[3]]): c[4] for c in data["cost"]}
+    assert costs[(0, 32768.0, "softmax")] == 2.0 and costs[(1, 1024.0, "linear")] == 2**16
+
+
+def test_the_chooser_leaves_out_an_unsteady_timing(tmp_path):
+    data = chooser_data(write_chooser_board(tmp_path, unsteady_softmax_at_32k=True).read_text())
+    latency = {(c[2], data["configs"][c[3]]) for c in data["cost"] if c[0] == 0}
+    assert (32768.0, "softmax") not in latency and (1024.0, "softmax") in latency
+    state = {(c[2], data["configs"][c[3]]) for c in data["cost"] if c[0] == 1}
+    assert (32768.0, "softmax") in state  # its state is no timing: kept
+
+
+def test_the_chooser_data_cannot_end_its_script_element(tmp_path):
+    html = write_chooser_board(tmp_path).read_text()
+    embedded = html.split('id="chooser-data">')[1].split("</script>")[0]
+    assert "<" not in embedded and "\\u003cimg" in embedded
+
+
+def test_no_chooser_without_a_declared_budget(tmp_path):
+    html = build_site(tmp_path).read_text()  # an empty board
+    assert 'id="chooser"' not in html
