@@ -64,6 +64,7 @@ class CopyParams:
     steps: int = 1000  # optimiser steps
     batch_size: int = 32  # sequences per step
     lr: float = 3e-3  # peak AdamW learning rate
+    weight_decay: float = 0.01  # AdamW weight decay (a tuning axis of MAD's protocol, sweep=mad)
     d_model: int = 64  # model width
     n_layers: int = 2  # attention + MLP blocks
     n_heads: int = 2  # heads per attention layer
@@ -78,7 +79,7 @@ class SelectiveCopy(Task):
     headline = "accuracy"
     battery = "mad"  # MAD's selective copying / in-context recall (tasks/mad, docs/mad.md)
     label = "Selective copying"
-    tuning = Tuning(["lr"], "val_accuracy")
+    tuning = Tuning(["lr", "weight_decay"], "val_accuracy")
     metrics = (
         Metric(
             "accuracy",
@@ -129,6 +130,7 @@ class SelectiveCopy(Task):
             "n_heads",
         )
         self.require_finite("lr", above=0)
+        self.require_finite("weight_decay", at_least=0)
         self.require_divides("n_heads", "d_model")
         if p.n_to_copy > p.seq_len:
             raise ValueError(
@@ -159,7 +161,9 @@ class SelectiveCopy(Task):
             model,
             x,
             y,
-            TrainConfig(steps=p.steps, batch_size=p.batch_size, lr=p.lr),
+            TrainConfig(
+                steps=p.steps, batch_size=p.batch_size, lr=p.lr, weight_decay=p.weight_decay
+            ),
             device=ctx.device,
             seed=ctx.seed,
             desc=f"copy/{ctx.variant_name}",

@@ -128,7 +128,7 @@ class Recall(Task):
         Metric("seq_len", None, "Training sequence length", "tokens", label="sequence length"),
     )
     battery = "mad"  # MAD's selective copying / in-context recall (tasks/mad, docs/mad.md)
-    tuning = Tuning(["lr"], "val_accuracy")
+    tuning = Tuning(["lr", "weight_decay"], "val_accuracy")
     charts = ("accuracy_by_pairs", "accuracy_by_d_model", "accuracy_by_state_bytes")
     chart_references = {
         "accuracy_by_pairs": {"context_guess_by_pairs": "a random value of the sequence (1/pairs)"}
