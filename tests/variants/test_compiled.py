@@ -34,9 +34,15 @@ def test_extension_names_separate_capabilities_and_torch_versions(monkeypatch):
 
 
 def test_capability_flags_name_the_capability():
-    assert "-DCPU_CAPABILITY=AVX2" in compiled.capability_flags("AVX2")
-    assert "-DCPU_CAPABILITY_AVX512" in compiled.capability_flags("AVX512")
-    assert not any(f.startswith("-m") for f in compiled.capability_flags("DEFAULT"))
+    """at::vec picks its Vectorized by the CPU_CAPABILITY macros, the compiler the instructions
+    by the -m flags: both must name the capability torch dispatches to."""
+    avx512, avx2 = compiled.capability_flags("AVX512"), compiled.capability_flags("AVX2")
+    assert "-DCPU_CAPABILITY=AVX2" in avx2 and "-DCPU_CAPABILITY_AVX2" in avx2
+    assert {"-mavx2", "-mfma"} <= set(avx2) and not any("avx512" in f for f in avx2)
+    assert "-DCPU_CAPABILITY=AVX512" in avx512 and "-DCPU_CAPABILITY_AVX512" in avx512
+    assert {"-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma"} <= set(avx512)
+    default = compiled.capability_flags("DEFAULT")
+    assert not any(f.startswith("-m") or f.startswith("-DCPU_CAPABILITY_") for f in default)
 
 
 def test_ninja_beside_the_interpreter_goes_on_the_path(tmp_path, monkeypatch):

@@ -16,10 +16,8 @@ from conftest import failed_build
 from attnbench.variants.kernels import tile as tile_kernel
 from attnbench.variants.kernels.banded import banded_attention
 
-SERVED = bool(shutil.which("c++") or shutil.which("g++")) and (
-    torch.backends.cpu.get_cpu_capability() == "AVX512"
-)
-needs_kernel = pytest.mark.skipif(not SERVED, reason="no C++ compiler or no AVX-512 dispatch")
+SERVED = bool(shutil.which("c++") or shutil.which("g++"))
+needs_kernel = pytest.mark.skipif(not SERVED, reason="no C++ compiler on PATH")
 
 
 def reference(q, k, v, before, after, scale):

@@ -13,10 +13,11 @@ of their own (every query sees at least itself, so no row of a mask is empty). T
 only on (before, after, block, n), so they are cached: nothing that depends only on the pattern
 is rebuilt per call.
 
-Without autograd, in float32 on an AVX-512 CPU, the whole band goes to a compiled kernel instead
-(`tile_kernel`: blocks of 16 queries, one score lane per query; window 64 at causal 8k in
-3.0 ms against 10 ms through SDPA's short tiles); the SDPA path below serves autograd, other
-dtypes and devices, and machines where it cannot be built.
+Without autograd, in float32 on a CPU, the whole band goes to a compiled kernel instead
+(`tile_kernel`, built for the CPU capability torch dispatches to: blocks of 16 queries, one score
+lane per query; window 64 at causal 8k in 3.0 ms on AVX-512 against 10 ms through SDPA's short
+tiles); the SDPA path below serves autograd, other dtypes and devices, and machines where it
+cannot be built.
 
 Why the block size depends on autograd: measured on 2 CPU cores at N = 8192 with a 256 window,
 32-query blocks are fastest forward (10× dense causal SDPA against 8× at 64), while SDPA's
@@ -104,7 +105,7 @@ def banded_attention(
             (only where `lse_available`).
     """
     compiled = compiled_banded(q, k, v, before, after, scale)
-    if compiled is not None:  # no autograd, float32 on an AVX-512 CPU: `tile_kernel`
+    if compiled is not None:  # no autograd, float32 on a CPU: `tile_kernel`
         return compiled if with_lse else compiled[0]
     bsz, heads, n, d = q.shape
     dv = v.shape[-1]

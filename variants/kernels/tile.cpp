@@ -2,7 +2,6 @@
 // why), built on first use by attnbench.variants.kernels.compiled.build.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <immintrin.h>
 #include <ATen/cpu/vec/vec.h>
 #include <torch/library.h>
 
@@ -14,8 +13,17 @@
 
 namespace {
 
+// at::vec's float vector for the capability this file is built for (compiled.capability_flags):
+// 16 lanes on AVX-512, 8 on AVX2, 4 on NEON, an 8-float array the compiler vectorises elsewhere
 using Vec = at::vec::Vectorized<float>;
-constexpr int64_t R = 16;        // queries per tile: one per lane
+constexpr int64_t W = Vec::size();
+constexpr int64_t R = 16;        // queries per tile: one per lane, NV vectors of W lanes
+constexpr int64_t NV = R / W;
+static_assert(R % W == 0, "a tile is a whole number of vectors");
+constexpr int KEYS = 4;          // keys scored together: one load of the queries per KEYS FMAs
+// value columns mixed per pass: G vectors of W columns for each of 4 query rows, 4 * G
+// accumulators (16 of AVX-512's or NEON's 32 registers, 8 of AVX2's 16)
+constexpr int G_MAX = W == 8 ? 2 : 4;
 constexpr int64_t MAX_D = 256;   // head dimension held transposed on the stack
 constexpr int64_t FAR = int64_t(1) << 30;  // |lo|, |hi| beyond any position: no limit
 
@@ -27,43 +35,52 @@ struct Span {  // keys [start, start + len) of one head, each logit shifted by b
   int64_t hi;
 };
 
-inline int32_t clamp32(int64_t x) { return int32_t(std::max(-FAR, std::min(FAR, x))); }
-
-// lanes (rows r0 + lane, the first `rows` of them) that see key p: p - hi <= row <= p - lo
-inline __mmask16 seen_by(int64_t p, int64_t r0, int64_t rows, int64_t lo, int64_t hi) {
-  const __m512i row = _mm512_add_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
-                                                         12, 13, 14, 15),
-                                       _mm512_set1_epi32(int(r0)));
-  const __mmask16 live = rows >= R ? __mmask16(0xFFFF) : __mmask16((1u << rows) - 1);
-  return live & _mm512_cmpge_epi32_mask(row, _mm512_set1_epi32(clamp32(p - hi))) &
-         _mm512_cmple_epi32_mask(row, _mm512_set1_epi32(clamp32(p - lo)));
+// store the scores `acc` of key p for the tile's lanes (rows r0 + lane), -inf in the lanes that
+// do not see it (p - hi <= row <= p - lo, row < r0 + rows), and fold them into the row maxima
+inline void keep_seen(const Vec* acc, int64_t p, int64_t r0, int64_t rows, int64_t lo,
+                      int64_t hi, const Vec* lane, float* dst, Vec* mx) {
+  const int64_t a = std::max<int64_t>(0, p - hi - r0);          // first lane that sees p
+  const int64_t b = std::min<int64_t>(rows - 1, p - lo - r0);   // last lane that sees p
+  if (a == 0 && b == R - 1) {  // every lane (inside a band): no mask
+    for (int64_t v = 0; v < NV; ++v) {
+      acc[v].store(dst + v * W);
+      mx[v] = at::vec::maximum(mx[v], acc[v]);
+    }
+    return;
+  }
+  const Vec ninf(-std::numeric_limits<float>::infinity());
+  const Vec first(float(std::min<int64_t>(a, R))), last(float(std::max<int64_t>(b, -1)));
+  for (int64_t v = 0; v < NV; ++v) {
+    const Vec sc = Vec::blendv(ninf, acc[v], (lane[v] >= first) & (lane[v] <= last));
+    sc.store(dst + v * W);
+    mx[v] = at::vec::maximum(mx[v], sc);
+  }
 }
 
-// out rows [0, rows) (G 16-column groups from column c0) = inverse-scaled sum over the spans'
+// out rows [0, rows) (G W-column groups from column c0) = inverse-scaled sum over the spans'
 // keys of weight (key-major, R lanes a key) times value row
 template <int G>
 void mix_values(const float* P, const Span* spans, int64_t nspans, const float* V, int64_t c0,
                 float* o, int64_t rows, int64_t dv, const float* inverse) {
   for (int64_t rg = 0; rg < rows; rg += 4) {
-    __m512 acc[4][G];
+    Vec acc[4][G];
     for (int a = 0; a < 4; ++a)
-      for (int c = 0; c < G; ++c) acc[a][c] = _mm512_setzero_ps();
+      for (int c = 0; c < G; ++c) acc[a][c] = Vec(0.f);
     const float* pj = P + rg;
     for (int64_t s = 0; s < nspans; ++s) {
       const float* v = V + spans[s].start * dv + c0;
       for (int64_t j = 0; j < spans[s].len; ++j, pj += R) {
-        __m512 vv[G];
-        for (int c = 0; c < G; ++c) vv[c] = _mm512_loadu_ps(v + j * dv + 16 * c);
+        Vec vv[G];
+        for (int c = 0; c < G; ++c) vv[c] = Vec::loadu(v + j * dv + W * c);
         for (int a = 0; a < 4; ++a) {
-          const __m512 pa = _mm512_set1_ps(pj[a]);
-          for (int c = 0; c < G; ++c) acc[a][c] = _mm512_fmadd_ps(pa, vv[c], acc[a][c]);
+          const Vec pa(pj[a]);
+          for (int c = 0; c < G; ++c) acc[a][c] = at::vec::fmadd(pa, vv[c], acc[a][c]);
         }
       }
     }
     for (int64_t a = 0; a < 4 && rg + a < rows; ++a) {
-      const __m512 s = _mm512_set1_ps(inverse[rg + a]);
-      for (int c = 0; c < G; ++c)
-        _mm512_storeu_ps(o + (rg + a) * dv + c0 + 16 * c, _mm512_mul_ps(acc[a][c], s));
+      const Vec s(inverse[rg + a]);
+      for (int c = 0; c < G; ++c) (acc[a][c] * s).store(o + (rg + a) * dv + c0 + W * c);
     }
   }
 }
@@ -73,6 +90,12 @@ struct Scratch {
   alignas(64) float qt[MAX_D * R];
   std::vector<float> S;
   std::vector<Span> spans;
+  Vec lane[NV];  // lane indices 0 .. R - 1 as floats, NV vectors
+  Scratch() {
+    alignas(64) float idx[R];
+    for (int64_t r = 0; r < R; ++r) idx[r] = float(r);
+    for (int64_t v = 0; v < NV; ++v) lane[v] = Vec::loadu(idx + v * W);
+  }
 };
 
 // softmax attention of query rows r0 .. r0 + rows - 1 (rows <= R) of one head over `spans`
@@ -94,61 +117,72 @@ void attend_tile(const float* Q, const float* K, const float* V, int64_t D, int6
   const float* q0 = Q + r0 * D;
   for (int64_t r = 0; r < R; ++r)
     for (int64_t d = 0; d < D; ++d) w.qt[d * R + r] = r < rows ? q0[r * D + d] * scale : 0.f;
-  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  __m512 mx = ninf;
+  const float inf = std::numeric_limits<float>::infinity();
+  Vec mx[NV];
+  for (int64_t v = 0; v < NV; ++v) mx[v] = Vec(-inf);
   int64_t at = 0;  // keys scored so far
   for (int64_t s = 0; s < kept; ++s) {
     const Span sp = w.spans[s];
-    const __m512 bias = _mm512_set1_ps(sp.bias);
+    const Vec bias(sp.bias);
     const float* kb = K + sp.start * D;
     int64_t j = 0;
-    for (; j + 4 <= sp.len; j += 4) {  // four keys at a time: one load of q per four FMAs
-      __m512 a[4] = {bias, bias, bias, bias};
+    for (; j + KEYS <= sp.len; j += KEYS) {  // KEYS keys at a time: one load of q per KEYS FMAs
+      Vec a[KEYS][NV];
+      for (int t = 0; t < KEYS; ++t)
+        for (int64_t v = 0; v < NV; ++v) a[t][v] = bias;
       const float* k0 = kb + j * D;
       for (int64_t d = 0; d < D; ++d) {
-        const __m512 qd = _mm512_load_ps(w.qt + d * R);
-        for (int t = 0; t < 4; ++t)
-          a[t] = _mm512_fmadd_ps(qd, _mm512_set1_ps(k0[t * D + d]), a[t]);
+        Vec qd[NV];
+        for (int64_t v = 0; v < NV; ++v) qd[v] = Vec::loadu(w.qt + d * R + v * W);
+        for (int t = 0; t < KEYS; ++t) {
+          const Vec kd(k0[t * D + d]);
+          for (int64_t v = 0; v < NV; ++v) a[t][v] = at::vec::fmadd(qd[v], kd, a[t][v]);
+        }
       }
-      for (int t = 0; t < 4; ++t) {
-        const __mmask16 m = seen_by(sp.start + j + t, r0, rows, sp.lo, sp.hi);
-        const __m512 sc = _mm512_mask_blend_ps(m, ninf, a[t]);
-        _mm512_storeu_ps(S + (at + j + t) * R, sc);
-        mx = _mm512_max_ps(mx, sc);
-      }
+      for (int t = 0; t < KEYS; ++t)
+        keep_seen(a[t], sp.start + j + t, r0, rows, sp.lo, sp.hi, w.lane, S + (at + j + t) * R,
+                  mx);
     }
     for (; j < sp.len; ++j) {
-      __m512 a = bias;
+      Vec a[NV];
+      for (int64_t v = 0; v < NV; ++v) a[v] = bias;
       const float* k0 = kb + j * D;
-      for (int64_t d = 0; d < D; ++d)
-        a = _mm512_fmadd_ps(_mm512_load_ps(w.qt + d * R), _mm512_set1_ps(k0[d]), a);
-      const __m512 sc =
-          _mm512_mask_blend_ps(seen_by(sp.start + j, r0, rows, sp.lo, sp.hi), ninf, a);
-      _mm512_storeu_ps(S + (at + j) * R, sc);
-      mx = _mm512_max_ps(mx, sc);
+      for (int64_t d = 0; d < D; ++d) {
+        const Vec kd(k0[d]);
+        for (int64_t v = 0; v < NV; ++v)
+          a[v] = at::vec::fmadd(Vec::loadu(w.qt + d * R + v * W), kd, a[v]);
+      }
+      keep_seen(a, sp.start + j, r0, rows, sp.lo, sp.hi, w.lane, S + (at + j) * R, mx);
     }
     at += sp.len;
   }
   // lanes without a key: a finite maximum, so exp(-inf - max) = 0 and the sum stays 0
-  mx = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(mx, ninf, _CMP_EQ_OQ), mx, _mm512_setzero_ps());
-  __m512 sum = _mm512_setzero_ps();
+  Vec sum[NV];
+  for (int64_t v = 0; v < NV; ++v) {
+    mx[v] = Vec::blendv(mx[v], Vec(0.f), mx[v] == Vec(-inf));
+    sum[v] = Vec(0.f);
+  }
   for (int64_t j = 0; j < total; ++j) {
-    const __m512 e = Vec(_mm512_sub_ps(_mm512_loadu_ps(S + j * R), mx)).exp_u20();
-    _mm512_storeu_ps(S + j * R, e);
-    sum = _mm512_add_ps(sum, e);
+    for (int64_t v = 0; v < NV; ++v) {
+      float* x = S + j * R + v * W;
+      const Vec e = (Vec::loadu(x) - mx[v]).exp_u20();
+      e.store(x);
+      sum[v] = sum[v] + e;
+    }
   }
   alignas(64) float inverse[R], row_max[R], row_sum[R];
-  const __mmask16 some = _mm512_cmp_ps_mask(sum, _mm512_setzero_ps(), _CMP_GT_OQ);
-  _mm512_store_ps(inverse, _mm512_maskz_div_ps(some, _mm512_set1_ps(1.f), sum));
-  _mm512_store_ps(row_max, mx);
-  _mm512_store_ps(row_sum, sum);
+  for (int64_t v = 0; v < NV; ++v) {
+    mx[v].store(row_max + v * W);
+    sum[v].store(row_sum + v * W);
+  }
+  for (int64_t r = 0; r < R; ++r) inverse[r] = row_sum[r] > 0.f ? 1.f / row_sum[r] : 0.f;
   for (int64_t r = 0; r < rows; ++r)
-    LSE[r0 + r] = row_sum[r] > 0.f ? row_max[r] + std::log(row_sum[r])
-                                   : -std::numeric_limits<float>::infinity();
-  for (int64_t c0 = 0; c0 < DV; c0 += 64) {
+    LSE[r0 + r] = row_sum[r] > 0.f ? row_max[r] + std::log(row_sum[r]) : -inf;
+  constexpr int64_t PASS = G_MAX * W;  // value columns per pass
+  for (int64_t c0 = 0; c0 < DV; c0 += PASS) {
     float* o = O + r0 * DV;
     const Span* sp = w.spans.data();
-    switch (std::min<int64_t>(4, (DV - c0) / 16)) {  // compile-time widths: registers
+    switch (std::min<int64_t>(G_MAX, (DV - c0) / W)) {  // compile-time widths: registers
       case 4: mix_values<4>(S, sp, kept, V, c0, o, rows, DV, inverse); break;
       case 3: mix_values<3>(S, sp, kept, V, c0, o, rows, DV, inverse); break;
       case 2: mix_values<2>(S, sp, kept, V, c0, o, rows, DV, inverse); break;

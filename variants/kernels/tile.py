@@ -1,17 +1,25 @@
-"""A compiled AVX-512 CPU kernel for softmax attention over short spans of keys: the forward
-without autograd of the banded engine (`banded.banded_attention`: `window`, `strided`'s local
-part) and of the block-sparse engine (`blocksparse.block_sparse_attention`: `bigbird`,
-`learned_pattern`; `strided`'s dilated part).
+"""A compiled CPU kernel for softmax attention over short spans of keys: the forward without
+autograd of the banded engine (`banded.banded_attention`: `window`, `strided`'s local part) and
+of the block-sparse engine (`blocksparse.block_sparse_attention`: `bigbird`, `learned_pattern`;
+`strided`'s dilated part).
 
 Why compiled: torch's CPU flash kernel runs short key spans (a block of queries and its 64-256
 keys) at about half its long-span rate, so window 64 reached 0.3 and bigbird block 32 0.4 of
-their ideal speed-ups at causal 8k (issue #27 asks for 0.5). Here a tile of 16 queries is one
-16-lane vector per key: its scores accumulate by FMAs over the head dimension with the key's
-entry broadcast (four keys per load of the queries), a lane mask per key keeps the pairs the
-pattern allows, the softmax runs across keys with one exp per score (at::vec's ``exp_u20``, as
-torch's CPU flash kernel), and the values are mixed four query rows at a time, 64 columns in 16
-register accumulators. Measured at causal 8k (B = 1, H = 4, D = 64, 2 threads): window 64 in
-3.0 ms, 1.0 of the ideal, where the SDPA path took 10 ms.
+their ideal speed-ups at causal 8k (issue #27 asks for 0.5). Here a tile of 16 queries holds one
+lane per query, so a key's 16 scores are one AVX-512 vector or two AVX2 (four NEON) vectors: they
+accumulate by FMAs over the head dimension with the key's entry broadcast (four keys per load of
+the queries), a lane mask per key keeps the pairs the pattern allows (none where every lane sees
+the key, as inside a band), the softmax runs across keys with one exp per score (at::vec's
+``exp_u20``, as torch's CPU flash kernel), and the values are mixed four query rows at a time
+into register accumulators (64 columns a pass on AVX-512, 16 on AVX2 and NEON). Measured at
+causal 8k (B = 1, H = 4, D = 64, 2 threads, AVX-512): window 64 in 3.0 ms, 1.0 of the ideal,
+where the SDPA path took 10 ms.
+
+Written once against ATen's portable vector type ``at::vec::Vectorized<float>`` and compiled for
+the capability torch dispatches to (`compiled.capability`: AVX512, AVX2, or DEFAULT, whose
+Vectorized is a plain array the compiler vectorises for the baseline ISA; NEON on ARM), so
+``ATEN_CPU_CAPABILITY=avx2`` on an AVX-512 host builds and runs the AVX2 kernel, in a build
+folder of its own. A record names the build that ran ("tile kernel (AVX2)", `path`).
 
 One routine serves both engines: a tile sees a list of key spans [start, start + length), each
 with an additive bias (a learned gate) and its own lane rule: key p is seen by query i when
@@ -20,10 +28,10 @@ strided with few dilated keys, one span per dilated offset whose rule is a singl
 block op's spans are the key blocks its query block lists (hi = 0: causal). Both return the row
 log-sum-exp too, for exact merges (strided); a row without a key gets 0 and −∞.
 
-The C++ is ``tile.cpp`` beside this module (`compiled`), built on first use; it needs AVX-512
-(torch's dispatch capability), float32, head dimension at most 256 and a value dimension a
-multiple of 16. Elsewhere, or where it cannot be built (one warning), `compiled_banded` and
-`compiled_blocks` return None and the callers keep their SDPA paths.
+The C++ is ``tile.cpp`` beside this module (`compiled`), built on first use; it serves float32,
+head dimension at most 256 and a value dimension a multiple of 16. Elsewhere, or where it cannot
+be built (one warning), `compiled_banded` and `compiled_blocks` return None and the callers keep
+their SDPA paths (autograd, other dtypes and devices too).
 """
 
 from __future__ import annotations
@@ -38,20 +46,23 @@ from attnbench.variants.kernels import compiled
 
 SOURCE = Path(__file__).with_name("tile.cpp")  # the kernel's C++ (built by `_load`)
 
-PATH = "tile kernel (AVX512)"  # what a record says ran (`attnbench.toolkit.kernel_path`)
 NO_LIMIT = 1 << 30  # |lo|, |hi| at least this: no limit on p − i (the kernel's FAR)
+
+
+def path() -> str:
+    """What a record says ran (`attnbench.toolkit.kernel_path`): the kernel and the capability
+    it was built for, e.g. "tile kernel (AVX2)"."""
+    return f"tile kernel ({compiled.capability()})"
 
 
 @functools.cache
 def _load() -> bool:
-    """Build (or find in torch's extension cache) and load the kernel; False where the CPU
-    dispatch is not AVX-512 (quietly) or the build fails (one warning, `compiled.build`)."""
-    if compiled.capability() != "AVX512":
-        return False
+    """Build (or find in torch's extension cache) and load the kernel for the CPU capability
+    torch dispatches to; False where the build fails (one warning, `compiled.build`)."""
     return compiled.build(
         "attnbench_tiles",
         SOURCE,
-        "AVX512",
+        compiled.capability(),
         "window, strided, bigbird and learned_pattern use their slower SDPA paths.",
     )
 
@@ -93,7 +104,7 @@ def compiled_banded(
         return None
     bsz, heads, n, d = q.shape
     dv = v.shape[-1]
-    note(PATH)
+    note(path())
     out, lse = torch.ops.attnbench_tiles.banded_forward(
         q.reshape(bsz * heads, n, d),
         k.reshape(bsz * heads, n, d),
@@ -145,7 +156,7 @@ def compiled_blocks(
     shifts = torch.empty(0)
     if bias is not None:
         shifts = bias.to(torch.float32).expand(shape).reshape(lists.shape)
-    note(PATH)
+    note(path())
     out, lse = torch.ops.attnbench_tiles.blocks_forward(
         q.reshape(bsz * heads, n, d),
         k.reshape(bsz * heads, m, d),

@@ -2,7 +2,6 @@
 // why), built on first use by attnbench.variants.kernels.compiled.build.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <immintrin.h>
 #include <ATen/cpu/vec/vec.h>
 #include <torch/library.h>
 
@@ -20,6 +19,7 @@ constexpr int64_t SAMPLE = 64;       // sample size of each bracket
 constexpr int64_t DIRECT_BELOW = 64; // smaller sets: select_by_counting
 constexpr double SPREAD = 3.0;        // bracket half-width, in sample-rank standard deviations
 constexpr double INTERPOLATION_HALF_WIDTH = 0.125;  // of [lo, hi]: a quarter kept if uniform
+constexpr int64_t SPARSE_PICKS = 4 * W;  // rows keeping at most 1 / this skip exp of empty vectors
 
 float row_max(const float* x, int64_t len) {
   Vec acc(-std::numeric_limits<float>::infinity());
@@ -61,20 +61,68 @@ float select_by_counting(const float* x, int64_t n, int64_t rank) {
   return x[0];  // not reached: some entry holds every rank
 }
 
+constexpr int ALL_LANES = (1 << W) - 1;
+
+// the lanes of a comparison's result that hold true, as bits (at::vec's zero_mask: a portable
+// movemask)
+inline int lanes_of(const Vec& mask) { return ~mask.zero_mask() & ALL_LANES; }
+
+#if defined(CPU_CAPABILITY_AVX2) && !defined(CPU_CAPABILITY_AVX512)
+// AVX2 has no compress instruction: for each 8-bit lane mask, the permutation that moves the
+// chosen lanes to the front, in order
+struct CompressTable {
+  alignas(32) int32_t index[256][8];
+  constexpr CompressTable() : index{} {
+    for (int bits = 0; bits < 256; ++bits) {
+      int k = 0;
+      for (int lane = 0; lane < 8; ++lane)
+        if (bits >> lane & 1) index[bits][k++] = lane;
+      for (; k < 8; ++k) index[bits][k] = 0;
+    }
+  }
+};
+constexpr CompressTable COMPRESS{};
+#endif
+
+// the lanes `bits` of v written to out[0, popcount) in order (out has W writable slots: the
+// lanes past them may be overwritten with junk); returns how many. The one primitive at::vec
+// lacks: AVX-512's compress, AVX2's permutation by a table of the 256 masks, elsewhere a
+// branch-free copy of the W lanes
+inline int64_t compress_store(const Vec& v, int bits, float* out) {
+#if defined(CPU_CAPABILITY_AVX512)
+  _mm512_storeu_ps(out, _mm512_maskz_compress_ps(__mmask16(bits), v));
+  return __builtin_popcount(bits);
+#elif defined(CPU_CAPABILITY_AVX2)
+  const __m256i order = _mm256_load_si256(
+      reinterpret_cast<const __m256i*>(COMPRESS.index[bits]));
+  _mm256_storeu_ps(out, _mm256_permutevar8x32_ps(v, order));
+  return __builtin_popcount(bits);
+#else
+  float lanes[W];
+  v.store(lanes);
+  int64_t kept = 0;
+  for (int64_t lane = 0; lane < W; ++lane) {
+    out[kept] = lanes[lane];
+    kept += (bits >> lane) & 1;
+  }
+  return kept;
+#endif
+}
+
 // out <- the entries of x[0, n) in [lo, hi], packed; returns how many; *above <- how many > hi
 int64_t bracket(const float* x, int64_t n, float lo, float hi, float* out, int64_t* above) {
   int64_t kept = 0, over = 0, i = 0;
-#if defined(CPU_CAPABILITY_AVX512)
-  const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
-  for (; i + 16 <= n; i += 16) {
-    const __m512 v = _mm512_loadu_ps(x + i);
-    const __mmask16 gt = _mm512_cmp_ps_mask(v, vhi, _CMP_GT_OQ);
-    const __mmask16 in = _mm512_cmp_ps_mask(v, vlo, _CMP_GE_OQ) & ~gt;
+  const Vec vlo(lo), vhi(hi);
+  for (; i + W <= n; i += W) {
+    const Vec v = Vec::loadu(x + i);
+    const int gt = lanes_of(v > vhi);
+    const int in = lanes_of(v >= vlo) & ~gt;
     over += __builtin_popcount(gt);
-    _mm512_storeu_ps(out + kept, _mm512_maskz_compress_ps(in, v));  // out has W spare slots
-    kept += __builtin_popcount(in);
-  }
+#if !defined(CPU_CAPABILITY_AVX512) && !defined(CPU_CAPABILITY_AVX2)
+    if (in == 0) continue;  // the lane-by-lane copy: skip the vectors with nothing inside
 #endif
+    kept += compress_store(v, in, out + kept);  // out has W spare slots
+  }
   for (; i < n; ++i) {  // branch-free: write always, advance when inside
     const float v = x[i];
     over += v > hi;
@@ -137,11 +185,19 @@ void softmax_of_top(float* x, int64_t len, int64_t picks, float scale, Scratch& 
   const float threshold = picks < len ? kth_highest(x, len, picks, -inf, mx, scratch, false)
                                       : -inf;
   const Vec vmx(mx), vscale(scale), vthreshold(threshold), zero(0.0f);
+  // few picks (at most one a SPARSE_PICKS-th of the row): most vectors keep no lane and skip
+  // their exp; otherwise the test would cost more than it saves (a mispredicted branch)
+  const bool sparse = picks * SPARSE_PICKS <= len;
   Vec acc(0.0f);
   int64_t i = 0;
   for (; i + W <= len; i += W) {
     const Vec v = Vec::loadu(x + i);
-    const Vec e = Vec::blendv(zero, ((v - vmx) * vscale).exp_u20(), v >= vthreshold);
+    const Vec keep = v >= vthreshold;
+    if (sparse && lanes_of(keep) == 0) {
+      zero.store(x + i);
+      continue;
+    }
+    const Vec e = Vec::blendv(zero, ((v - vmx) * vscale).exp_u20(), keep);
     e.store(x + i);
     acc += e;
   }

@@ -28,10 +28,15 @@ torch-op mask and softmax another 2-3 ms.
 Causal rows are passed the chunk's first query position: row i of a chunk sees keys
 [0, first + i], and the rest of its row is written 0 without being read.
 
-The source is ``topk.cpp`` beside this module (`compiled`), compiled on first use for the CPU
-capability torch dispatches to (AVX512, AVX2 or plain), with OpenMP over rows on torch's thread
-count. Where it cannot be built (no C++ compiler), one warning says so and `topk` keeps its
-torch-op path (`compiled_topk_softmax` returns None): the same keys, slower.
+The source is ``topk.cpp`` beside this module (`compiled`), written against ATen's portable
+``at::vec::Vectorized<float>`` and compiled on first use for the CPU capability torch dispatches
+to (AVX512, AVX2 or DEFAULT: 16, 8 or plain lanes; NEON on ARM), with OpenMP over rows on torch's
+thread count. One primitive at::vec lacks is written per ISA: packing the lanes inside a bracket
+(AVX-512's compress; on AVX2 a permutation from a table of the 256 lane masks; elsewhere a
+branch-free copy lane by lane that skips vectors with none inside). Rows that keep few scores
+(at most one in 4·W) skip the exp of vectors with no kept lane. Where it cannot be built (no C++
+compiler), one warning says so and `topk` keeps its torch-op path (`compiled_topk_softmax`
+returns None): the same keys, slower.
 """
 
 from __future__ import annotations
