@@ -95,8 +95,12 @@ class LearnedPatternAttention(AttentionVariant):
             score = score.masked_fill(eye, float("inf"))  # a query block always sees itself
             if causal:
                 score = apply_pattern(score, causal_pattern(nb, nb, score.device))
-            top = score.topk(min(self.params.keep, nb), dim=-1)
-            return top.indices.masked_fill(top.values == float("-inf"), -1)
+            # a stable sort, not topk: among equal logits (all of them at initialisation) the
+            # lowest block indices win on every device; topk's choice among ties is its
+            # kernel's (CUDA picked other blocks than the CPU: another pattern, found on an H200)
+            values, indices = score.sort(dim=-1, descending=True, stable=True)
+            keep = min(self.params.keep, nb)
+            return indices[..., :keep].masked_fill(values[..., :keep] == float("-inf"), -1)
 
     def forward(self, q, k, v, causal=False):
         self.check_inputs(q, k, v, causal)

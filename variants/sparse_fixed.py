@@ -108,7 +108,8 @@ class WindowParams:
     # w: causal keeps the w latest keys, non-causal keys with |i − j| < w; a value in (0, 1) is
     # a fraction of the sequence (0.2: density 2f − f² ≈ 0.36), >= 1 a count (the paper's 256)
     window: float = WINDOW
-    # queries per tile: 0 = automatic (CPU: `variants.kernels.banded`'s choice; CUDA: min(w, 128))
+    # queries per tile: 0 = automatic (CPU: `variants.kernels.banded`'s choice; CUDA: w rounded
+    # up to a power of two, 32 to 128)
     block: int = 0
 
 
@@ -138,7 +139,8 @@ class WindowAttention(AttentionVariant):
         if w >= n:  # the window covers the whole sequence: dense attention, exactly
             return dense_attention(q, k, v, causal, scale)
         if q.is_cuda:  # flex_attention over the window's key blocks
-            block = self.params.block or min(w, 128)
+            # a power of two from 32 to 128: whole tiles of flex's kernel (`flex_tile`)
+            block = self.params.block or min(128, max(32, 1 << (w - 1).bit_length()))
             return local_attention(q, k, v, w, causal, block, scale, with_lse=False)[0]
         after = 0 if causal else w - 1
         return banded_attention(q, k, v, w - 1, after, scale, block=self.params.block)

@@ -134,3 +134,21 @@ def test_flex_in_bfloat16_is_within_the_declared_tolerance(case):
     error = float((out.double() - expected).abs().max()) / max(1.0, float(expected.abs().max()))
     assert error <= AttentionVariant.error_tolerance["bfloat16"]
     assert error > 0  # it did run in bfloat16
+
+
+def test_flex_takes_only_blocks_of_whole_tiles():
+    """flex_attention's compiled kernel needs a BlockMask's blocks to be whole multiples of its
+    tile (a window's block of 103 failed to compile on an H200): the tile is the largest of
+    128, 64, 32, 16 dividing the block, and a block with none goes the SDPA way."""
+    from attnbench.variants.kernels.blocksparse import flex_tile
+
+    assert [flex_tile(b) for b in (128, 256, 64, 96, 48, 16, 103, 8)] == [
+        128,
+        128,
+        64,
+        32,
+        16,
+        16,
+        None,
+        None,
+    ]

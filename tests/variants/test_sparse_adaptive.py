@@ -154,3 +154,22 @@ def test_kth_highest_equals_torch_topk(monkeypatch, dtype, threads):
         found = sparse_adaptive.kth_highest(scores, picks)
         assert found.dtype == dtype and found.shape == expected.shape
         assert torch.equal(found, expected), picks
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_learned_pattern_breaks_ties_by_the_lowest_block_on_every_device(causal):
+    """At initialisation the pattern logits are the locality prior 3 − locality·|i − j|, equal
+    for blocks at the same distance: the selection is then decided by ties, and must not be
+    left to a kernel's topk (on an H200 CUDA's topk chose other blocks than the CPU's: the same
+    variant computed another pattern on the GPU). Each query block keeps itself, then the
+    allowed blocks by logit, the lower-numbered first among equals, `keep` in all."""
+    variant = build_variant("learned_pattern", {"block": 8}, VariantShape(2, 8, 80))
+    nb, keep = 10, variant.params.keep
+    logits = variant.pattern_logits[0].detach()
+    blocks = variant.selected_blocks(nb, causal)
+    for row in range(nb):
+        allowed = [j for j in range(nb) if j != row and (not causal or j <= row)]
+        allowed.sort(key=lambda j, row=row: (-float(logits[row, j]), j))
+        expected = sorted([row, *allowed[: keep - 1]])
+        got = sorted(j for j in blocks[0, row].tolist() if j >= 0)
+        assert got == expected, (row, got, expected)

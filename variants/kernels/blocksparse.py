@@ -134,7 +134,7 @@ def block_sparse_attention(
     bsz, heads, n, d = q.shape
     m, dv = k.shape[-2], v.shape[-1]
     nbq, nbk = math.ceil(n / block), math.ceil(m / block)
-    if not with_lse and block_bias is None and q.is_cuda:
+    if not with_lse and block_bias is None and q.is_cuda and flex_tile(block):
         return flex_block_sparse_attention(q, k, v, key_blocks, block, scale, allowed), None
     shared = key_blocks.dim() == 2  # one pattern for every batch and head
     if plan_key is None:
@@ -283,6 +283,14 @@ def _compiled_flex() -> Callable[..., torch.Tensor]:
     return torch.compile(flex_attention, dynamic=False)
 
 
+def flex_tile(block: int) -> int | None:
+    """The tile flex_attention's compiled kernel takes for a `BlockMask` of ``block``: the
+    largest of 128, 64, 32, 16 dividing it (its kernel needs the mask's blocks to be whole
+    multiples of its tiles: a window's block of 103 failed to compile on an H200), or None:
+    such a block takes the SDPA path instead."""
+    return next((t for t in (128, 64, 32, 16) if block % t == 0), None)
+
+
 def flex_block_sparse_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -329,8 +337,11 @@ def flex_block_sparse_attention(
     block_mask = BlockMask.from_kv_blocks(
         counts, indices, BLOCK_SIZE=block, mask_mod=mask_mod, seq_lengths=(n, m)
     )
-    attend = _compiled_flex() if compiled else flex_attention
-    return attend(q, k, v, block_mask=block_mask, scale=scale)
+    if not compiled:
+        return flex_attention(q, k, v, block_mask=block_mask, scale=scale)
+    tile = flex_tile(block)
+    options = None if tile == 128 else {"BLOCK_M": tile, "BLOCK_N": tile}  # 128: flex's own
+    return _compiled_flex()(q, k, v, block_mask=block_mask, scale=scale, kernel_options=options)
 
 
 def _bias_as_head_dim(
