@@ -193,10 +193,6 @@ def conjugate_gradient(apply, rhs: torch.Tensor, steps: int, tol: float = 0.0) -
     p = r.clone()
     rr = (r * r).sum(-1, keepdim=True)
     limit = tol * tol * rr if tol > 0 else None
-    # a residual below the dtype's rounding of the right-hand side cannot improve x; such a
-    # row's r and p are set to 0 rather than left to shrink towards subnormal numbers (whose
-    # arithmetic is slow on most CPUs) over the remaining fixed steps
-    floor = (torch.finfo(rhs.dtype).eps ** 2) * rr
     for _ in range(steps):
         ap = apply(p)
         curvature = (p * ap).sum(-1, keepdim=True)
@@ -206,18 +202,16 @@ def conjugate_gradient(apply, rhs: torch.Tensor, steps: int, tol: float = 0.0) -
         rr_new = (r * r).sum(-1, keepdim=True)
         p = r + _ratio(rr_new, rr) * p
         rr = rr_new
-        done = rr <= floor
-        r, p, rr = r.masked_fill(done, 0.0), p.masked_fill(done, 0.0), rr.masked_fill(done, 0.0)
         if limit is not None and bool((rr <= limit).all()):
             break
     return x
 
 
 def _ratio(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
-    """num / den where den > 0, else 0; the division never sees a zero, so its gradient stays
-    finite too (a ``where`` over num / den would carry 0/0 = NaN into the backward)."""
-    positive = den > 0
-    return torch.where(positive, num / torch.where(positive, den, torch.ones_like(den)), 0.0)
+    """num / den for den ≥ 0, with 0 / 0 = 0: CG's ratios where a row has converged exactly
+    (a zero right-hand side: r = p = 0). The denominator is raised to the least normal number,
+    never to a value that changes a ratio of a row still iterating."""
+    return num / den.clamp_min(torch.finfo(den.dtype).tiny)
 
 
 def _solve_and_read(
