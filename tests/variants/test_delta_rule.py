@@ -1,6 +1,6 @@
 """`delta_net` and `gated_delta_net` (attnbench.variants.recurrent.delta) against a slow,
 obviously correct float64 recurrence, one token at a time; their incremental forms, FLOPs and
-error tolerances; and the theory claims of theory.md §6, each with a planted mutant it rejects.
+error tolerances; and the theory claims of theory.md §7, each with a planted mutant it rejects.
 
 The reference below re-derives everything from the papers' definitions (SiLU, L2 norm, 1/√D,
 β = sigmoid(raw), g = −exp(A_log)·softplus(raw + dt_bias), the per-token update), so the chunked
@@ -253,7 +253,7 @@ def test_the_decoder_holds_d_by_dv_per_key_value_head_and_nothing_else(name):
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
 @pytest.mark.parametrize("kv", [4, 1])
 def test_declared_flops_are_the_products_the_counter_sees(name, causal, kv):
-    """`forward_flops` against `FlopCounterMode` on the chunked forward at N = 1024 (16
+    """`forward_flops` against `FlopCounterMode` on the chunked forward at N = 1024 (32
     chunks), H = 4, D = 32: exactly the products, the triangular inverses' included (what the
     counter does not see, and is not declared: the element-wise gates, norms, decays and the
     inverses' 4×4 base blocks, about 0.1 % of the work)."""
@@ -267,10 +267,10 @@ def test_declared_flops_are_the_products_the_counter_sees(name, causal, kv):
         variant(q, k, v, causal=causal, gates=gates)
     declared = variant.forward_flops(1, 4, n, n, d, d, causal)
     assert declared == pytest.approx(count.get_total_flops(), rel=1e-9)
-    assert declared == products_flops(4, kv, n, n, d, d, causal, 64)
+    assert declared == products_flops(4, kv, n, n, d, d, causal, variant.params.chunk_size)
 
 
-# ---------------------------------------------------------------- theory.md §6
+# ---------------------------------------------------------------- theory.md §7
 
 
 def _online_gradient_descent(state, k, v, beta):
@@ -319,7 +319,7 @@ def _hebbian_states(state, k, v, beta):
     ids=["delta-rule", "mutant-step-1.01-beta", "mutant-no-correction"],
 )
 def test_the_delta_rule_is_online_gradient_descent_on_the_squared_error(rule, is_gd):
-    """theory.md §6 (a): each delta-rule step is one gradient step with step size β on
+    """theory.md §7 (a): each delta-rule step is one gradient step with step size β on
     ½‖Sᵀk_t − v_t‖², from a random nonzero S₀, over 40 tokens across chunks of 16 (float64,
     1e-12); a step of 1.01β and the update without its correction are not."""
     g = torch.Generator().manual_seed(0)
@@ -353,10 +353,10 @@ def _orthonormal_writes(seed=0, d=8, n=150):
 
 @pytest.mark.parametrize("mutant", [None, "step-1.01-beta", "no-correction"])
 def test_unit_steps_on_orthonormal_keys_recall_the_last_value_where_linear_attention_sums(mutant):
-    """theory.md §6 (b): with β = 1 and orthonormal keys, reading key a returns exactly the
+    """theory.md §7 (b): with β = 1 and orthonormal keys, reading key a returns exactly the
     last value written to a (the write replaces it), through `delta_net` itself (qk_activation
     identity, raw β = +∞, query = a key, output ×√D), to 1e-12 over 150 writes and reads of 8
-    keys across chunks of 64;
+    keys across chunks of 32;
     linear attention (attnbench's `identity`, ×√D·M) returns the sum of every value written to
     a. Mutants: the chunked form with a step of 1.01 (β = 1.01) and the rule without its
     correction (that is `identity`): neither returns the last value."""
@@ -384,7 +384,7 @@ def test_unit_steps_on_orthonormal_keys_recall_the_last_value_where_linear_atten
 
 @pytest.mark.parametrize("mutant", [None, "alpha-1e-3-below-1"])
 def test_the_gated_delta_rule_with_unit_decay_is_the_delta_rule(mutant):
-    """theory.md §6 (c): `gated_delta_net` with a raw α gate of −∞ (g = −exp(A_log)·softplus(−∞)
+    """theory.md §7 (c): `gated_delta_net` with a raw α gate of −∞ (g = −exp(A_log)·softplus(−∞)
     = 0, α = 1) gives `delta_net`'s outputs on the same q, k, v and β (float64, 1e-12, 200
     tokens, grouped heads); the mutant α = 1 − 10⁻³ (raw gate solved for it) does not."""
     gated, plain = make("gated_delta_net", kv_heads=2), make("delta_net", kv_heads=2)

@@ -8,7 +8,7 @@ The recurrence, per key/value head, with a state S of D×Dv (keys in, values out
 (α_t = 1: the delta rule, Yang et al. 2024; α_t = exp(g_t) ≤ 1: the gated delta rule, Yang,
 Kautz & Hatamizadeh 2025). A token-by-token loop is exact but serial; this module computes the
 same outputs a chunk of C positions at a time, with matrix products inside the chunk and a
-Python loop over chunks only (N / C iterations: 128 at 8k tokens with C = 64).
+Python loop over chunks only (N / C iterations: 256 at 8k tokens with C = 32).
 
 Inside a chunk starting from state S₀, write u_r = β_r (v_r − α_r S_{r−1}ᵀ k_r) for what token r
 writes, γ_r = α_1 ⋯ α_r (log γ: the cumulative log-decay within the chunk) and
@@ -39,7 +39,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-DEFAULT_CHUNK = 64  # flash-linear-attention's chunk size (its BT)
+# positions per chunk. flash-linear-attention uses 64 (its BT, a GPU tile); on the CPU 32 is
+# faster: the products inside chunks scale with C, the loop's hand-overs with N/C (8k tokens,
+# H = 4, D = 64, float32, one thread, CPU seconds per causal forward, delta_net / gated: C = 16:
+# 51 / 58 ms, 32: 49 / 55 ms, 64: 59 / 69 ms, 128: 81 / 121 ms, under load 14 on 2 cores)
+DEFAULT_CHUNK = 32
 BASE_BLOCK = (
     4  # diagonal blocks inverted by substitution before the doubling (`unit_lower_inverse`)
 )
