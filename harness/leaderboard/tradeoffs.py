@@ -4,7 +4,8 @@ Two views per ranked quality column (`harness.leaderboard.columns`):
 
 - **against cost**: the headline against the cost metric a task declares (`TaskInfo.cost_metric`,
   e.g. throughput's latency), on the machine and dtype with the most cost points, at the curve
-  position (e.g. sequence length) that the most variants were measured at. One point per variant;
+  position (e.g. sequence length) that the most variants were measured at. One point per
+  configuration (variant and parameters) that has both: quality and cost of one setting only;
   timings the cost task flagged unsteady are left out where a variant has steady ones, else kept
   and drawn hollow with a note.
 - **against density**: the headline against ``density``, the fraction of (causal) query–key
@@ -30,6 +31,7 @@ from attnbench.harness.results.metric_points import declared_steadiness, unstead
 from attnbench.task_info import TaskInfo
 
 DENSITY = "density"  # the scalar metric every task records (see the module docstring)
+CONFIG = ["variant", "variant_params"]  # a configuration: quality and cost pair only within one
 DENSITY_TITLE = "density (fraction of query–key pairs scored)"
 
 
@@ -78,12 +80,17 @@ def _latency(
     only_unsteady = cost[~cost["variant"].isin(set(steady["variant"]))]
     notes = {str(v): f"{cost_metric} from unsteady timings only" for v in only_unsteady["variant"]}
     cost = pd.concat([steady, only_unsteady])
-    return cost.groupby("variant")["value"].median(), title, (machine, dtype, threads), notes
+    per_config = cost.groupby(CONFIG)["value"].median()
+    return per_config, title, (machine, dtype, threads), notes
 
 
 def _cost_points(
     ok: pd.DataFrame, h: Headline, latency: pd.Series, where: tuple, notes: dict[str, str]
 ) -> pd.DataFrame:
+    """One point per configuration (variant and parameters) with both a quality and a cost:
+    never a variant's quality at one setting against its cost at another (top-k's accuracy at
+    k = 0.2·n against its time at k = 32). A configuration timed but not trained, or trained
+    but not timed, has no point."""
     machine, dtype = where[:2]
     quality = ok[
         (ok["task"] == h.task)
@@ -91,11 +98,15 @@ def _cost_points(
         & (ok[MACHINE] == machine)
         & (ok["dtype"] == dtype)
     ]
-    quality = quality.groupby("variant")["value"].mean()
-    both = pd.DataFrame({"x": latency, "y": quality}).dropna()
-    both = both.rename_axis("label").reset_index()
-    both = both.assign(variant=both["label"])
-    return both.assign(note=both["label"].map(lambda v: notes.get(str(v), "")))
+    quality = quality.groupby(CONFIG)["value"].mean()
+    table = pd.DataFrame({"x": latency, "y": quality})
+    # labelled among every configuration of the variant on either axis, as the overview's rows
+    # are: "topk k=0.2" where a "topk k=32" was timed too
+    labels = _config_labels(table.index.to_frame(index=False))
+    both = table.dropna().reset_index()
+    both["label"] = [labels[key] for key in zip(*(both[c] for c in CONFIG), strict=True)]
+    both = both.drop(columns="variant_params")
+    return both.assign(note=both["variant"].map(lambda v: notes.get(str(v), "")))
 
 
 def density_points(rows: pd.DataFrame, metric: str) -> pd.DataFrame:

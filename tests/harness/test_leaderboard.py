@@ -1331,3 +1331,57 @@ def test_the_cost_axis_is_the_cost_measured_for_the_most_variants():
     tied = frame[frame["variant"] != "sinkhorn"]
     assert _cost_axis(tied, infos) == ("decode", "decode_ratio")
     assert _cost_axis(frame[frame["task"] == "decode"], infos) == ("decode", "decode_ratio")
+
+
+def test_quality_and_cost_pair_only_within_one_configuration(tmp_path):
+    """top-k trained at k = 0.2 (quality) and timed at k = 32 (cost): two settings under one
+    name. The chart against cost has no top-k point (nothing pairs them), while softmax, trained
+    and timed with the same parameters, has one; once top-k's trained setting is timed too, its
+    point is that setting's quality against that setting's cost, labelled with its parameters."""
+    info = _quality_info()
+    timings = [("t-soft", "softmax", {}, 2.0), ("t-k32", "topk", {"k": 32.0}, 1.0)]
+
+    def timed(run_id, variant, params, ms):
+        write_record(
+            tmp_path,
+            make_record(
+                run_id,
+                variant=variant,
+                variant_params=params,
+                task_params={"seq_len": 64},
+                metrics=[_point("fwd_ratio", ms / REFERENCE_MS, 64, False)],
+                task_info=Throughput.describe().to_dict(),
+            ),
+        )
+
+    for run in timings:
+        timed(*run)
+    for variant, params, accuracy in (("softmax", {}, 0.9), ("topk", {"k": 0.2}, 0.8)):
+        write_record(
+            tmp_path,
+            make_record(
+                f"q-{variant}",
+                task="quality",
+                variant=variant,
+                variant_params=params,
+                metrics=[{"metric": "accuracy", "value": accuracy, "higher_is_better": True}],
+                task_info=info.to_dict(),
+            ),
+        )
+    collect(tmp_path)
+
+    def cost_points():
+        figures = _figures(build_site(tmp_path).read_text())
+        (cost,) = [f for k, f in figures.items() if k.startswith("chart-cost")]
+        return {t["name"]: (t["x"][0], t["y"][0]) for t in cost["data"]}
+
+    assert cost_points() == {"softmax": (2.0 / REFERENCE_MS, 0.9)}
+    # the overview: one row per configuration, quality on the trained one, cost on the timed one
+    rows = _overview_cells(build_site(tmp_path).read_text())
+    assert {"topk k=0.2", "topk k=32"} <= set(rows)
+    assert "0.8" in rows["topk k=0.2"] and f"{1.0 / REFERENCE_MS:.2f}" not in rows["topk k=0.2"]
+    timed("t-k02", "topk", {"k": 0.2}, 3.0)
+    collect(tmp_path)
+    points = cost_points()
+    assert points["topk k=0.2"] == (3.0 / REFERENCE_MS, 0.8)
+    assert not any(name.startswith("topk") and name != "topk k=0.2" for name in points)
