@@ -189,7 +189,7 @@ SMALL = dict(  # the quick preset's grid (conf/sweep/quick.yaml): a few seconds
     vocab_size=128,
     train_size=2000,
     test_size=200,
-    steps=400,
+    steps=600,
     batch_size=32,
     d_model=32,
 )
