@@ -40,20 +40,27 @@ def pointwise_attention(
     weight_: Weight,
     causal: bool,
     tiles: tuple[int, int] = (QUERY_TILE, KEY_TILE),
+    scale: float | None = None,
+    shift: float = 0.0,
 ) -> torch.Tensor:
     """Σ_j weight(s_ij)·v_j over visible keys, by tiles (see the module docstring).
 
-    ``weight`` maps a tile of scaled scores to weights out of place, ``weight_`` in place (it may
-    overwrite its argument and must return it); the in-place one is used without autograd.
+    ``weight`` maps a tile of scores s = scale·q·k + shift to weights out of place, ``weight_``
+    in place (it may overwrite its argument and must return it); the in-place one is used
+    without autograd. ``scale`` defaults to 1/√d; a variant folds what it can into the GEMM
+    (`PointwiseAttention.affine`): the scale into Q once, the shift as the GEMM's addend, each
+    a pass over the scores saved.
     """
     bsz, heads, n, d = q.shape
     m, dv = k.shape[-2], v.shape[-1]
     inplace = not (torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)))
-    q3 = (q * (1 / math.sqrt(d))).reshape(bsz * heads, n, d)  # the scale folded into Q once
+    scale = 1 / math.sqrt(d) if scale is None else scale
+    q3 = (q * scale).reshape(bsz * heads, n, d)  # the scale folded into Q once
     kt = k.reshape(bsz * heads, m, d).transpose(1, 2)
     v3 = v.reshape(bsz * heads, m, dv)
     rows, cols = tiles
     device = str(q.device)
+    addend = q.new_full((1, 1, 1), shift) if shift else None
     out = q.new_empty(bsz * heads, n, dv) if inplace else None
     blocks = []
     for s in range(0, n, rows):
@@ -61,7 +68,10 @@ def pointwise_attention(
         acc = out[:, s:e] if inplace else None
         for ks in range(0, min(m, e) if causal else m, cols):
             ke = min(m, ks + cols, e) if causal else min(m, ks + cols)
-            scores = torch.bmm(q3[:, s:e], kt[:, :, ks:ke])
+            if shift:  # the shift as the GEMM's addend: no pass of its own
+                scores = torch.baddbmm(addend, q3[:, s:e], kt[:, :, ks:ke])
+            else:
+                scores = torch.bmm(q3[:, s:e], kt[:, :, ks:ke])
             w = weight_(scores) if inplace else weight(scores)
             if causal and ke - 1 > s:  # the tile crosses the diagonal
                 future = future_keys(e - s, ke - ks, s - ks, device)
@@ -94,11 +104,33 @@ class PointwiseAttention(AttentionVariant):
         """`weight` computed in place in ``scores`` (returned)."""
         raise NotImplementedError
 
+    def affine(self, m: int) -> tuple[float, float]:
+        """(a, b) folded into the score GEMM by `forward`: it computes a·s + b for s = q·k/√d
+        (a multiplying Q once, b the GEMM's addend), and then `fused` and `fused_` on those.
+        Default (1, 0): nothing folded."""
+        return 1.0, 0.0
+
+    def fused(self, scores: torch.Tensor, m: int) -> torch.Tensor:
+        """`weight` of s, given a·s + b (`affine`), out of place."""
+        return self.weight(scores, m)
+
+    def fused_(self, scores: torch.Tensor, m: int) -> torch.Tensor:
+        """`fused` in place in ``scores`` (returned)."""
+        return self.weight_(scores, m)
+
     def forward(self, q, k, v, causal=False):
         self.check_inputs(q, k, v, causal)
         m = k.shape[-2]
+        a, b = self.affine(m)
         return pointwise_attention(
-            q, k, v, lambda s: self.weight(s, m), lambda s: self.weight_(s, m), causal
+            q,
+            k,
+            v,
+            lambda s: self.fused(s, m),
+            lambda s: self.fused_(s, m),
+            causal,
+            scale=a / math.sqrt(q.shape[-1]),
+            shift=b,
         )
 
     def attention_weights(self, q, k, causal=False):
@@ -130,6 +162,17 @@ class Relu2Attention(PointwiseAttention):
             scores.add_(self.params.bias)
         return scores.relu_().square_().div_(m)
 
+    # relu(s + b)² / M = relu((s + b)/√M)²: 1/√M into Q (and b/√M into the GEMM), so the
+    # weights take two passes over the scores (relu, square), not three (and the division)
+    def affine(self, m):
+        return 1 / math.sqrt(m), self.params.bias / math.sqrt(m)
+
+    def fused(self, scores, m):
+        return F.relu(scores).square()
+
+    def fused_(self, scores, m):
+        return scores.relu_().square_()
+
 
 @dataclass
 class SigmoidParams:
@@ -153,3 +196,6 @@ class SigmoidAttention(PointwiseAttention):
 
     def weight_(self, scores, m):
         return scores.add_(self._bias(m)).sigmoid_()
+
+    # (its bias stays a pass of its own: as the GEMM's addend (`baddbmm`) it is copied into the
+    # output before the product, the same pass, measured no faster)

@@ -105,3 +105,25 @@ def test_pointwise_tiles_match_dense_forward_and_gradients(name, causal, n, m, t
     dense = (variant.weight(dq @ dk.transpose(-2, -1) / math.sqrt(8), m) * mask) @ dv
     for a, b in zip(ours, torch.autograd.grad(dense, dense_leaves, grad), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [("relu2", {}), ("relu2", {"bias": -0.3}), ("sigmoid", {}), ("sigmoid", {"bias": 0.7})],
+)
+@pytest.mark.parametrize("causal", [True, False])
+def test_forward_with_the_affine_folded_into_the_gemm_equals_the_definition(name, params, causal):
+    """`forward` folds a scale into Q and a shift into the score GEMM (`affine`: relu²'s 1/√M
+    and b/√M, sigmoid's b) and applies `fused` after: the same weights as `weight` on q·k/√d,
+    in place (no grad) and through autograd."""
+    variant = build_variant(name, params)
+    gen = torch.Generator().manual_seed(len(name) + causal)
+    q, k, v = (torch.randn(1, 2, 300, 8, generator=gen, dtype=torch.float64) for _ in range(3))
+    mask = _causal(300, 300) if causal else torch.ones(300, 300, dtype=torch.bool)
+    expected = (variant.weight(_scores(q, k), 300) * mask) @ v
+    with torch.no_grad():
+        torch.testing.assert_close(
+            variant(q, k, v, causal=causal), expected, rtol=1e-10, atol=1e-12
+        )
+    leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
+    torch.testing.assert_close(variant(*leaves, causal=causal), expected, rtol=1e-10, atol=1e-12)
