@@ -144,6 +144,39 @@ def test_other_lengths_and_the_non_causal_read_of_the_final_state(name, n, m, ca
 
 
 @pytest.mark.parametrize("name", NAMES)
+def test_views_as_the_shared_layer_makes_them_and_gradients_by_finite_differences(name):
+    """q, k, v as non-contiguous views (the shared layer's split of one projection) give the
+    contiguous inputs' outputs; and the gradients with respect to q, k, v, the raw gates and
+    the decay's parameters are autograd's of the chunked form, checked against finite
+    differences (`torch.autograd.gradcheck`, float64) at 11 tokens in chunks of 4."""
+    variant = make(name, kv_heads=2, d=4, chunk_size=4)
+    q, k, v, gates = inputs(4, 2, 21, d=4, dv=3, seed=2, variant=variant)
+    packed = torch.cat([k, v, k], dim=-1)  # k, v as views into one tensor, like the layer's
+    kk, vv = packed[..., :4], packed[..., 4:7]
+    assert not kk.is_contiguous() and not vv.is_contiguous()
+    with torch.no_grad():
+        torch.testing.assert_close(
+            variant(q, kk, vv, causal=True, gates=gates),
+            variant(q, k, v, causal=True, gates=gates),
+            rtol=0,
+            atol=1e-14,  # the products may take another kernel path for strided operands
+        )
+    names = sorted(gates)
+
+    def run(q, k, v, *raw):
+        return variant(q, k, v, causal=True, gates=dict(zip(names, raw, strict=True)))
+
+    # one sequence, 11 tokens in chunks of 4, gradcheck's fast mode (random directions): seconds
+    small = (x[:1, :, :11] for x in (q, k, v, *(gates[n] for n in names)))
+    leaves = [x.clone().requires_grad_(True) for x in small]
+    assert torch.autograd.gradcheck(run, leaves, fast_mode=True)
+    if name == "gated_delta_net":  # the decay's learned parameters too
+        out = run(*leaves)
+        grads = torch.autograd.grad(out.square().sum(), [variant.A_log, variant.dt_bias])
+        assert all(torch.isfinite(g).all() and g.abs().sum() > 0 for g in grads)
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_a_decay_per_query_head_keeps_a_state_per_query_head(name):
     """Built without ``n_kv_heads`` (a decay per query head) and called with 1 key/value head:
     gated_delta_net's query heads forget at their own rates, so each keeps a state; the
