@@ -177,6 +177,25 @@ def test_views_as_the_shared_layer_makes_them_and_gradients_by_finite_difference
 
 
 @pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+def test_attention_weights_given_the_gates_reproduce_the_forward(name, causal):
+    """The output is linear in the values for given q, k and gates, so the weights are the
+    forward of unit-vector values: weights @ v equals the forward (float64, 1e-12), zero above
+    the diagonal when causal; without gates the weights are refused (they depend on them)."""
+    variant = make(name, kv_heads=2)
+    q, k, v, gates = inputs(4, 2, 45, seed=4, variant=variant)
+    with torch.no_grad():
+        weights = variant.attention_weights(q, k, causal=causal, gates=gates)
+        out = variant(q, k, v, causal=causal, gates=gates)
+    assert weights.shape == (2, 4, 45, 45)
+    torch.testing.assert_close(weights @ v.repeat_interleave(2, 1), out, rtol=0, atol=1e-12)
+    if causal:
+        assert torch.all(weights.triu(1) == 0)
+    with pytest.raises(NotImplementedError, match="gates"):
+        variant.attention_weights(q, k, causal=causal)
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_a_decay_per_query_head_keeps_a_state_per_query_head(name):
     """Built without ``n_kv_heads`` (a decay per query head) and called with 1 key/value head:
     gated_delta_net's query heads forget at their own rates, so each keeps a state; the
