@@ -73,10 +73,25 @@ class MadTask(Task):
     headline = "accuracy"
     tuning = Tuning(["lr", "weight_decay"], "val_accuracy")
     metrics = (
-        Metric("accuracy", True, "Token accuracy at the scored positions of fresh sequences"),
+        Metric(
+            "accuracy",
+            True,
+            "Token accuracy at the scored positions of fresh sequences",
+            label="accuracy",
+        ),
         Metric("val_accuracy", True, "accuracy on the validation split (picks tuned lr and wd)"),
-        Metric("chance_accuracy", None, "Chance level: one over the tokens a target can be"),
-        Metric("final_loss", False, "Training loss at the end (mean of the last stretch)"),
+        Metric(
+            "chance_accuracy",
+            None,
+            "Chance level: one over the tokens a target can be",
+            label="chance",
+        ),
+        Metric(
+            "final_loss",
+            False,
+            "Training loss at the end (mean of the last stretch)",
+            label="final training loss",
+        ),
         DENSITY,
     )
 

@@ -49,6 +49,7 @@ class FuzzyRecall(MadTask):
     """MAD's fuzzy in-context recall: keys and values of several tokens."""
 
     Params = FuzzyRecallParams
+    label = "Fuzzy recall (MAD)"
     description = (
         "MAD's fuzzy recall: keys and values are runs of 1-3 tokens; write out the value of a key "
         "seen before (every repeat, the final probe's too)."
@@ -94,6 +95,7 @@ class NoisyRecall(MadTask):
     """MAD's noisy in-context recall: noise tokens among the key-value pairs."""
 
     Params = NoisyRecallParams
+    label = "Noisy recall (MAD)"
     description = (
         "MAD's noisy recall: key-value pairs among noise tokens; write out the value of every key "
         "seen before."
@@ -145,6 +147,7 @@ class Memorization(MadTask):
     """MAD's memorization: a fixed key-to-value map learned in the weights, no context."""
 
     Params = MemorizationParams
+    label = "Memorization (MAD)"
     description = (
         "MAD's memorization: answer each key with its value under one fixed map, learned in the "
         "weights (nothing in the context tells)."
@@ -182,6 +185,7 @@ class Compression(MadTask):
     """MAD's compression: squeeze a sequence through one position and reconstruct it."""
 
     Params = CompressionParams
+    label = "Compression (MAD)"
     description = (
         "MAD's compression: reconstruct every token of a random sequence from the state of its "
         "last position alone (an auto-encoder)."
