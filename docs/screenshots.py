@@ -8,6 +8,10 @@ holds: Zoology's figure) and ``decode-latency.png`` (the time per generated toke
 
     .venv/bin/python docs/screenshots.py results/reference
 
+``--installed-descriptions`` draws the folder's numbers with the task descriptions of the
+installed code (labels, units, budgets) in place of those its records carry: a preview of how
+records of today's tasks read, for a reference measured by older code. Nothing measured changes.
+
 Needs Debian's ``chromium`` (``apt-get install chromium``) and ``websocket-client`` (a dev
 dependency). Not part of the package.
 """
@@ -30,6 +34,7 @@ HEIGHT = 1000
 MAX_HEIGHT = 2400  # an element taller than this is cut at this height
 SHOTS = {  # file name → CSS selectors: the shot holds the first match of each
     "overview.png": "#overview h2, #overview .table-box",
+    "chooser.png": "#chooser",
     "chart-curve.png": 'div.chart[id^="chart-throughput-"]:not([id*="-bars"])',
     "chart-bar.png": 'div.chart[id*="-bars"]',
     "chart-scatter.png": 'div.chart[id^="chart-cost-"]',
@@ -70,17 +75,47 @@ def shot(browser: Browser, selector: str, path: Path) -> bool:
     return True
 
 
+def with_installed_descriptions(results_dir: Path, tmp: Path) -> Path:
+    """A copy of ``results_dir``'s table (no records beside it: the board shows it as it is)
+    whose metadata describes each task as the installed code does; returns its folder."""
+    import pyarrow.parquet as pq
+
+    from attnbench.harness.discovery import load_plugins
+    from attnbench.harness.results.collect import METADATA_KEY, TABLE_NAME
+    from attnbench.task import TASKS
+
+    load_plugins()
+    table = pq.read_table(results_dir / TABLE_NAME)
+    meta = json.loads(table.schema.metadata[METADATA_KEY])
+    for name in meta.get("tasks", {}):
+        if name in TASKS.names():
+            meta["tasks"][name] = TASKS.get(name).describe().to_dict()
+    metadata = {**table.schema.metadata, METADATA_KEY: json.dumps(meta).encode()}
+    folder = tmp / "described"
+    folder.mkdir()
+    pq.write_table(table.replace_schema_metadata(metadata), folder / TABLE_NAME)
+    return folder
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results_dir", nargs="?", default="results/reference")
     parser.add_argument("-o", "--out", default=str(Path(__file__).parent / "img"))
+    parser.add_argument(
+        "--installed-descriptions",
+        action="store_true",
+        help=__doc__.split("``--installed-descriptions`` ")[1].split(".")[0],
+    )
     args = parser.parse_args(argv)
     from attnbench.harness.leaderboard import build_site
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        index = build_site(args.results_dir, Path(tmp) / "site")
+        results = Path(args.results_dir)
+        if args.installed_descriptions:
+            results = with_installed_descriptions(results, Path(tmp))
+        index = build_site(results, Path(tmp) / "site")
         exe = find_chromium(install=False)
         if exe is None:
             sys.exit("screenshots: chromium is not installed (apt-get install chromium)")
@@ -89,6 +124,10 @@ def main(argv: list[str] | None = None) -> int:
             browser.viewport(WIDTH, HEIGHT)
             browser.open(index.as_uri())
             time.sleep(2.0)  # Plotly draws after load
+            browser.eval(
+                "document.querySelectorAll('details.charts').forEach(d => { d.open = true; })"
+            )
+            time.sleep(2.0)  # each group of charts is drawn when opened
             for name, selector in SHOTS.items():
                 if shot(browser, selector, out / name):
                     print(out / name)

@@ -69,11 +69,19 @@ def site(tmp_path_factory):
     return results / "leaderboard"
 
 
+def show_charts(browser: Browser) -> None:
+    """Open every folded group of charts, as a reader clicks each, and let Plotly draw them."""
+    browser.eval("document.querySelectorAll('details.charts').forEach(d => { d.open = true; })")
+    time.sleep(2.0)  # the toggle events draw them
+
+
 @pytest.fixture(scope="module")
 def page(site, tmp_path_factory):
     browser = Browser(_chromium(), tmp_path_factory.mktemp("profile"))
     browser.open((site / "index.html").as_uri())
     time.sleep(1.0)  # Plotly draws after load
+    assert browser.eval("document.querySelectorAll('div.chart svg.main-svg').length") == 0
+    show_charts(browser)
     yield browser
     browser.close()
 
@@ -231,7 +239,7 @@ def _open_board(tmp_path_factory, name: str, write_records) -> tuple[Browser, Pa
     browser = Browser(_chromium(), tmp_path_factory.mktemp("profile"), (WIDTH, HEIGHT))
     browser.viewport(WIDTH, HEIGHT)
     browser.open(index.as_uri())
-    time.sleep(2.0)  # Plotly draws after load
+    show_charts(browser)
     return browser, index
 
 
@@ -608,3 +616,16 @@ def test_the_chooser_shows_hostile_names_as_text_and_runs_nothing(chooser):
     assert HOSTILE in [r[1] for r in rows]
     assert chooser.eval("document.querySelectorAll('#chooser img').length") == 0
     assert chooser.eval("window.__pwned === undefined")
+
+
+def test_a_tasks_charts_are_folded_and_one_click_draws_them(chooser):
+    """#46 item 6: the page is the tables; each task's charts open with one click on its
+    summary, and are drawn then (a folded box has no width for Plotly to draw in)."""
+    drawn = "document.querySelectorAll('{} div.chart svg.main-svg').length"
+    assert chooser.eval(drawn.format("")) == 0
+    summary = "document.querySelector('#task-gen details.charts > summary')"
+    assert "chart" in chooser.eval(f"{summary}.textContent")
+    chooser.eval(f"{summary}.click()")
+    time.sleep(1.5)
+    assert chooser.eval(drawn.format("#task-gen")) >= 1
+    assert chooser.eval(drawn.format("#overview")) == 0  # the other groups stay folded

@@ -53,6 +53,7 @@ from attnbench.harness.leaderboard.tables import (
 from attnbench.harness.leaderboard.tradeoffs import tradeoff_charts
 from attnbench.harness.leaderboard.tuning import Choice, select_tuned, tuning_table
 from attnbench.harness.leaderboard.views.chooser import chooser_data, embeddable
+from attnbench.harness.leaderboard.views.summary import best_per_column, cost_regimes
 from attnbench.harness.results.collect import (
     COLUMNS,
     TABLE_NAME,
@@ -674,6 +675,7 @@ def _page(frame: pd.DataFrame, infos: dict[str, TaskInfo], published: set[str]) 
             **page,
             "sections": [],
             "chooser": None,
+            "summary": [],
             "overview": None,
             "cost_charts": [],
             "unfinished": None,
@@ -702,10 +704,12 @@ def _contents(
     not_unavailable = labelled(every_run)[~unavailable(every_run)]
     n_runs = frame.loc[~frame["derived"], "run_id"].nunique()
     chooser = chooser_data(frame, columns, infos)
+    table = overview(columns.frame, columns.headlines, families)
     return {
         "chooser": embeddable(chooser) if chooser else None,
+        "summary": [*best_per_column(table), *cost_regimes(chooser)],
         "sections": _sections(frame, infos, published, choices, colours),
-        "overview": overview(columns.frame, columns.headlines, families),
+        "overview": table,
         "cost_charts": tradeoff_charts(frame, columns, infos, colours),
         "unfinished": unfinished_table(not_unavailable),
         "unsupported": unsupported_line(not_unavailable),

@@ -35,6 +35,7 @@ from attnbench.harness.leaderboard.tables import (
     Table,
     differing_keys,
     format_value,
+    map_distinct,
 )
 from attnbench.task_info import TaskInfo
 
@@ -105,7 +106,7 @@ def select_tuned(
         rows = frame[frame["task"] == task]
         if rows.empty:
             continue
-        split = rows["task_params"].map(lambda t, axes=tuning.params: _split(t, axes))
+        split = map_distinct(rows["task_params"], lambda t, axes=tuning.params: _split(t, axes))
         rows = rows.assign(setting=split.str[0], axis_values=split.str[1])
         for key, group in rows.groupby(GROUP, sort=True, dropna=False):
             choice = Choice(*key, select_by=tuning.select_by, higher_is_better=higher)

@@ -41,3 +41,25 @@ def test_the_chooser_data_cannot_end_its_script_element(tmp_path):
 def test_no_chooser_without_a_declared_budget(tmp_path):
     html = build_site(tmp_path).read_text()  # an empty board
     assert 'id="chooser"' not in html
+
+
+def test_the_summary_names_the_best_per_column_and_each_cost_regime(tmp_path):
+    """#46 item 6: the page opens with the answers: the best of each overview column, and per
+    declared budget the cheapest and dearest variant at the smallest and largest size."""
+    import re
+
+    html = write_chooser_board(tmp_path).read_text()
+    assert html.index('id="summary"') < html.index('id="overview"')
+    section = html.split('<section id="summary">')[1].split("</section>")[0]
+    rows = re.findall(
+        r"<tr><td>(.*?)</td><td>(.*?)</td><td class=\"answer\">(.*?)</td></tr>", section
+    )
+    lines = {what: answer for what, _, answer in rows}
+    assert lines["Recall: recall accuracy ↑"] == "softmax (0.95)"
+    assert lines["Generation: per-token latency at context length 32768 tokens"] == (
+        "cheapest linear (0.2 ms); dearest softmax (2 ms, 10× the cheapest)"
+    )
+    assert lines["Generation: state per sequence at context length 1024 tokens"] == (
+        "cheapest &lt;img src=x onerror=&#34;window.__pwned = 1&#34;&gt; (1 KiB); dearest "
+        "softmax (128 KiB, 128× the cheapest)"
+    )

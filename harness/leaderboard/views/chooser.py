@@ -52,11 +52,13 @@ def _budgets(ok: pd.DataFrame, infos: dict[str, TaskInfo]) -> tuple[list[dict], 
             x_name = rows["x_name"].iloc[0]
             rows = rows[rows["x_name"] == x_name]
             declared = info.metric(metric)
+            axis = next((a for a in info.axes if a.name == x_name), None)
             budgets.append(
                 {
                     "label": f"{info.title}: {info.metric_title(metric)}",
                     "unit": declared.unit if declared else "",
                     "axis": info.axis_title(x_name),
+                    "position": [axis.title, axis.unit] if axis else [x_name, ""],
                 }
             )
             median = rows.groupby([*CONFIG, MACHINE, "x_value"])["value"].median()
