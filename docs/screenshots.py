@@ -33,6 +33,7 @@ WIDTH = 1400
 HEIGHT = 1000
 MAX_HEIGHT = 2400  # an element taller than this is cut at this height
 SHOTS = {  # file name → CSS selectors: the shot holds the first match of each
+    "first-screen.png": "h1, #summary .table-box",
     "overview.png": "#overview h2, #overview .table-box",
     "chooser.png": "#chooser",
     "chart-curve.png": 'div.chart[id^="chart-throughput-"]:not([id*="-bars"])',

@@ -54,9 +54,15 @@ def _shown(value: float, unit: str) -> str:
     return f"{value:.3g} {unit}".strip()
 
 
+def _times(ratio: float) -> str:
+    """ "4.11", "431", "2,048": three figures, whole numbers from a thousand on."""
+    return f"{ratio:.3g}" if ratio < 1000 else f"{ratio:,.0f}"
+
+
 def cost_regimes(chooser: dict | None) -> list[Line]:
     """Per budget and machine, at its smallest and largest position: the cheapest and the
-    dearest configuration that the chooser lists, and how many times dearer."""
+    dearest configuration the chooser lists (those whose quality and cost are of one
+    configuration), and how many times dearer."""
     if not chooser:
         return []
     lines = []
@@ -67,7 +73,7 @@ def cost_regimes(chooser: dict | None) -> list[Line]:
             for x in dict.fromkeys([positions[0], positions[-1]] if positions else []):
                 at = sorted((c[4], chooser["configs"][c[3]]) for c in rows if c[2] == x)
                 (low, cheap), (high, dear) = at[0], at[-1]
-                times = f", {high / low:.3g}× the cheapest" if low > 0 else ""
+                times = f", {_times(high / low)}× the cheapest" if low > 0 else ""
                 answer = (
                     f"cheapest {cheap} ({_shown(low, budget['unit'])}); dearest {dear} "
                     f"({_shown(high, budget['unit'])}{times})"
