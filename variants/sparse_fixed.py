@@ -287,7 +287,7 @@ def _strided_fused(q, k, v, local: int, s: int, causal: bool, scale: float) -> t
     """`strided` without autograd on CPU: its local and dilated parts, each with its
     log-sum-exp, merged exactly.
 
-    Where a query has at most SHIFTED_MAX_OFFSETS dilated keys a side, in float32 on an AVX-512
+    Where a query has at most SHIFTED_MAX_OFFSETS dilated keys a side, in float32 on any
     CPU, the whole pattern is one pass of the compiled tile kernel (`tile_kernel.compiled_banded`
     with a stride: the band and one diagonal span per dilated offset, no merge). Otherwise the
     local part is the banded engine's, and the dilated part, with few offsets,

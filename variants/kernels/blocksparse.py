@@ -11,7 +11,7 @@ tiles stay under a fixed byte budget whatever the sequence length.
 Returns the output and the row log-sum-exp, so partial attentions over disjoint key sets can be
 merged exactly (`merge_partials`). A row with no allowed key outputs 0 with log-sum-exp −∞.
 
-Kernels. Without autograd, in float32 on an AVX-512 CPU, and with no predicate beyond causality,
+Kernels. Without autograd, in float32 on a CPU, and with no predicate beyond causality,
 the compiled tile kernel (`tile_kernel.compiled_blocks`) runs the whole pattern: tiles of 16
 queries over their listed key blocks, the bias added to the scores, the row log-sum-exp
 returned (bigbird block 32 at causal 8k: 0.41 of its ideal speed-up through SDPA's short tiles).
@@ -124,7 +124,7 @@ def block_sparse_attention(
     Returns:
         (out (B, H, N, Dv), lse (B, H, N) or None).
     """
-    if allowed is None:  # float32 on an AVX-512 CPU, no autograd: `tile_kernel`
+    if allowed is None:  # float32 on a CPU, no autograd: `tile_kernel`
         fast = compiled_blocks(
             q, k, v, key_blocks, block, scale, bias=block_bias, hi=0 if causal else NO_LIMIT
         )
