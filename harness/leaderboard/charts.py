@@ -25,7 +25,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from attnbench.harness.leaderboard.tables import expand_params, key_columns, varying
+from attnbench.harness.leaderboard.tables import expand_params, key_columns, param_text, varying
 
 REFERENCE_DASHES = ("dash", "dot", "dashdot", "longdash")  # one style per reference line
 REFERENCE_COLOUR = "#444"
@@ -306,7 +306,7 @@ def _missing(value: object) -> bool:
 def _part(key: str, value: object) -> str:
     """One part of a legend entry or subtitle: a parameter as name=value, anything else (a
     variant, machine, dtype) as its value."""
-    text = f"{value:g}" if isinstance(value, float) else str(value)
+    text = param_text(value)
     for prefix in ("variant.", "task."):
         if key.startswith(prefix):
             return f"{key[len(prefix) :]}={text}"

@@ -22,6 +22,7 @@ from attnbench.harness.leaderboard.tables import (
     Column,
     Table,
     differing_keys,
+    param_text,
 )
 
 
@@ -49,10 +50,7 @@ def config_labels(entries: pd.DataFrame) -> dict[tuple[str, str], str]:
         params = {t: json.loads(t) if t else {} for t in texts}
         differing = differing_keys(list(params.values()))
         for text, p in params.items():
-            shown = ", ".join(
-                f"{k}={p.get(k, '–'):g}" if isinstance(p.get(k), float) else f"{k}={p.get(k, '–')}"
-                for k in differing
-            )
+            shown = ", ".join(f"{k}={param_text(p.get(k, '–'))}" for k in differing)
             labels[(variant, text)] = f"{variant} {shown}"
     return labels
 

@@ -68,14 +68,33 @@ def format_value(value: float) -> str:
     return f"{value:.4g}"
 
 
+MAX_DENOMINATOR = 1024  # a parameter 1/k up to this k is written as the fraction
+
+
+def param_text(value: object) -> str:
+    """A parameter's value as a label shows it: a float with more than three significant
+    figures that is 1/k for a whole k written as "1/k" (a stride of n/3 stored as 0.333333 reads
+    "1/3", a block of n/32 "1/32"), any other float in ``g`` format, anything else as text.
+
+    Example:
+        >>> [param_text(v) for v in (0.333333, 0.03125, 0.2, 64)]
+        ['1/3', '1/32', '0.2', '64']
+    """
+    if not isinstance(value, float):
+        return str(value)
+    text = f"{value:g}"
+    digits = len(text.lstrip("-0.").replace(".", "").split("e")[0])
+    if 0 < value < 1 and digits > 3:
+        k = round(1 / value)
+        if 1 < k <= MAX_DENOMINATOR and abs(k * value - 1) < 1e-4:
+            return f"1/{k}"
+    return text
+
+
 def setting_label(params: dict, names: list[str]) -> str:
     """ "mode=prompt, n_dims=8": the parameters ``names`` of a setting, those whose value is
     None (a parameter this setting does not use) left out."""
-    return ", ".join(
-        f"{k}={params[k]:g}" if isinstance(params[k], float) else f"{k}={params[k]}"
-        for k in names
-        if params.get(k) is not None
-    )
+    return ", ".join(f"{k}={param_text(params[k])}" for k in names if params.get(k) is not None)
 
 
 def differing_keys(params: list[dict]) -> list[str]:

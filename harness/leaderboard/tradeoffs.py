@@ -26,7 +26,7 @@ import pandas as pd
 from attnbench.harness.leaderboard.charts import Chart, chart, scatter_figure, variant_colours
 from attnbench.harness.leaderboard.columns import Columns, position_text, stated_position
 from attnbench.harness.leaderboard.ranking import MACHINE, THREADS, Headline
-from attnbench.harness.leaderboard.tables import differing_keys
+from attnbench.harness.leaderboard.tables import differing_keys, param_text
 from attnbench.harness.results.metric_points import declared_steadiness, unsteady_rows
 from attnbench.task_info import TaskInfo
 
@@ -146,11 +146,7 @@ def _config_labels(configs: pd.DataFrame) -> dict[tuple[str, str], str]:
         params = {t: json.loads(t) if t else {} for t in texts}
         differing = differing_keys(list(params.values())) if len(texts) > 1 else []
         for text, p in params.items():
-            shown = [
-                f"{k}={p[k]:g}" if isinstance(p[k], float) else f"{k}={p[k]}"
-                for k in differing
-                if p.get(k) is not None
-            ]
+            shown = [f"{k}={param_text(p[k])}" for k in differing if p.get(k) is not None]
             labels[(variant, text)] = " ".join([str(variant), ", ".join(shown)]).strip()
     return labels
 

@@ -214,3 +214,28 @@ def test_a_table_collected_before_annotations_existed_still_loads(tmp_path):
     frame.to_parquet(tmp_path / "old.parquet")
     loaded = load(tmp_path / "old.parquet", COLUMNS)[0]
     assert (loaded["annotation"] == "").all()
+
+
+def test_a_fraction_of_the_length_reads_as_a_fraction_in_labels():
+    """#46 item 6: `strided local=0.1, stride=0.333333` reads `stride=1/3`; round values stay."""
+    import pandas as pd
+
+    from attnbench.harness.leaderboard.charts import entry_label
+    from attnbench.harness.leaderboard.overview import config_labels
+
+    configs = pd.DataFrame(
+        [
+            ("strided", '{"local": 0.1, "stride": 0.333333}'),
+            ("strided", '{"local": 64, "stride": 64}'),
+            ("bigbird", '{"block": 0.03125, "n_random": 1}'),
+        ],
+        columns=["variant", "variant_params"],
+    )
+    labels = config_labels(configs)
+    assert (
+        labels[("strided", '{"local": 0.1, "stride": 0.333333}')] == "strided local=0.1, stride=1/3"
+    )
+    assert labels[("strided", '{"local": 64, "stride": 64}')] == "strided local=64, stride=64"
+    assert labels[("bigbird", '{"block": 0.03125, "n_random": 1}')] == "bigbird"  # one config
+    keys = ["variant", "variant.block"]
+    assert entry_label(keys, ("bigbird", 0.03125), [0, 1]) == "bigbird · block=1/32"
