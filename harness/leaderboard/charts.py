@@ -436,9 +436,12 @@ def curve_figure(
     lines = _curve_lines(rows)
     fig = go.Figure()
     drawn = _Drawn()
+    # what the lines' bands, companions, flags and references read: five columns, not the
+    # table's forty (each line selects its runs' rows from these)
+    points = ok[["run_id", "metric", "x_name", "x_value", "value"]]
     for line in lines.groups:
-        _draw_line(fig, ok, lines, line, extras, colours, drawn)
-    references = _add_references(fig, ok, lines.x_name, extras.references)
+        _draw_line(fig, points, lines, line, extras, colours, drawn)
+    references = _add_references(fig, points, lines.x_name, extras.references)
     _add_failures(fig, extras.failures, lines.rows)
     notes = _curve_notes(lines.constant, drawn)
     y_title = extras.y_title or (f"{metric} ({unit})" if unit else metric)
