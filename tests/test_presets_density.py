@@ -110,9 +110,13 @@ def density_violations(jobs: list[list[str]]) -> list[str]:
 
 
 def fraction_sizes_on_cost_tasks(jobs: list[list[str]]) -> list[str]:
-    """One line per job that times a sparse variant with a size given as a fraction."""
+    """One line per job that times a sparse variant with a size given as a fraction of the
+    sequence at more than one length: along a length ladder such a pattern grows with n (an
+    n·w variant timed as n²). At one length it is allowed: that is the configuration the
+    quality tasks train, timed at the board's cost size so that a row's quality and cost are
+    one setting's (#46 item 2)."""
     sparse = set(sparse_variants())
-    found = []
+    lengths: dict[tuple, set[str]] = {}
     for job in jobs:
         given = dict(o.split("=", 1) for o in job)
         if given.get("variant") not in sparse or is_quality(given["task"]):
@@ -122,8 +126,14 @@ def fraction_sizes_on_cost_tasks(jobs: list[list[str]]) -> list[str]:
         floats = {f.name for f in fields if f.type in ("float", float)}
         fractions = {k: v for k, v in params.items() if k in floats and 0 < v < 1}
         if fractions:
-            found.append(f"{' '.join(job)}: {fractions} are fractions of the sequence")
-    return found
+            rest = tuple(sorted(o for o in job if not o.startswith("task.seq_len=")))
+            lengths.setdefault(rest, set()).add(given.get("task.seq_len", "default"))
+    return [
+        f"{' '.join(job)}: fractions of the sequence timed at {len(seen)} lengths "
+        f"({', '.join(sorted(seen))})"
+        for job, seen in lengths.items()
+        if len(seen) > 1
+    ]
 
 
 def preset_jobs(sweep: str) -> list[list[str]]:
@@ -169,10 +179,16 @@ def test_a_dense_window_is_reported():
     assert "density 1.000" in found[1]
 
 
-def test_a_fraction_on_throughput_is_reported():
-    jobs = expand({"variant": "window,topk,softmax", "task": "throughput"})
-    found = fraction_sizes_on_cost_tasks(jobs)
+def test_a_fraction_on_throughput_is_reported_along_lengths_not_at_one():
+    """Fractions timed at 256 and 1024 are a ladder (reported, each variant once); at the one
+    cost size 1024 they pair a trained configuration with its cost (allowed)."""
+    ladder = expand(
+        {"variant": "window,topk,softmax", "task": "throughput", "task.seq_len": "256,1024"}
+    )
+    found = fraction_sizes_on_cost_tasks(ladder)
     assert [line.split(":")[0] for line in found] == [
-        "variant=window task=throughput",
-        "variant=topk task=throughput",
+        "task=throughput variant=window",
+        "task=throughput variant=topk",
     ]
+    one = expand({"variant": "window,topk", "task": "throughput", "task.seq_len": "1024"})
+    assert fraction_sizes_on_cost_tasks(one) == []
