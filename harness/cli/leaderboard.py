@@ -44,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     add_strict_flag(parser, reads_records=True)
     args = parser.parse_args(argv)
-    for value, what in (*((d, "a results folder") for d in args.results_dir), (args.out, "-o")):
+    named = "the results folder" if len(args.results_dir) == 1 else "a results folder"
+    for value, what in (*((d, named) for d in args.results_dir), (args.out, "-o")):
         if value is not None and not value.strip():  # Path("") is the working folder
             print(f"attnbench-leaderboard: {what} is empty; give a folder.", file=sys.stderr)
             return 2
