@@ -199,6 +199,23 @@ def test_declared_flops_are_the_counted_products(name, causal):
     assert counted <= 1.03 * declared, f"runs {counted / declared:.3f}× what it declares"
 
 
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+@pytest.mark.parametrize("name", ["gla", "mamba2"])
+def test_declared_backward_flops_are_the_counted_products(name, causal):
+    """`backward_flops` (twice the forward: autograd's two products per product) against
+    ``FlopCounterMode`` over the backward at 1024 positions, H = 4, D = 64: within 3 %, causal
+    too (the registry's test checks the non-causal backward only)."""
+    variant = build(name, d=64).float()
+    gen = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, 4, 1024, 64, generator=gen).requires_grad_(True) for _ in range(3))
+    gates = random_gates(variant, 1, 1024, head_dim=64, kv_heads=4, generator=gen)
+    out = variant(q, k, v, causal=causal, gates=gates)
+    with FlopCounterMode(display=False) as counter:
+        out.backward(torch.ones_like(out))
+    declared = variant.backward_flops(1, 4, 1024, 1024, 64, 64, causal)
+    assert declared == pytest.approx(counter.get_total_flops(), rel=0.03)
+
+
 @pytest.mark.parametrize("name", ["gla", "mamba2"])
 def test_error_in_each_dtype_is_within_the_declared_tolerance(name):
     """The declared `error_tolerance` holds with room where the throughput task judges it: 2048

@@ -315,6 +315,23 @@ class MesaAttention(AttentionVariant):
     def forward_flops(self, batch, heads, n, m, d, dv, causal) -> float:
         return _mesa_flops(self, batch, heads, n, m, d, dv, causal)
 
+    def backward_flops(self, batch, heads, n, m, d, dv, causal) -> float:
+        """Non-causal: twice the forward (autograd through the states, the Cholesky inverse
+        uncounted, and the read-out). Causal, the gradient is implicit (`_ImplicitSolve`), not
+        twice the unrolled iterations: one more solve of ``cg_steps`` steps, the products of
+        the residual pass that reach the states (6·C·D + 2·D² per query head and token: no
+        gradient for the detached x), and twice the read-out and the states."""
+        if not causal:
+            return super().backward_flops(batch, heads, n, m, d, dv, causal)
+        kv = heads * self.shape.kv_heads / self.shape.n_heads
+        c = min(self.params.chunk_size, n)
+        step = 4 * c * d + 2 * d * d
+        readout = 2 * c * (d + dv) + 2 * d * dv
+        residual = 6 * c * d + 2 * d * d
+        states = 2.0 * batch * kv * m * d * (d + dv)
+        per_token = self.params.cg_steps * step + residual + 2 * readout
+        return 2 * states + batch * heads * n * per_token
+
 
 @register_incremental("mesa")
 class MesaIncremental(IncrementalAttention):
