@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils import benchmark
 
-from attnbench import VariantShape, build_variant, load_plugins
+from attnbench import VariantShape, build_variant, load_plugins, random_gates
 from attnbench.harness.cli.interrupt import on_ctrl_c, quiet_when_the_reader_leaves
 from attnbench.harness.cli.strict import add_strict_flag, refuse_broken_plugins
 from attnbench.tasks.throughput import forward_peak_mib
@@ -116,6 +116,7 @@ PAPER_SIZES: dict[str, dict[str, float]] = {
     "learned_pattern": {"block": 64},
     "topk": {"k": 32},
 }
+MIXERS = ("delta_net", "gated_delta_net", "gla", "mamba2")  # chunked, with gates (#42)
 SINKHORN_HALF_STEPS = range(1, 7)  # n_iters whose cost is reported beside the target's 3
 
 
@@ -139,6 +140,17 @@ def _linear_cost_targets(name: str, **params) -> list[Target]:
         Target(f"{name}: peak MiB at 16k", at16, None, 160.0, False, "memory"),
         Target(f"{name}: fwd+bwd, dense causal SDPA / {name} at 8k", SDPA_C8_BWD, bwd8, 5.0, True),
         Target(f"{name}: fwd+bwd peak MiB(16k) / (8k)", bwd16, bwd8, 2.3, False, "memory"),
+    ]
+
+
+def _mixer_targets(name: str, bound: float | None = 4.0) -> list[Target]:
+    """The data-dependent mixers' chunked forms (#42): at least 4× faster than dense causal SDPA
+    at 8k, and linear in the length; ``bound`` None reports without judging (mesa: its 30
+    conjugate-gradient steps cost about 60 linear-attention passes)."""
+    at8, at16 = _case(name, 8192), _case(name, 16384)
+    return [
+        Target(f"{name}: dense causal SDPA / {name} at 8k", SDPA_C8, at8, bound, True),
+        Target(f"{name}: time(16k) / time(8k)", at16, at8, 2.5 if bound else None, False),
     ]
 
 
@@ -254,6 +266,8 @@ def all_targets() -> list[Target]:
         ),
         *_linear_cost_targets("linear", feature_map="elu1"),
         *_linear_cost_targets("decay"),
+        *(t for name in MIXERS for t in _mixer_targets(name)),
+        *_mixer_targets("mesa", bound=None),
         *_sparse_targets("strided"),
         *_sparse_targets("bigbird"),
         Target(
@@ -303,7 +317,11 @@ def _call(case: Case) -> Callable[[], object]:
     else:
         shape = VariantShape(HEADS, HEAD_DIM, case.seq_len)
         module = build_variant(case.variant, case.params, shape)
-        forward = lambda: module(q, k, v, causal=case.causal)  # noqa: E731
+        # a gated mixer's raw gates, standard normal as q, k and v ({} for an ungated variant)
+        gates = random_gates(
+            module, 1, case.seq_len, head_dim=HEAD_DIM, kv_heads=HEADS, generator=gen
+        )
+        forward = lambda: module(q, k, v, causal=case.causal, gates=gates)  # noqa: E731
     if not case.backward:
 
         def forward_only():
