@@ -37,7 +37,16 @@ from functools import lru_cache
 
 import torch
 
-from attnbench import JobContext, Metric, MetricPoint, Task, TaskResult, VariantShape, register_task
+from attnbench import (
+    JobContext,
+    Metric,
+    MetricPoint,
+    Task,
+    TaskResult,
+    UnsupportedError,
+    VariantShape,
+    register_task,
+)
 from attnbench.metrics import DENSITY
 from attnbench.tasks.concentration import ot_divergence, theory
 
@@ -327,6 +336,7 @@ class Concentration(Task):
         return list(self.params.scales) or [self.params.scale]
 
     def run(self, ctx: JobContext) -> TaskResult:
+        require_weights(ctx)  # before any training: a variant without weights is unsupported
         return self.run_gaussian(ctx) if self.params.source == "gaussian" else self.run_recall(ctx)
 
     def run_gaussian(self, ctx: JobContext) -> TaskResult:
@@ -405,6 +415,23 @@ class Concentration(Task):
                 points.append(MetricPoint(name, value, "layer", layer))
         points.append(MetricPoint("density", model.density(RECALL_SEQ_LEN)))
         return TaskResult(points=points, details={"loss_curve": curve})
+
+
+def require_weights(ctx: JobContext) -> None:
+    """`UnsupportedError` in one sentence where the variant cannot give its attention weights
+    without more than queries and keys (it raises NotImplementedError: a recurrent mixer, or
+    one whose mixing matrix depends on per-token gates, is no distribution over keys to
+    analyse), found on two tokens before anything is trained."""
+    variant = ctx.build_variant(VariantShape(1, 4, 2))
+    q = torch.zeros(1, 1, 2, 4, device=ctx.device, dtype=ctx.dtype)
+    try:
+        with torch.no_grad():
+            variant.attention_weights(q, q, causal=variant.supports_causal)
+    except NotImplementedError as exc:
+        raise UnsupportedError(
+            f"the concentration task analyses attention weights, and variant "
+            f"'{ctx.variant_name}' has none to give ({exc})"
+        ) from None
 
 
 @torch.no_grad()

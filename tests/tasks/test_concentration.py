@@ -398,3 +398,19 @@ def test_every_class_named_for_a_closed_form_exists(name):
 
     module, _, cls = name.rpartition(".")
     assert isinstance(getattr(importlib.import_module(module), cls), type)
+
+
+@pytest.mark.parametrize("source", ["gaussian", "recall"])
+def test_a_variant_without_attention_weights_is_unsupported_before_any_training(source):
+    """The gated mixers have no attention weights to give without their gates (and some none at
+    all): the job is `unsupported` with one sentence, at once, not `failed` after training."""
+    import time
+
+    from attnbench import UnsupportedError, build_task
+    from attnbench.task import JobContext
+
+    ctx = JobContext("mesa", {}, torch.device("cpu"), torch.float32, 0, 1)
+    started = time.perf_counter()
+    with pytest.raises(UnsupportedError, match="concentration task analyses attention weights"):
+        build_task("concentration", {"source": source}).run(ctx)
+    assert time.perf_counter() - started < 5  # no model was trained
