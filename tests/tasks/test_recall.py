@@ -13,7 +13,7 @@ import pytest
 import torch
 from scipy import stats
 
-from attnbench import UnsupportedError, incremental_form, why_no_incremental_form
+from attnbench import UnsupportedError, incremental_form, random_gates, why_no_incremental_form
 from attnbench.harness.discovery import load_plugins
 from attnbench.task import TEST_STREAM, VALIDATION_STREAM, JobContext, build_task
 from attnbench.tasks.recall import RecallParams, evaluation_ladder, state_bytes, training_mixture
@@ -318,8 +318,9 @@ def test_state_bytes_equals_what_every_registered_decoder_holds():
         decoder = incremental_form(layer.attention, 2, length, layer.head_dim)
         gen = torch.Generator().manual_seed(0)
         q, k, v = (torch.randn(2, 1, length, d, generator=gen) for _ in range(3))
+        gates = random_gates(layer.attention, 2, length, head_dim=d, kv_heads=1, generator=gen)
         with torch.no_grad():
-            decoder.prefill(q, k, v)
+            decoder.prefill(q, k, v, gates or None)  # a gated mixer's form takes its gates
         assert decoder.state_bytes() == reported, name
         checked.append(name)
     assert {"softmax", "linear", "decay", "window"} <= set(checked)
