@@ -69,6 +69,7 @@ from attnbench.variants.recurrent.delta_chunks import (
     delta_rule_chunked,
     products_flops,
 )
+from attnbench.variants.recurrent.precision import compute_dtype
 
 QK_ACTIVATIONS = ("silu", "identity")
 NORM_EPS = 1e-6  # the L2 norm divides by max(‖x‖, eps): exact for any key not ~0
@@ -88,11 +89,6 @@ class GatedDeltaNetParams:
 
     qk_activation: str = "silu"  # before the L2 norm of q and k: silu (the papers') or identity
     chunk_size: int = DEFAULT_CHUNK  # positions per chunk of the WY/UT form
-
-
-def _work_dtype(dtype: torch.dtype) -> torch.dtype:
-    """float64 stays; everything else is computed in float32 (module docstring)."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def _gate(gates: dict[str, torch.Tensor] | None, name: str, k: torch.Tensor) -> torch.Tensor:
@@ -179,7 +175,7 @@ class DeltaRule(AttentionVariant):
         gates: dict[str, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         self.check_inputs(q, k, v, causal)
-        work = _work_dtype(q.dtype)
+        work = compute_dtype(q.dtype)
         if gates is not None:
             gates = {name: g.to(work) for name, g in gates.items()}
         out, _ = self._run(q.to(work), k.to(work), v.to(work), gates, causal)
@@ -289,7 +285,7 @@ class DeltaRuleIncremental(IncrementalAttention):
         return [self.state]
 
     def _extend(self, q, k, v, gates=None):
-        variant, work = self.variant, _work_dtype(self.dtype)
+        variant, work = self.variant, compute_dtype(self.dtype)
         q, k, v = q.to(work), k.to(work), v.to(work)
         if gates is not None:
             gates = {name: g.to(work) for name, g in gates.items()}

@@ -60,6 +60,7 @@ from torch import nn
 from attnbench import AttentionVariant, VariantShape, register_variant
 from attnbench.incremental import IncrementalAttention, register_incremental
 from attnbench.variant import check_gates
+from attnbench.variants.recurrent.precision import compute_dtype
 
 BLOCK_CHUNKS = 16  # chunks computed together; the state is carried chunk by chunk within
 SMALL_BLOCK = 8  # tree levels below this half-width multiply elementwise (tiny matmuls are slow)
@@ -69,13 +70,6 @@ SMALL_BLOCK = 8  # tree levels below this half-width multiply elementwise (tiny 
 FACTOR_SPAN = 20.0
 
 # dtype names whose inputs are computed in float32 (the decays and the state need the mantissa)
-_WIDENED = (torch.float16, torch.bfloat16)
-
-
-def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """float32 for half-precision inputs (cumulative log-decays in bfloat16 lose a position's
-    decay against the chunk's sum), else the input's dtype."""
-    return torch.float32 if dtype in _WIDENED else dtype
 
 
 def _pow2_at_least(n: int) -> int:

@@ -45,7 +45,7 @@ from torch import nn
 from attnbench import AttentionVariant, VariantShape, register_variant
 from attnbench.incremental import IncrementalAttention, register_incremental
 from attnbench.variant import check_gates
-from attnbench.variants.recurrent.gla import compute_dtype
+from attnbench.variants.recurrent.precision import compute_dtype
 
 BLOCK_CHUNKS = 32  # chunks whose tokens are solved together (bounds the memory of the CG)
 
