@@ -18,6 +18,10 @@ CUDA_PEERS = {
     "peer_xformers_softmax": "xformers",
     "peer_fla_linear": "fla-core",
     "peer_fla_decay": "fla-core",
+    "peer_fla_delta_net": "fla-core",
+    "peer_fla_gated_delta_net": "fla-core",
+    "peer_fla_gla": "fla-core",
+    "peer_fla_mamba2": "fla-core",
     "peer_natten_window": "natten",
 }
 CPU_PEERS = {"peer_local_window": "local-attention", "peer_performer": "performer-pytorch"}
