@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from attnbench import VariantShape, build_variant, incremental_form, why_no_incremental_form
-from attnbench.testing import gates_of_keys
+from attnbench.testing import _call, gates_of_keys  # the contract suite's call: gates fed alike
 from attnbench.variant import VARIANTS
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -31,13 +31,6 @@ def _variant(name: str) -> torch.nn.Module:
         pytest.skip(reason)
     torch.manual_seed(0)
     return build_variant(name, {}, VariantShape(H, D, N))
-
-
-def _call(variant, q, k, v, causal):
-    gates = gates_of_keys(variant, k) if variant.gates else None
-    if gates is None:
-        return variant(q, k, v, causal=causal)
-    return variant(q, k, v, causal=causal, gates=gates)
 
 
 def _inputs(seed: int = 0):
