@@ -28,7 +28,7 @@ PACKAGE_ROOTS = {
 }
 MAX_MODULES = 12
 BUILT_INS = ("variants", "tasks", "peers")
-# what only C++ source holds (load_inline adds the #include lines itself)
+# what only C++ source holds
 CPP_TOKENS = ("#include", "at::", "std::", "torch::Tensor", "__m512", "#pragma")
 
 

@@ -68,7 +68,7 @@ def test_a_failed_build_warns_naming_the_fallback(monkeypatch):
     def fail(**_):
         raise RuntimeError("first line\nno compiler here")
 
-    monkeypatch.setattr(cpp_extension, "load_inline", fail)
+    monkeypatch.setattr(cpp_extension, "load", fail)
     with pytest.warns(RuntimeWarning, match="no compiler here.*the slow path runs"):
         assert not compiled.build("attnbench_test", tile.SOURCE, "DEFAULT", "the slow path runs.")
 
@@ -82,8 +82,9 @@ def test_a_missing_source_file_warns_naming_the_fallback(tmp_path):
 
 @pytest.mark.parametrize("module", [tile, topk], ids=["tile", "topk"])
 def test_each_kernel_builds_the_cpp_file_beside_its_module(module, monkeypatch):
-    """The C++ is a file of the package (``tile.py`` -> ``tile.cpp``), its text what load_inline
-    compiles, under the capability's cache name; no Python source holds it."""
+    """The C++ is a file of the package (``tile.py`` -> ``tile.cpp``), the file torch's ``load``
+    compiles (not ``load_inline``, whose ``torch/extension.h`` tripled the build's time), under the
+    capability's cache name; no Python source holds it."""
     import torch.utils.cpp_extension as cpp_extension
 
     source = Path(module.__file__).with_name(Path(module.__file__).stem + ".cpp")
@@ -91,10 +92,10 @@ def test_each_kernel_builds_the_cpp_file_beside_its_module(module, monkeypatch):
     assert "TORCH_LIBRARY(" in source.read_text()
     assert "TORCH_LIBRARY(" not in Path(module.__file__).read_text()
     calls = []
-    monkeypatch.setattr(cpp_extension, "load_inline", lambda **kw: calls.append(kw))
+    monkeypatch.setattr(cpp_extension, "load", lambda **kw: calls.append(kw))
     assert compiled.build("attnbench_test", module.SOURCE, "AVX2", "unused")
     (call,) = calls
-    assert call["cpp_sources"] == [source.read_text()]
+    assert call["sources"] == [str(source)]
     assert call["name"] == compiled.extension_name("attnbench_test", "AVX2")
     assert "-DCPU_CAPABILITY=AVX2" in call["extra_cflags"]
 
@@ -108,7 +109,7 @@ def _folder(stem: str = "attnbench_test") -> Path:
 
 @pytest.fixture
 def torch_build(monkeypatch):
-    """``load_inline`` as torch runs it around the compiler: take the build folder's lock file
+    """``load`` as torch runs it around the compiler: take the build folder's lock file
     (`FileBaton`) and release it when built; a lock it cannot take is waited on, which here is
     recorded instead of hanging. Returns the list of what each call did."""
     import torch.utils.cpp_extension as cpp_extension
@@ -116,7 +117,7 @@ def torch_build(monkeypatch):
 
     calls = []
 
-    def load_inline(build_directory, **_):
+    def load(build_directory, **_):
         baton = FileBaton(os.path.join(build_directory, "lock"))
         if baton.try_acquire():
             baton.release()
@@ -124,7 +125,7 @@ def torch_build(monkeypatch):
         else:
             calls.append("waited")
 
-    monkeypatch.setattr(cpp_extension, "load_inline", load_inline)
+    monkeypatch.setattr(cpp_extension, "load", load)
     return calls
 
 
@@ -135,13 +136,13 @@ KILLED_BUILDER = textwrap.dedent(
     from torch.utils.file_baton import FileBaton
     from attnbench.variants.kernels import compiled
 
-    def load_inline(build_directory, **_):
+    def load(build_directory, **_):
         FileBaton(os.path.join(build_directory, "lock")).try_acquire()
         print("building", flush=True)
         time.sleep(120)
 
-    cpp_extension.load_inline = load_inline
-    compiled.build("attnbench_test", compiled.Path(os.devnull), "DEFAULT", "unused")
+    cpp_extension.load = load
+    compiled.build("attnbench_test", compiled.Path(compiled.__file__), "DEFAULT", "unused")
     """
 )
 
