@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import io
 import logging
+import pickle
 import textwrap
+import time
 
 import pytest
 from conftest import run_cli
 
 from attnbench.harness.cli import sweep_progress
-from attnbench.harness.cli.sweep_progress import QuietConsole, SweepProgress, job_status
+from attnbench.harness.cli.sweep_progress import JobEnds, QuietConsole, SweepProgress, job_status
 
 
 class _Terminal(io.StringIO):
@@ -62,6 +64,39 @@ def test_a_terminal_gets_a_bar_and_no_log_lines(caplog):
     assert not caplog.records
     last = terminal.getvalue().split("\r")[-1]
     assert "sweep: 100%" in last and "4/4" in last and "failed=1" in last
+
+
+def _wait_for(condition, seconds: float = 10.0) -> None:
+    end = time.monotonic() + seconds
+    while not condition() and time.monotonic() < end:
+        time.sleep(0.01)
+
+
+def test_jobs_in_workers_move_the_progress_and_a_late_one_is_dropped():
+    """A worker's copy of `JobEnds` (pickled: address, key, batch) tells the sweep's progress
+    as each job ends; a message of a batch that has returned is dropped, so the batch's true
+    count is not counted twice; once the sweep closed it, telling does nothing."""
+    progress = SweepProgress(10, stream=io.StringIO())
+    ends = JobEnds.open(progress)
+    assert ends is not None
+    try:
+        worker = pickle.loads(pickle.dumps(ends))  # what a job of batch 0 holds
+        assert worker.listener is None and worker.progress is None
+        worker.tell(False)
+        worker.tell(True)
+        _wait_for(lambda: progress.done == 2)
+        assert (progress.done, progress.failed) == (2, 1)
+        ends.next_batch()
+        progress.batch_finished(2, 1)
+        worker.tell(False)  # late: its batch returned
+        pickle.loads(pickle.dumps(ends)).tell(True)  # a job of batch 1
+        _wait_for(lambda: progress.done == 3)
+        time.sleep(0.2)
+        assert (progress.done, progress.failed) == (3, 2)
+    finally:
+        ends.close()
+        progress.close()
+    worker.tell(False)  # nothing listens: no error
 
 
 def test_job_status():
@@ -153,3 +188,26 @@ def test_a_sweep_prints_its_progress_and_only_the_failed_jobs(tmp_path):
     assert "throughput × softmax: ok" not in out
     logs = "".join(p.read_text() for p in (results / "hydra" / "multiruns").rglob("*.log"))
     assert logs.count("throughput × softmax: ok in") == 2  # the job's log file keeps it
+
+
+@pytest.mark.slow
+def test_jobs_in_joblib_workers_move_the_progress_as_they_end(tmp_path):
+    """The quick sweep's joblib batch is 220 jobs: counted only when it returned, the progress
+    line stood still for four minutes. Each of four jobs in two workers now passes a tenth."""
+    proc = run_cli(
+        "attnbench",
+        "-m",
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        "variant=softmax",
+        "task=throughput",
+        "task.seq_len=32",
+        "task.backward=false",
+        "task.min_run_time=0.01",
+        "seed=0,1,2,3",
+        f"results_dir={tmp_path / 'results'}",
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    for done in (1, 2, 3, 4):
+        assert f"sweep: {done}/4 jobs done, 0 failed, " in out, out[-3000:]

@@ -64,7 +64,7 @@ from hydra.utils import get_method
 from omegaconf import DictConfig, OmegaConf
 
 from attnbench.harness.cli.interrupt import SKIPPED, STOP_FILE, GracefulStop, GuardedTask, StopSweep
-from attnbench.harness.cli.sweep_progress import ReportingTask, SweepProgress, job_status
+from attnbench.harness.cli.sweep_progress import JobEnds, ReportingTask, SweepProgress, job_status
 from attnbench.harness.jobs.outcome import FAILURES, OUTCOME
 from attnbench.harness.jobs.paths import write_failure
 
@@ -339,11 +339,14 @@ class GridsSweeper(BasicSweeper):
         if not jobs:
             return []
         self.reporting.progress = progress = SweepProgress(len(jobs))
+        self.reporting.ends = JobEnds.open(progress)
         try:
             return self._launch_all(jobs, progress)
         finally:
+            if self.reporting.ends is not None:
+                self.reporting.ends.close()
             progress.close()
-            self.reporting.progress = None
+            self.reporting.progress = self.reporting.ends = None
 
     def _launch_all(self, jobs: list[list[str]], progress: SweepProgress) -> Any:
         """Launch the batches in order (`sweep`), until done or stopped."""
@@ -366,6 +369,8 @@ class GridsSweeper(BasicSweeper):
                 first += len(batch)
                 returns.append(results)
                 skipped, failed = self._check_returns(results)
+                if self.reporting is not None and self.reporting.ends is not None:
+                    self.reporting.ends.next_batch()  # a late message of this batch is dropped
                 progress.batch_finished(len(results) - skipped, failed)
                 self.guard.take_batch()
                 if stop.requested:
