@@ -101,6 +101,51 @@ def test_a_job_that_raises_is_reported_and_the_sweep_goes_on(
     ]
 
 
+def accept_any(cfg):
+    """A job check that accepts every job (module level: the sweeper imports it by name)."""
+    return cfg
+
+
+@pytest.mark.parametrize("job_check", ["test_grids_sweeper.accept_any", "null"])
+def test_each_job_is_composed_once_before_the_sweep_and_once_to_run(
+    hydra_sweep_runner, tmp_path, monkeypatch, job_check
+):
+    """Hydra composes every job of a batch again before launching it; where the sweeper's job
+    check composed the whole sweep first, that third composition is skipped (for the quick
+    sweep's batch of 220 jobs it was 23 s in which no job ran). Without a job check, Hydra's
+    check of the batch is the only one before the launch, and stays."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
+    calls = []
+    compose = ConfigLoaderImpl.load_sweep_config
+
+    def counted(self, master_config, sweep_overrides):
+        calls.append(tuple(sweep_overrides))
+        return compose(self, master_config, sweep_overrides)
+
+    monkeypatch.setattr(ConfigLoaderImpl, "load_sweep_config", counted)
+    OUTCOME.reset()
+    sweep = hydra_sweep_runner(
+        calling_file=None,
+        calling_module="hydra.test_utils.a_module",
+        task_function=lambda cfg: cfg.bar,
+        config_path="configs",
+        config_name="compose.yaml",
+        overrides=[
+            "hydra/sweeper=grids",
+            f"hydra.sweeper.job_check={job_check}",
+            "hydra.sweeper.job_done=null",
+            "hydra.job.chdir=true",
+            "hydra/launcher=basic",
+            "bar=1,2,3",
+        ],
+        temp_dir=tmp_path,
+    )
+    with sweep:
+        assert [r.return_value for batch in sweep.returns for r in batch] == [1, 2, 3]
+    assert len(calls) == 6  # job check + launch, or Hydra's batch check + launch
+
+
 def _ctrl_c_in_job(times: int, finished: list):
     """A task that presses Ctrl-C ``times`` times while job bar=2 runs (signals to itself)."""
 

@@ -251,6 +251,14 @@ class GridsSweeper(BasicSweeper):
             )
         return todo
 
+    def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
+        """Hydra composes every job of a batch once more before launching it, to fail early;
+        `validate_jobs` composed and checked every job of the sweep before the first one ran
+        (where a ``job_check`` is set), so that is not repeated: before the quick sweep's
+        batch of 220 jobs it took 23 s in which no job ran."""
+        if not self.job_check:
+            super().validate_batch_is_legal(batch)
+
     def _worker_threads(self) -> int | None:
         """The thread count ``threads=0`` stands for in the configured launcher's workers, where
         that is not this process's count; None where jobs run with this process's default.
