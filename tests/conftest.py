@@ -134,3 +134,14 @@ def _the_committed_reference_is_only_read():
     after = _reference_state()
     changed = sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
     assert not changed, f"the tests changed the committed reference: {changed[:5]}"
+
+
+def chart_view(figure: dict, label: str) -> list[dict]:
+    """The traces a merged chart (`harness.leaderboard.charts.merged_figure`) shows when its
+    menu picks the view whose label contains ``label``; every trace of a chart without a menu."""
+    menus = figure.get("layout", {}).get("updatemenus") or []
+    if not menus:
+        return list(figure["data"])
+    (button,) = [b for b in menus[0]["buttons"] if label in b["label"]]
+    shown = button["args"][0]["visible"]
+    return [t for t, v in zip(figure["data"], shown, strict=True) if v]

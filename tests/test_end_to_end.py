@@ -57,7 +57,7 @@ def test_multirun_collect_leaderboard(tmp_path):
     assert board.stdout.strip() == str(index.resolve())
     html = index.read_text()
     assert "softmax" in html and "linear" in html
-    assert 'data-chart="chart-throughput-fwd_ms-seq_len"' in html
+    assert 'data-chart="chart-throughput-fwd_ratio-seq_len"' in html  # with fwd_ms etc. in its menu
     assert (tmp_path / "leaderboard" / "plotly.min.js").stat().st_size > 1_000_000
     assert "cdn" not in html.lower()  # opens from file:// with no network
 

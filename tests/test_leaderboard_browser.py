@@ -112,8 +112,33 @@ def test_every_chart_was_drawn_by_plotly(page):
     charts = page.eval("document.querySelectorAll('div.chart').length")
     drawn = page.eval("document.querySelectorAll('div.chart svg.main-svg').length")
     traces = page.eval("document.querySelectorAll('div.chart g.trace').length")
-    assert charts >= 4  # throughput fwd_ms / peak memory / fwd_bwd…, concentration, …
+    assert charts >= 2  # throughput (its times and memory in one chart's menu), concentration
     assert drawn >= charts and traces > 0
+
+
+def test_a_merged_charts_menu_switches_its_view(page):
+    """Throughput's time ratio, latency and memory against length are one chart with a menu
+    (`merged_figure`): Plotly draws the menu, and each of its buttons, applied as Plotly applies
+    it, shows that view's traces only and that view's axis title."""
+    views = page.eval(
+        """(() => {
+          const div = [...document.querySelectorAll('div.chart')]
+            .find(d => d.id.startsWith('chart-throughput-') && d.layout && d.layout.updatemenus);
+          const drawn = div.querySelectorAll('g.updatemenu-container').length;
+          const out = [];
+          for (const button of div.layout.updatemenus[0].buttons) {
+            Plotly.update(div, button.args[0], button.args[1]);
+            const shown = div.data.filter(t => t.visible !== false).length;
+            out.push([button.label, div.layout.yaxis.title.text, shown, drawn]);
+          }
+          return out;
+        })()"""
+    )
+    assert len(views) >= 2 and all(drawn == 1 for *_, drawn in views)
+    labels = [label for label, *_ in views]
+    assert any("latency" in label for label in labels), labels
+    assert len({title for _, title, *_ in views}) == len(views)  # each view its own y axis
+    assert all(shown > 0 for _, _, shown, _ in views)
 
 
 def test_hostile_variant_name_is_text_and_ran_nothing(page):

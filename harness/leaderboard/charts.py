@@ -452,6 +452,56 @@ def curve_figure(
     return fig
 
 
+# layout keys that belong to one view of a merged chart (`merged_figure`), and their value
+# where a view has none (so that switching clears the previous view's)
+_VIEW_KEYS = {"title": None, "xaxis": {}, "yaxis": {}, "annotations": [], "shapes": []}
+
+
+def merged_figure(views: list[tuple[str, go.Figure]]) -> go.Figure:
+    """Figures of one axis and setting, one per metric, as one chart with a menu choosing the
+    metric shown (the first at first): a task's near-duplicate charts (time and time ratio
+    against length, the error on each input distribution) become one, so the page is shorter
+    and a reader compares the views in place. Each view keeps its traces, title, axes and
+    notes; the chart takes the tallest view's height (legends differ in rows)."""
+    if len(views) == 1:
+        return views[0][1]
+    fig = go.Figure()
+    spans = []
+    for _, view in views:
+        start = len(fig.data)
+        fig.add_traces(list(view.data))
+        spans.append((start, len(fig.data)))
+    visible = [trace.visible if trace.visible is not None else True for trace in fig.data]
+    height = max(int(view.layout.height or CHART_HEIGHT) for _, view in views)
+    buttons = []
+    for (label, view), (start, end) in zip(views, spans, strict=True):
+        shown = [v if start <= j < end else False for j, v in enumerate(visible)]
+        layout = view.layout.to_plotly_json()
+        relayout = {key: layout.get(key, empty) for key, empty in _VIEW_KEYS.items()}
+        buttons.append({"label": label, "method": "update", "args": [{"visible": shown}, relayout]})
+    fig.update_layout(views[0][1].layout)
+    fig.update_layout(
+        height=height,
+        updatemenus=[
+            {
+                "type": "dropdown",
+                "buttons": buttons,
+                "active": 0,
+                "showactive": True,
+                "x": 1,
+                "xanchor": "right",
+                "y": 1,
+                "yanchor": "bottom",
+                "pad": {"b": 4},
+                "font": {"size": 12},
+            }
+        ],
+    )
+    for j, shown in enumerate(buttons[0]["args"][0]["visible"]):
+        fig.data[j].visible = shown
+    return fig
+
+
 @dataclass
 class _CurveLines:
     """The lines of a curve chart.

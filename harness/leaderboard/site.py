@@ -23,6 +23,7 @@ from pathlib import Path
 
 import jinja2
 import pandas as pd
+import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from attnbench.harness.jobs.records import atomic_write_text, runs_dir
@@ -33,6 +34,7 @@ from attnbench.harness.leaderboard.charts import (
     bar_figure,
     chart,
     curve_figure,
+    merged_figure,
     variant_colours,
 )
 from attnbench.harness.leaderboard.columns import overview_columns
@@ -199,13 +201,14 @@ def _task_charts(
     colours: dict[str, str],
     notes: list[str],
 ) -> list[Chart]:
-    """One chart per chart metric, curve axis and task setting (so that baselines and theory
-    curves are never averaged across settings), where the setting has at least two points on the
-    axis (e.g. accuracy by model width only where the sweep varied the width) and its values are
-    not all the same (then a line of ``notes`` says so instead)."""
+    """One chart per curve axis and task setting (so that baselines and theory curves are never
+    averaged across settings), its chart metrics the views of a menu (`merged_figure`), where
+    the setting has at least two points on the axis (e.g. accuracy by model width only where the
+    sweep varied the width) and its values are not all the same (then a line of ``notes`` says
+    so instead)."""
     runs = rows[~rows["derived"]]
     headline = (info.headline if info else "") or runs["metric"].iloc[0]
-    charts = []
+    views: dict[tuple[str, int, str], list[tuple[str, str, go.Figure]]] = {}
     info = info or TaskInfo(task)  # undeclared names are shown as they are
     for metric in info.charts or [headline]:
         declared = info.metric(metric)
@@ -239,7 +242,12 @@ def _task_charts(
                 fig = curve_figure(group, metric, title, unit, extras, colours, label)
                 if fig is not None:
                     chart_id = f"chart-{task}-{metric}-{x_name}" + (f"-{i}" if label else "")
-                    charts.append(chart(chart_id, fig))
+                    menu = info.metric_title(metric)
+                    views.setdefault((x_name, i, label), []).append((menu, chart_id, fig))
+    charts = []
+    for found in views.values():
+        merged = merged_figure([(menu, fig) for menu, _, fig in found])
+        charts.append(chart(found[0][1], merged))
     return charts
 
 

@@ -16,6 +16,7 @@ from attnbench.harness.leaderboard.charts import (
     bar_figure,
     curve_figure,
     embeddable_json,
+    merged_figure,
     scatter_figure,
     variant_colours,
 )
@@ -261,3 +262,31 @@ def test_a_parameter_with_several_positions_per_value_still_splits_lines():
     )
     fig = curve_figure(frame, "accuracy_by_state_bytes", "recall")
     assert sorted(t.name for t in fig.data) == ["softmax · d_model=16", "softmax · d_model=32"]
+
+
+def test_a_merged_chart_shows_one_view_at_a_time_and_escapes_its_menu():
+    """`merged_figure`: each view's traces, title and axes behind one button of a menu; the
+    first shown at first; the labels escaped like every text of a figure; one view: unchanged."""
+    views = []
+    for name, log in (("time <b>x</b>", True), ("ratio", False)):
+        fig = go.Figure([go.Scatter(x=[1, 2], y=[1, 2], name=f"{name} a"), go.Scatter(name="b")])
+        fig.update_layout(title=name, yaxis={"type": "log" if log else "linear"}, height=300)
+        views.append((name, fig))
+    views[1][1].update_layout(height=420, annotations=[{"text": "note"}])
+    merged = merged_figure(views)
+    assert merged_figure(views[:1]) is views[0][1]
+    assert [t.visible for t in merged.data] == [True, True, False, False]
+    (menu,) = merged.layout.updatemenus
+    first, second = (b.to_plotly_json() for b in menu.buttons)
+    assert first["args"][0]["visible"] == [True, True, False, False]
+    assert second["args"][0]["visible"] == [False, False, True, True]
+    assert (
+        first["args"][1]["yaxis"]["type"] == "log"
+        and second["args"][1]["yaxis"]["type"] == "linear"
+    )
+    assert first["args"][1]["annotations"] == []  # switching back clears the other view's notes
+    assert second["args"][1]["annotations"][0]["text"] == "note"
+    assert merged.layout.height == 420  # the tallest view's
+    text = embeddable_json(merged)
+    label = json.loads(text)["layout"]["updatemenus"][0]["buttons"][0]["label"]
+    assert "<b>" not in text and label == "time &lt;b&gt;x&lt;/b&gt;"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 
-from conftest import make_record
+from conftest import chart_view, make_record
 
 from attnbench.harness.jobs.records import write_record
 from attnbench.harness.leaderboard import build_site
@@ -195,8 +195,9 @@ def test_a_timings_kernel_path_is_in_the_task_table_and_the_hover(tmp_path):
     assert window and all("tile kernel (AVX512) &lt;x&gt;</td>" in r for r in window)
     assert all('title="tile kernel (AVX512) &lt;x&gt;"' in r for r in window)  # the hover
     assert 'class="unsteady"' not in section  # an annotation marks nothing
-    (fig,) = [f for cid, f in _figures(html).items() if cid.startswith("chart-throughput-fwd_ms")]
-    hover = {t["name"].split(" · ")[0]: t["text"] for t in fig["data"] if t.get("text")}
+    (fig,) = [f for cid, f in _figures(html).items() if cid.startswith("chart-throughput-")]
+    latency = chart_view(fig, "forward latency")
+    hover = {t["name"].split(" · ")[0]: t["text"] for t in latency if t.get("text")}
     assert hover["softmax"] == ["torch operators"] * 3
     assert hover["window"] == ["tile kernel (AVX512) &lt;x&gt;"] * 3  # escaped for Plotly
 
