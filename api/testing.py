@@ -171,6 +171,29 @@ class VariantContractTests:
         assert isinstance(variant.supports_causal, bool)
         assert isinstance(variant.requires_equal_lengths, bool)
 
+    def test_the_pattern_sizes_it_checks_are_the_ones_it_declares(self, variant_name, monkeypatch):
+        """Every parameter the variant checks as a pattern size (`check_size`) is in its
+        ``size_params``, and each of those is a parameter: a record names them, and the board
+        writes a fraction of the sequence as one ("window=0.2n") only for those."""
+        from attnbench.variant import AttentionVariant
+
+        checked = []
+        original = AttentionVariant.check_size
+
+        def spy(self, key):
+            checked.append(key)
+            return original(self, key)
+
+        monkeypatch.setattr(AttentionVariant, "check_size", spy)
+        variant = _make(variant_name)
+        declared = type(variant).size_params
+        assert isinstance(declared, tuple) and all(isinstance(k, str) for k in declared)
+        assert set(checked) <= set(declared), (
+            f"{variant_name} checks {sorted(set(checked) - set(declared))} as pattern sizes: "
+            "list them in the class attribute `size_params`"
+        )
+        assert all(hasattr(variant.params, k) for k in declared)
+
     @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
     def test_shapes_and_value_dim(self, variant_name, causal):
         """The output is (B, H, N, Dv) in the input dtype, with Dv ≠ D.

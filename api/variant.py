@@ -196,6 +196,9 @@ class AttentionVariant(nn.Module):
     library: ClassVar[str] = ""  # PyPI distribution of the implementation; "" = attnbench
     grouped_query: ClassVar[bool] = False  # forward shares k, v across query heads natively
     gates: ClassVar[dict[str, str]] = {}  # gate name → width, "head" or "key" (module docstring)
+    # the parameters that are pattern sizes (`size_at`, `check_size`): a record names them, so
+    # that the board writes a fraction of the sequence as one ("window 0.2n", "stride n/3")
+    size_params: ClassVar[tuple[str, ...]] = ()
     # the classical estimator the mixer computes with inputs as keys and outputs as values
     # (one of ESTIMATORS, "" for none claimed): the regression task's "regression view"
     estimator: ClassVar[str] = ""

@@ -47,6 +47,7 @@ class LocalWindowPeer(PeerVariant):
     supports_causal = True
     requires_equal_lengths = True
     Params = LocalWindowParams
+    size_params = ("window",)
     peer_of = "window"
     library = "local-attention"
     module = "local_attention"

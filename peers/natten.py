@@ -40,6 +40,7 @@ class NattenWindowPeer(PeerVariant):
     supports_causal = True
     requires_equal_lengths = True
     Params = NattenWindowParams
+    size_params = ("window",)
     peer_of = "window"
     library = "natten"
     module = "natten.functional"

@@ -57,6 +57,7 @@ class LearnedPatternAttention(AttentionVariant):
     supports_causal = True
     requires_equal_lengths = True
     Params = LearnedPatternParams
+    size_params = ("block",)
 
     def __init__(self, params: LearnedPatternParams, shape: VariantShape) -> None:
         super().__init__(params, shape)
@@ -193,6 +194,7 @@ class TopKAttention(AttentionVariant):
     cost = "n²"
     supports_causal = True
     Params = TopKParams
+    size_params = ("k",)
 
     def __init__(self, params: TopKParams, shape: VariantShape) -> None:
         super().__init__(params, shape)

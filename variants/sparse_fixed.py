@@ -122,6 +122,7 @@ class WindowAttention(AttentionVariant):
     supports_causal = True
     requires_equal_lengths = True
     Params = WindowParams
+    size_params = ("window",)
 
     def __init__(self, params: WindowParams, shape: VariantShape) -> None:
         super().__init__(params, shape)
@@ -179,6 +180,7 @@ class StridedAttention(AttentionVariant):
     supports_causal = True
     requires_equal_lengths = True
     Params = StridedParams
+    size_params = ("local", "stride")
 
     def __init__(self, params: StridedParams, shape: VariantShape) -> None:
         super().__init__(params, shape)
@@ -392,6 +394,7 @@ class BigBirdAttention(AttentionVariant):
     supports_causal = True
     requires_equal_lengths = True
     Params = BigBirdParams
+    size_params = ("block",)
 
     def __init__(self, params: BigBirdParams, shape: VariantShape) -> None:
         super().__init__(params, shape)

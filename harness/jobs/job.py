@@ -419,6 +419,7 @@ def _record(results_dir: str, job: PreparedJob, outcome: _JobOutcome) -> Record:
             "variant_origin": entry.origin,
             "peer_of": entry.obj.peer_of,
             "variant_library": library_version(entry.obj.library),
+            "variant_size_params": list(entry.obj.size_params),
         },
         task_info=job.task_class.describe().to_dict(),
         code_modules=job.code_modules,

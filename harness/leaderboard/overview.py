@@ -8,7 +8,6 @@ and the marks of the best entries, plus the attributes the page filters rows on.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 
@@ -21,8 +20,8 @@ from attnbench.harness.leaderboard.tables import (
     Cell,
     Column,
     Table,
-    differing_keys,
-    param_text,
+    config_labels,
+    size_params_of,
 )
 
 
@@ -36,25 +35,6 @@ class Overview:
     rule: str = ""  # how the ranks are made, in words, shown above the table
 
 
-def config_labels(entries: pd.DataFrame) -> dict[tuple[str, str], str]:
-    """(variant, params JSON) → its row label: the name alone where a variant has one
-    configuration, else the name and only the parameters that differ between its configurations
-    (e.g. `window window=0.2` beside `window window=256`: quality at matched density, timing at
-    the paper's size), so that a label says what sets the rows apart."""
-    labels = {}
-    for variant, group in entries.groupby("variant"):
-        texts = sorted(set(group["variant_params"]))
-        if len(texts) == 1:
-            labels[(variant, texts[0])] = variant
-            continue
-        params = {t: json.loads(t) if t else {} for t in texts}
-        differing = differing_keys(list(params.values()))
-        for text, p in params.items():
-            shown = ", ".join(f"{k}={param_text(p.get(k, '–'))}" for k in differing)
-            labels[(variant, text)] = f"{variant} {shown}"
-    return labels
-
-
 def overview(
     frame: pd.DataFrame, headlines: list[Headline], families: dict[str, str]
 ) -> Overview | None:
@@ -63,7 +43,7 @@ def overview(
     if computed is None:
         return None
     ordered = with_batteries(computed, _column_order(computed.headlines))
-    labels = config_labels(computed.entries.to_frame(index=False))
+    labels = config_labels(computed.entries.to_frame(index=False), size_params_of(frame))
     result = Overview(table=Table(columns=_columns(ordered)))
     for key in _row_order(computed):
         variant, _, machine, dtype = key

@@ -91,6 +91,62 @@ def param_text(value: object) -> str:
     return text
 
 
+SIZE_PARAMS = "variant_size_params"  # the table's column: a variant's pattern-size parameters
+
+
+def size_text(value: object) -> str:
+    """A pattern size (`AttentionVariant.size_params`) as a label shows it: a fraction of the
+    sequence as a fraction of n, a whole count as itself.
+
+    Example:
+        >>> [size_text(v) for v in (0.2, 0.333333, 0.03125, 256)]
+        ['0.2n', 'n/3', 'n/32', '256']
+    """
+    if isinstance(value, float) and 0 < value < 1:
+        text = param_text(value)
+        return f"n/{text[2:]}" if text.startswith("1/") else f"{text}n"
+    return param_text(value)
+
+
+def size_params_of(frame: pd.DataFrame) -> dict[str, set[str]]:
+    """variant → the parameters its records name as pattern sizes (none in tables collected
+    before records named them: their labels show the plain values)."""
+    if SIZE_PARAMS not in frame.columns or "variant" not in frame.columns:
+        return {}
+    found: dict[str, set[str]] = {}
+    for variant, text in frame[["variant", SIZE_PARAMS]].drop_duplicates().itertuples(index=False):
+        if isinstance(text, str) and text:
+            found.setdefault(str(variant), set()).update(text.split(","))
+    return found
+
+
+def config_labels(
+    entries: pd.DataFrame, sizes: dict[str, set[str]] | None = None
+) -> dict[tuple[str, str], str]:
+    """(variant, params JSON) → its label: the name alone where a variant has one configuration,
+    else the name and only the parameters that differ between its configurations (those whose
+    value is None left out), a pattern size as a fraction of n where ``sizes``
+    (`size_params_of`) names it: `window window=0.2n` beside `window window=256`, quality at
+    matched density beside timing at the paper's size, so that a label says what sets the rows
+    apart. The one labelling of configurations: the overview's rows, the chooser and the charts
+    of quality against cost and density."""
+    sizes = sizes or {}
+    labels = {}
+    for variant, group in entries.groupby("variant"):
+        texts = sorted(set(group["variant_params"]))
+        params = {t: json.loads(t) if t else {} for t in texts}
+        differing = differing_keys(list(params.values())) if len(texts) > 1 else []
+        own = sizes.get(str(variant), set())
+        for text, p in params.items():
+            shown = [
+                f"{k}={size_text(p[k]) if k in own else param_text(p[k])}"
+                for k in differing
+                if p.get(k) is not None
+            ]
+            labels[(variant, text)] = " ".join([str(variant), ", ".join(shown)]).strip()
+    return labels
+
+
 def setting_label(params: dict, names: list[str]) -> str:
     """ "mode=prompt, n_dims=8": the parameters ``names`` of a setting, those whose value is
     None (a parameter this setting does not use) left out."""

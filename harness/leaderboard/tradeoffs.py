@@ -18,7 +18,6 @@ Two views per ranked quality column (`harness.leaderboard.columns`):
 
 from __future__ import annotations
 
-import json
 import re
 
 import pandas as pd
@@ -26,7 +25,7 @@ import pandas as pd
 from attnbench.harness.leaderboard.charts import Chart, chart, scatter_figure, variant_colours
 from attnbench.harness.leaderboard.columns import Columns, position_text, stated_position
 from attnbench.harness.leaderboard.ranking import MACHINE, THREADS, Headline
-from attnbench.harness.leaderboard.tables import differing_keys, param_text
+from attnbench.harness.leaderboard.tables import config_labels, size_params_of
 from attnbench.harness.results.metric_points import declared_steadiness, unsteady_rows
 from attnbench.task_info import TaskInfo
 
@@ -102,7 +101,7 @@ def _cost_points(
     table = pd.DataFrame({"x": latency, "y": quality})
     # labelled among every configuration of the variant on either axis, as the overview's rows
     # are: "topk k=0.2" where a "topk k=32" was timed too
-    labels = _config_labels(table.index.to_frame(index=False))
+    labels = config_labels(table.index.to_frame(index=False), size_params_of(ok))
     both = table.dropna().reset_index()
     both["label"] = [labels[key] for key in zip(*(both[c] for c in CONFIG), strict=True)]
     both = both.drop(columns="variant_params")
@@ -130,25 +129,13 @@ def density_points(rows: pd.DataFrame, metric: str) -> pd.DataFrame:
         return empty
     entries = here.drop_duplicates("run_id").set_index("run_id")[["variant", "variant_params"]]
     per_run = per_run.join(entries)
-    labels = _config_labels(per_run[["variant", "variant_params"]].drop_duplicates())
+    labels = config_labels(
+        per_run[["variant", "variant_params"]].drop_duplicates(), size_params_of(here)
+    )
     per_run["label"] = [
         labels[(v, p)] for v, p in zip(per_run["variant"], per_run["variant_params"], strict=True)
     ]
     return per_run.groupby(["label", "variant"])[["x", "y"]].mean().reset_index()
-
-
-def _config_labels(configs: pd.DataFrame) -> dict[tuple[str, str], str]:
-    """(variant, params JSON) → the variant's name, followed by the parameters that differ
-    between its configurations where it has several (parameters whose value is None left out)."""
-    labels = {}
-    for variant, group in configs.groupby("variant"):
-        texts = sorted(set(group["variant_params"]))
-        params = {t: json.loads(t) if t else {} for t in texts}
-        differing = differing_keys(list(params.values())) if len(texts) > 1 else []
-        for text, p in params.items():
-            shown = [f"{k}={param_text(p[k])}" for k in differing if p.get(k) is not None]
-            labels[(variant, text)] = " ".join([str(variant), ", ".join(shown)]).strip()
-    return labels
 
 
 def _chart_id(kind: str, column: str, index: int) -> str:

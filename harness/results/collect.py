@@ -86,6 +86,7 @@ COLUMNS = [
     "variant_family",
     "peer_of",  # the built-in variant with the same maths, for a library's variant; else ""
     "variant_library",  # "<distribution> <version>" of a library's variant; "" for our own
+    "variant_size_params",  # its parameters that are pattern sizes, comma-separated; else ""
     "variant_params",
     "task_params",
     "seed",
@@ -116,7 +117,7 @@ COLUMNS = [
     "annotation",  # text the task declares beside the metric (TaskInfo.annotations), else ""
 ]
 # columns a later layout added → the value a table of an earlier one reads as (`table_file.load`)
-COLUMN_DEFAULTS = {"annotation": ""}
+COLUMN_DEFAULTS = {"annotation": "", "variant_size_params": ""}
 TABLE_NAME = "results.parquet"
 LOCK_NAME = ".collect.lock"
 TABLE_DTYPES = {
@@ -246,6 +247,14 @@ def _as_list(value: object) -> list:
     return value if isinstance(value, list) else []
 
 
+def _names(value: object) -> str:
+    """A record's list of names as the table's text, comma-separated ("" for none, or for a
+    value that is no list of names: an older or a hand-made record)."""
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        return ""
+    return ",".join(value)
+
+
 def record_rows(record: Record, record_file: str = "") -> list[dict]:
     """The tidy rows of one record."""
     common = {
@@ -258,6 +267,7 @@ def record_rows(record: Record, record_file: str = "") -> list[dict]:
         "variant_family": record.details.get("variant_family"),
         "peer_of": str(record.details.get("peer_of") or ""),  # older records: ""
         "variant_library": str(record.details.get("variant_library") or ""),
+        "variant_size_params": _names(record.details.get("variant_size_params")),
         "variant_params": json.dumps(record.variant_params, sort_keys=True),
         "task_params": json.dumps(record.task_params, sort_keys=True),
         "seed": record.seed,

@@ -384,3 +384,17 @@ def test_a_malformed_file_is_skipped_saying_why_and_the_rest_collected(tmp_path,
     with pytest.warns(UserWarning, match=why):
         summary = collect(tmp_path)
     assert summary.n_records == 1 and _table(tmp_path).run_id.tolist() == [rid("good")]
+
+
+def test_a_variants_pattern_sizes_reach_the_table(tmp_path):
+    """The job's record names its variant's pattern-size parameters (details, from
+    `AttentionVariant.size_params`); the table holds them as text for the board's labels, and
+    "" where a record names none or names them in a shape that is no list of names."""
+    _write(tmp_path, "a", details={"variant_size_params": ["local", "stride"]})
+    _write(tmp_path, "b", details={"variant_size_params": "local"})
+    _write(tmp_path, "c")
+    collect(tmp_path)
+    frame = pd.read_parquet(tmp_path / "results.parquet").set_index("run_id")
+    assert frame.loc[rid("a"), "variant_size_params"] == "local,stride"
+    assert frame.loc[rid("b"), "variant_size_params"] == ""
+    assert frame.loc[rid("c"), "variant_size_params"] == ""

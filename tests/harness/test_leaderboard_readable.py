@@ -218,25 +218,32 @@ def test_a_table_collected_before_annotations_existed_still_loads(tmp_path):
 
 
 def test_a_fraction_of_the_length_reads_as_a_fraction_in_labels():
-    """#46 item 6: `strided local=0.1, stride=0.333333` reads `stride=1/3`; round values stay."""
+    """#46 item 6: `strided local=0.1, stride=0.333333` reads `strided local=0.1n, stride=n/3`
+    where the records name local and stride as pattern sizes (`size_params`), `stride=1/3`
+    where they do not (a table collected before records named them); round values stay."""
     import pandas as pd
 
     from attnbench.harness.leaderboard.charts import entry_label
-    from attnbench.harness.leaderboard.overview import config_labels
+    from attnbench.harness.leaderboard.tables import config_labels, size_params_of
 
     configs = pd.DataFrame(
         [
-            ("strided", '{"local": 0.1, "stride": 0.333333}'),
-            ("strided", '{"local": 64, "stride": 64}'),
-            ("bigbird", '{"block": 0.03125, "n_random": 1}'),
+            ("strided", '{"local": 0.1, "stride": 0.333333}', "local,stride"),
+            ("strided", '{"local": 64, "stride": 64}', "local,stride"),
+            ("bigbird", '{"block": 0.03125, "n_random": 1}', "block"),
+            ("decay", '{"gamma": 0.5}', ""),
+            ("decay", '{"gamma": 0.25}', ""),
         ],
-        columns=["variant", "variant_params"],
+        columns=["variant", "variant_params", "variant_size_params"],
     )
-    labels = config_labels(configs)
-    assert (
-        labels[("strided", '{"local": 0.1, "stride": 0.333333}')] == "strided local=0.1, stride=1/3"
-    )
+    sizes = size_params_of(configs)
+    assert sizes == {"strided": {"local", "stride"}, "bigbird": {"block"}}
+    labels = config_labels(configs, sizes)
+    relative = ("strided", '{"local": 0.1, "stride": 0.333333}')
+    assert labels[relative] == "strided local=0.1n, stride=n/3"
     assert labels[("strided", '{"local": 64, "stride": 64}')] == "strided local=64, stride=64"
     assert labels[("bigbird", '{"block": 0.03125, "n_random": 1}')] == "bigbird"  # one config
+    assert labels[("decay", '{"gamma": 0.5}')] == "decay gamma=0.5"  # not a size: no n
+    assert config_labels(configs)[relative] == "strided local=0.1, stride=1/3"  # older tables
     keys = ["variant", "variant.block"]
     assert entry_label(keys, ("bigbird", 0.03125), [0, 1]) == "bigbird · block=1/32"

@@ -25,8 +25,8 @@ import json
 import pandas as pd
 
 from attnbench.harness.leaderboard.columns import Columns
-from attnbench.harness.leaderboard.overview import config_labels
 from attnbench.harness.leaderboard.ranking import MACHINE
+from attnbench.harness.leaderboard.tables import config_labels, size_params_of
 from attnbench.harness.results.metric_points import declared_steadiness, unsteady_rows
 from attnbench.task_info import TaskInfo
 
@@ -97,7 +97,7 @@ def chooser_data(frame: pd.DataFrame, columns: Columns, infos: dict[str, TaskInf
     if not both:
         return None
     configs = sorted(both)
-    labels = config_labels(pd.DataFrame(configs, columns=CONFIG))
+    labels = config_labels(pd.DataFrame(configs, columns=CONFIG), size_params_of(frame))
     index = {c: i for i, c in enumerate(configs)}
     left_out = {"no_cost": _count(values, both), "no_quality": _count(costs, both)}
     costs = costs[[tuple(c) in index for c in costs[CONFIG].values]]
