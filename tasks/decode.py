@@ -67,6 +67,7 @@ from attnbench.metrics import DENSITY
 from attnbench.toolkit import kernel_path
 from attnbench.toolkit.memory import isolated_cpu_peak, peak_memory_mib
 from attnbench.toolkit.timed import (
+    TimingParams,
     check_timing_settings,
     error_metrics,
     kernel_errors,
@@ -80,7 +81,7 @@ CHECK_STEPS = 8  # of which the last ones come one step at a time
 
 
 @dataclass
-class DecodeParams:
+class DecodeParams(TimingParams):
     """Hyperparameters of the `decode` task."""
 
     seq_len: int = 1024  # n: tokens of context before the generated ones
@@ -92,12 +93,6 @@ class DecodeParams:
     n_kv_heads: int | None = None
     head_dim: int = 64  # D = Dv
     prefill_max_len: int = 8192  # the prefill is timed up to this context (module docstring)
-    # the smallest window of timing samples judged (>= 4; attnbench.toolkit.timing)
-    min_samples: int = 10
-    min_run_time: float = 0.2  # seconds of steady-state timing per autorange round
-    steady_rtol: float = 0.05  # a steady window's halves have medians within this fraction
-    steady_max_rel_iqr: float = 0.25  # and an IQR of at most this fraction of its median
-    max_timing_s: float = 10.0  # seconds a timing samples before it is reported unsteady
 
 
 @register_task("decode")

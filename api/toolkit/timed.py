@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -96,6 +97,19 @@ def gemm_gflops(device: torch.device, probe_ms: float) -> float:
     PROBE_SIZE of the device type) that took ``probe_ms``: 2·n³ products and sums."""
     n = PROBE_SIZE.get(device.type, PROBE_SIZE["cpu"])
     return 2.0 * n**3 / (probe_ms * 1e-3) / 1e9
+
+
+@dataclass
+class TimingParams:
+    """The timing settings of a task that times kernels (throughput, decode), read by
+    `check_timing_settings` and `time_against`: a task's params dataclass extends it."""
+
+    # the smallest window of timing samples judged (>= 4; attnbench.toolkit.timing)
+    min_samples: int = 10
+    min_run_time: float = 0.2  # seconds of steady-state timing per autorange round
+    steady_rtol: float = 0.05  # a steady window's halves have medians within this fraction
+    steady_max_rel_iqr: float = 0.25  # and an IQR of at most this fraction of its median
+    max_timing_s: float = 10.0  # seconds a timing samples before it is reported unsteady
 
 
 def check_timing_settings(task: Task) -> None:

@@ -78,6 +78,7 @@ from attnbench.metrics import DENSITY
 from attnbench.toolkit import kernel_path
 from attnbench.toolkit.memory import isolated_cpu_peak, peak_memory_mib
 from attnbench.toolkit.timed import (
+    TimingParams,
     check_timing_settings,
     error_metrics,
     gemm_gflops,
@@ -89,7 +90,7 @@ from attnbench.toolkit.timed import (
 
 
 @dataclass
-class ThroughputParams:
+class ThroughputParams(TimingParams):
     """Hyperparameters of the `throughput` task."""
 
     seq_len: int = 512  # N = M, tokens per sequence
@@ -101,12 +102,6 @@ class ThroughputParams:
     causal: bool = False  # time the causal form
     # also time forward+backward (w.r.t. q, k, v and the variant's parameters)
     backward: bool = True
-    # the smallest window of timing samples judged (>= 4; attnbench.toolkit.timing)
-    min_samples: int = 10
-    min_run_time: float = 0.2  # seconds of steady-state timing per autorange round
-    steady_rtol: float = 0.05  # a steady window's halves have medians within this fraction
-    steady_max_rel_iqr: float = 0.25  # and an IQR of at most this fraction of its median
-    max_timing_s: float = 10.0  # seconds a timing samples before it is reported unsteady
 
 
 @register_task("throughput")

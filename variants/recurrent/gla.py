@@ -59,7 +59,7 @@ from torch import nn
 
 from attnbench import AttentionVariant, VariantShape, register_variant
 from attnbench.incremental import IncrementalAttention, register_incremental
-from attnbench.variant import check_gates
+from attnbench.variants.recurrent.mixer import GatedMixer
 from attnbench.variants.recurrent.precision import compute_dtype
 
 BLOCK_CHUNKS = 16  # chunks computed together; the state is carried chunk by chunk within
@@ -234,7 +234,7 @@ class Mamba2Params:
     dt_init_floor: float = 1e-4  # … and at least this
 
 
-class DecayedLinearAttention(AttentionVariant):
+class DecayedLinearAttention(GatedMixer):
     """Base of `gla` and `mamba2`: a gate turned into per-token log-decays (`decays`), the shared
     engine `decayed_attention`, the state per key/value head."""
 
@@ -284,18 +284,6 @@ class DecayedLinearAttention(AttentionVariant):
         gates = {name: g.to(dtype) for name, g in gates.items()}
         q, k, v, g = self.decays(q, k, v, gates)
         return decayed_attention(q, k, v, g, self.params.chunk_size, causal, state)
-
-    def forward(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        causal: bool = False,
-        gates: dict[str, torch.Tensor] | None = None,
-    ) -> torch.Tensor:
-        self.check_inputs(q, k, v, causal)
-        gates = check_gates(self, gates, k)
-        return self.run(q, k, v, gates, causal)[0].to(q.dtype)
 
     def forward_flops(self, batch, heads, n, m, d, dv, causal) -> float:
         return _decayed_flops(self, batch, heads, n, m, d, dv, causal)

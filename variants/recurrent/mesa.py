@@ -44,7 +44,7 @@ from torch import nn
 
 from attnbench import AttentionVariant, VariantShape, register_variant
 from attnbench.incremental import IncrementalAttention, register_incremental
-from attnbench.variant import check_gates
+from attnbench.variants.recurrent.mixer import GatedMixer
 from attnbench.variants.recurrent.precision import compute_dtype
 
 BLOCK_CHUNKS = 32  # chunks whose tokens are solved together (bounds the memory of the CG)
@@ -249,7 +249,7 @@ def _mesa_flops(
 
 
 @register_variant("mesa")
-class MesaAttention(AttentionVariant):
+class MesaAttention(GatedMixer):
     """The mesa layer: ridge regression of values on keys at every token (module docstring)."""
 
     family = "mesa"
@@ -299,18 +299,6 @@ class MesaAttention(AttentionVariant):
         q, k, log_gamma, beta = self.prepare(q, k, {n: g.to(dtype) for n, g in gates.items()})
         lam = self.regulariser().to(dtype)
         return mesa_attention(q, k, v, log_gamma, beta, lam, self.params, causal, state)
-
-    def forward(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        causal: bool = False,
-        gates: dict[str, torch.Tensor] | None = None,
-    ) -> torch.Tensor:
-        self.check_inputs(q, k, v, causal)
-        gates = check_gates(self, gates, k)
-        return self.run(q, k, v, gates, causal)[0].to(q.dtype)
 
     def forward_flops(self, batch, heads, n, m, d, dv, causal) -> float:
         return _mesa_flops(self, batch, heads, n, m, d, dv, causal)
