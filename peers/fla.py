@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from attnbench import VariantShape, build_variant, register_variant
+from attnbench import UnsupportedError, VariantShape, build_variant, register_variant
 from attnbench.peers.availability import PeerVariant
 
 INSTALL = "pip install fla-core==0.6.0 (CUDA, with the Triton your CUDA torch brings)"
@@ -57,6 +57,16 @@ class _FlaPeer(PeerVariant):
     module = "fla.ops"
     install = INSTALL
     devices = ("cuda",)
+
+    def check_inputs(self, q, k, v, causal) -> None:
+        """As every variant's, and float64 refused: FLA's Triton kernels have none (their
+        accumulators are float32, and Triton refuses a loop whose accumulator turns float64,
+        with a `CompilationError`, no torch error). Refused with `UnsupportedError`, a float64
+        call leaves the throughput task's timed error unmeasured instead of failing the job:
+        on an H200 every FLA peer failed there, in the error check's float64 reference."""
+        super().check_inputs(q, k, v, causal)
+        if q.dtype == torch.float64:
+            raise UnsupportedError(f"{self.name}: FLA's Triton kernels have no float64.")
 
 
 @register_variant("peer_fla_linear")
