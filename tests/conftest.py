@@ -80,7 +80,7 @@ def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None, timeou
 
 @contextlib.contextmanager
 def failed_build(monkeypatch, load):
-    """A compiled kernel whose build fails (``load_inline`` raises, as without a compiler):
+    """A compiled kernel whose build fails (torch's ``load`` raises, as without a compiler):
     ``load()`` must warn once, naming the error, and return False; the body then runs with
     warnings as errors, so a second warning fails it. ``load`` is the kernel's cached loader,
     cleared before and after."""
@@ -90,7 +90,7 @@ def failed_build(monkeypatch, load):
         raise RuntimeError("no compiler here")
 
     load.cache_clear()
-    monkeypatch.setattr(cpp_extension, "load_inline", fail)
+    monkeypatch.setattr(cpp_extension, "load", fail)
     try:
         with pytest.warns(RuntimeWarning, match="no compiler here"):
             assert not load()
