@@ -65,7 +65,7 @@ def _cfg(tmp_path, *overrides):
                 "task.seq_len=16",
                 "task.min_run_time=0.01",
                 "task.backward=false",
-                "task.max_timing_s=1",  # a busy machine (CI runs a rerun beside) cannot stretch a job
+                "task.max_timing_s=1",  # a busy machine cannot stretch a job
                 *overrides,
             ],
         )
