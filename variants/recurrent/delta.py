@@ -57,7 +57,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnbench import (
-    AttentionVariant,
     IncrementalAttention,
     VariantShape,
     per_query_head,
@@ -69,6 +68,7 @@ from attnbench.variants.recurrent.delta_chunks import (
     delta_rule_chunked,
     products_flops,
 )
+from attnbench.variants.recurrent.mixer import GatedMixer
 from attnbench.variants.recurrent.precision import compute_dtype
 
 QK_ACTIVATIONS = ("silu", "identity")
@@ -109,7 +109,7 @@ def _gate(gates: dict[str, torch.Tensor] | None, name: str, k: torch.Tensor) -> 
     return raw.to(k.dtype)
 
 
-class DeltaRule(AttentionVariant):
+class DeltaRule(GatedMixer):
     """What the two variants share: features, gates, the chunked forward (module docstring)."""
 
     family = "delta"
@@ -166,20 +166,13 @@ class DeltaRule(AttentionVariant):
         tail = per_query_head(fq[:, :, m:], state)  # queries past the last key read S_M
         return torch.cat([head, tail], dim=2), state
 
-    def forward(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        causal: bool = False,
-        gates: dict[str, torch.Tensor] | None = None,
-    ) -> torch.Tensor:
-        self.check_inputs(q, k, v, causal)
+    def run(self, q, k, v, gates, causal, state=None):
+        """`_run` on inputs and gates widened to `compute_dtype`: (out, final state), which
+        `GatedMixer.forward` reads."""
         work = compute_dtype(q.dtype)
         if gates is not None:
             gates = {name: g.to(work) for name, g in gates.items()}
-        out, _ = self._run(q.to(work), k.to(work), v.to(work), gates, causal)
-        return out.to(q.dtype)
+        return self._run(q.to(work), k.to(work), v.to(work), gates, causal, state)
 
     def attention_weights(
         self,

@@ -1,6 +1,7 @@
-"""The forward that `gla`, `mamba2` and `mesa` share: check the inputs and the gates, run the
-variant's engine (``run``, which computes in `compute_dtype` and returns the output with the final
-state), and hand the output back in the inputs' dtype.
+"""The forward the recurrent mixers share (`delta_net`, `gated_delta_net`, `gla`, `mamba2`,
+`mesa`): check the inputs and the gates, run the variant's engine (``run``, which computes in
+`compute_dtype` and returns the output with the final state), and hand the output back in the
+inputs' dtype.
 
 A module of its own, as `precision`: a job's code fingerprint covers the modules its variant
 imports, so the mixers share this one rather than one importing another's module."""
