@@ -165,3 +165,43 @@ def pytest_sessionfinish(session):
     module = sys.modules.get("test_theory_on_avx2")
     if module is not None:
         module.stop()
+
+
+def counted_flops(
+    variant,
+    causal: bool,
+    backward: bool,
+    math: bool = True,
+    kv_heads: int = 4,
+    *,
+    heads: int = 4,
+    n: int = 1024,
+    d: int = 32,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Products `FlopCounterMode` counts in one forward (and backward) of ``variant``, batch 1,
+    ``heads`` query heads, keys and values of ``kv_heads``, n positions of width d, unit-normal
+    inputs (and raw gates, `attnbench.variant.random_gates`, which run no products) from
+    ``seed``; with ``math``, SDPA restricted to its math backend, whose products the counter
+    sees (its flash kernel's it does not)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from attnbench.variant import random_gates
+
+    def backends():  # a fresh context each time: the default backends, or the math one
+        return sdpa_kernel(SDPBackend.MATH) if math else contextlib.nullcontext()
+
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(1, heads, n, d, generator=gen).requires_grad_(True)
+    k, v = (torch.randn(1, kv_heads, n, d, generator=gen).requires_grad_(True) for _ in range(2))
+    gated = {}
+    if variant.gates:
+        gated["gates"] = random_gates(variant, 1, n, head_dim=d, kv_heads=kv_heads, generator=gen)
+    with backends(), FlopCounterMode(display=False) as forward_count:
+        out = variant(q, k, v, causal=causal, **gated)
+    if not backward:
+        return forward_count.get_total_flops(), 0.0
+    with backends(), FlopCounterMode(display=False) as backward_count:
+        out.backward(torch.ones_like(out))
+    return forward_count.get_total_flops(), backward_count.get_total_flops()

@@ -20,44 +20,16 @@ sum, which the counter does not see).
 
 from __future__ import annotations
 
-import contextlib
-
 import pytest
 import torch
-from torch.utils.flop_counter import FlopCounterMode
+from conftest import counted_flops
 
 from attnbench.harness.discovery import load_plugins
-from attnbench.variant import VARIANTS, VariantShape, build_variant, random_gates
+from attnbench.variant import VARIANTS, VariantShape, build_variant
 
 load_plugins()
 OURS = sorted(name for name in VARIANTS.names() if not VARIANTS.get(name).library)
 B, H, N, D = 1, 4, 1024, 32  # several tiles and chunks (topk mixes densely up to 1024 keys)
-
-
-def _counted(
-    variant, causal: bool, backward: bool, math: bool = True, kv_heads: int = H
-) -> tuple[float, float]:
-    """Products counted in one forward (and backward); with ``math``, SDPA restricted to its
-    math backend, whose products the counter sees (its flash kernel's it does not); keys and
-    values with ``kv_heads`` heads."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    def backends():  # a fresh context each time: the default backends, or the math one
-        return sdpa_kernel(SDPBackend.MATH) if math else contextlib.nullcontext()
-
-    gen = torch.Generator().manual_seed(0)
-    q = torch.randn(B, H, N, D, generator=gen).requires_grad_(True)
-    k, v = (torch.randn(B, kv_heads, N, D, generator=gen).requires_grad_(True) for _ in range(2))
-    gated = {}  # a gated variant's raw gates (attnbench.variant.random_gates): no products
-    if variant.gates:
-        gated["gates"] = random_gates(variant, B, N, head_dim=D, kv_heads=kv_heads, generator=gen)
-    with backends(), FlopCounterMode(display=False) as forward_count:
-        out = variant(q, k, v, causal=causal, **gated)
-    if not backward:
-        return forward_count.get_total_flops(), 0.0
-    with backends(), FlopCounterMode(display=False) as backward_count:
-        out.backward(torch.ones_like(out))
-    return forward_count.get_total_flops(), backward_count.get_total_flops()
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
@@ -66,7 +38,7 @@ def test_declared_forward_flops_are_the_products_the_kernel_runs(name, causal):
     variant = build_variant(name, {}, VariantShape(H, D, N))
     if causal and not variant.supports_causal:
         pytest.skip(f"variant '{name}' is not causal")
-    counted, _ = _counted(variant, causal, backward=False)
+    counted, _ = counted_flops(variant, causal, backward=False)
     if counted == 0:
         pytest.skip(f"variant '{name}' runs its products in torch's CPU flash kernel (uncounted)")
     declared = variant.forward_flops(B, H, N, N, D, D, causal)
@@ -84,7 +56,7 @@ def test_grouped_query_heads_are_counted_as_computed(name, causal):
     below that of one state per query head (which over-counted 1.6× at 4 on 1); softmax's
     products are per query head either way."""
     grouped = build_variant(name, {}, VariantShape(H, D, N, n_kv_heads=1))
-    counted, _ = _counted(grouped, causal, backward=False, kv_heads=1)
+    counted, _ = counted_flops(grouped, causal, backward=False, kv_heads=1)
     declared = grouped.forward_flops(B, H, N, N, D, D, causal)
     assert declared <= counted * (1 + 1e-9), f"declares {declared / counted:.3f}× its products"
     if not causal:
@@ -101,13 +73,13 @@ def test_declared_backward_flops_are_the_products_autograd_runs(name):
     variant = build_variant(name, {}, VariantShape(H, D, N))
     if variant.density(N, N, False) < 1.0:
         pytest.skip(f"variant '{name}' is sparse: its kernels run masked parts of tiles")
-    if _counted(variant, False, backward=True, math=False)[1] == 0:
+    if counted_flops(variant, False, backward=True, math=False)[1] == 0:
         pytest.skip(
             f"variant '{name}' runs its backward in torch's flash kernel, which recomputes the "
             "scores (declared 2.5×) and which the counter does not see; the math backend's "
             "autograd is not what it runs"
         )
-    forward, backward = _counted(variant, False, backward=True)
+    forward, backward = counted_flops(variant, False, backward=True)
     declared = variant.backward_flops(B, H, N, N, D, D, False)
     assert declared == pytest.approx(backward, rel=0.05)
 

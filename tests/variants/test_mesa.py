@@ -15,6 +15,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import counted_flops
 from torch.utils.flop_counter import FlopCounterMode
 
 from attnbench.harness.discovery import load_plugins
@@ -192,14 +193,9 @@ def test_declared_backward_flops_are_the_counted_products(causal):
     registry's test (the backward of the Cholesky inverse runs D×D products, counted there and
     not declared: 4 % here)."""
     variant = build(d=64).float()
-    gen = torch.Generator().manual_seed(1)
-    q, k, v = (torch.randn(1, 4, 1024, 64, generator=gen).requires_grad_(True) for _ in range(3))
-    gates = random_gates(variant, 1, 1024, head_dim=64, kv_heads=4, generator=gen)
-    out = variant(q, k, v, causal=causal, gates=gates)
-    with FlopCounterMode(display=False) as counter:
-        out.backward(torch.ones_like(out))
+    _, counted = counted_flops(variant, causal, backward=True, d=64, seed=1)
     declared = variant.backward_flops(1, 4, 1024, 1024, 64, 64, causal)
-    assert declared == pytest.approx(counter.get_total_flops(), rel=0.03 if causal else 0.05)
+    assert declared == pytest.approx(counted, rel=0.03 if causal else 0.05)
 
 
 def test_error_in_each_dtype_is_within_the_declared_tolerance():
