@@ -100,7 +100,9 @@ def _headline(
 ) -> Headline:
     metric = info.metric(metric_name)
     description = metric.description if metric else ""
-    title = info.title + task.removeprefix(info.name)  # a split column keeps its " (value)"
+    # a split column keeps its " (value)", in words: a mode's identifier ("one_layer") is what
+    # the command line takes, the page reads "one layer"
+    title = info.title + task.removeprefix(info.name).replace("_", " ")
     return Headline(
         task,
         metric_name,

@@ -247,3 +247,14 @@ def test_a_fraction_of_the_length_reads_as_a_fraction_in_labels():
     assert config_labels(configs)[relative] == "strided local=0.1, stride=1/3"  # older tables
     keys = ["variant", "variant.block"]
     assert entry_label(keys, ("bigbird", 0.03125), [0, 1]) == "bigbird · block=1/32"
+
+
+def test_a_split_column_s_title_names_its_value_in_words():
+    """A column per mode is titled with the mode in words ("one layer"), not its identifier;
+    the column's name (what the command line and the hover say) keeps the identifier."""
+    from attnbench.harness.leaderboard.columns import _headline, column_name
+
+    name = column_name("lbl_task", "one_layer")
+    headline = _headline(name, LABELLED, "acc")
+    assert headline.task == "lbl_task (one_layer)"
+    assert headline.label == "Labelled <task> (one layer): recall accuracy"
