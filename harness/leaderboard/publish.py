@@ -111,6 +111,11 @@ def check_paths(results_dir: Path, out: Path) -> None:
         raise SiteError(f"{where} is the results folder itself; {fix}.")
     if _is_within(out, runs_dir(results_dir)):
         raise SiteError(f"{where} is inside the run records {runs_dir(results_dir)}; {fix}.")
+    # another results folder's (or a site's) records: the build would write its pages and
+    # copies among them (``OTHER/runs`` or below it, OTHER not named on the command line)
+    for folder in (out.resolve(), *out.resolve().parents):
+        if folder.name == "runs" and _holds_results(folder.parent):
+            raise SiteError(f"{where} is inside the run records {folder}; {fix}.")
     if out.exists() and not out.is_dir():
         raise SiteError(f"{where} is an existing file, not a folder; {fix}.")
     records = out / "runs"

@@ -103,6 +103,7 @@ def _unwritable(tmp_path: Path) -> Path | None:
 
 def test_bad_output_folders_are_refused_before_anything_is_written(tmp_path, capsys):
     results = _results(tmp_path, "a", "b")  # records, no table yet: a build would collect
+    other = _results(tmp_path / "other", "a")  # a results folder not named on the command line
     (tmp_path / "file.html").write_text("mine")
     (tmp_path / "site").mkdir()
     os.symlink(results / "runs", tmp_path / "site" / "runs")  # its clean-up would delete records
@@ -110,6 +111,8 @@ def test_bad_output_folders_are_refused_before_anything_is_written(tmp_path, cap
         (results, "is the results folder itself"),
         (results / "runs", "is inside the run records"),
         (results / "runs" / "deeper", "is inside the run records"),
+        (other / "runs", "is inside the run records"),
+        (other / "runs" / "deeper", "is inside the run records"),
         (tmp_path / "file.html", "is an existing file, not a folder"),
         (tmp_path / "file.html" / "sub", "cannot be created"),
         (tmp_path / "site", "is a link or a file"),
