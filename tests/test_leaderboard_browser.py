@@ -630,8 +630,23 @@ def test_the_chooser_takes_a_state_budget_in_binary_units(chooser):
     assert [r[1] for r in rows] == ["linear", HOSTILE]  # softmax holds 4 MiB at 32k
     assert rows[0][3] == "64 KiB"
     assert [r[1] for r in _choose(chooser, limit="8MiB")][0] == "softmax"
-    _choose(chooser, limit="lots")
-    assert not chooser.eval("document.getElementById('chooser-limit').checkValidity()")
+    assert [r[1] for r in _choose(chooser, limit="1 TiB")][0] == "softmax"  # a unit it shows
+    for unreadable in ("lots", "-5", "0.5 s", "1 PiB"):
+        # not a limit in this unit: nothing listed and a sentence, never every variant as if
+        # there were no limit (round-5 adversarial finding S3)
+        assert _choose(chooser, limit=unreadable) == []
+        assert not chooser.eval("document.getElementById('chooser-limit').checkValidity()")
+        note = chooser.eval("document.getElementById('chooser-note').textContent")
+        assert note.startswith(f"The limit \u201c{unreadable}\u201d is not a number in B"), note
+
+
+def test_the_chooser_takes_a_time_budget_in_seconds_or_microseconds(chooser):
+    from chooser_board import HOSTILE
+
+    rows = _choose(chooser, budget=0, context=32768, limit="0.001 s")  # 1 ms
+    assert [r[1] for r in rows] == ["linear", HOSTILE]
+    assert [r[1] for r in _choose(chooser, limit="5.")] == ["softmax", "linear", HOSTILE]
+    assert [r[1] for r in _choose(chooser, limit="1000 us")] == ["linear", HOSTILE]
 
 
 def test_the_chooser_shows_hostile_names_as_text_and_runs_nothing(chooser):
