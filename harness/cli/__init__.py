@@ -13,6 +13,7 @@ says the sentence, not a location in attnbench's code.
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
 import warnings
 from typing import Any
@@ -29,11 +30,27 @@ def _one_line(prog: str):
 
 def launch(prog: str, module: str, argv: list[str] | None = None) -> Any:
     """Run ``module.main`` as the command ``prog``: a Ctrl-C while it loads is one line and exit
-    status 130; its warnings are one line each, prefixed with ``prog``."""
+    status 130; its warnings are one line each, prefixed with ``prog``.
+
+    While the command's modules load, a Ctrl-C is noted, not raised: a ``KeyboardInterrupt`` in
+    the middle of an import leaves modules half-initialised (numpy without ``ma``, a registry
+    imported twice), and code that guards a plugin's import turns it into a false "failed to
+    load" warning and runs on. The command stops once the imports are done, before it does
+    anything."""
     warnings.showwarning = _one_line(prog)
+    pressed: list[int] = []
+    try:
+        previous = signal.signal(signal.SIGINT, lambda signum, frame: pressed.append(signum))
+    except ValueError:  # not the main thread (a test's runner): leave Ctrl-C as it is
+        previous = None
     try:
         main = importlib.import_module(module).main
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # raised by a handler the imports installed themselves
+        pressed.append(signal.SIGINT)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+    if pressed:
         print(f"{prog}: interrupted by Ctrl-C while starting; nothing was done.", file=sys.stderr)
         return INTERRUPTED
     return main() if argv is None else main(argv)

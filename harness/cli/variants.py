@@ -23,7 +23,7 @@ import json
 import sys
 import warnings
 
-from attnbench.harness.cli.interrupt import quiet_when_the_reader_leaves
+from attnbench.harness.cli.interrupt import on_ctrl_c, quiet_when_the_reader_leaves
 from attnbench.harness.cli.strict import PLUGINS_STATUS, add_strict_flag, plugin_errors
 from attnbench.harness.discovery import failure_for, failures, load_plugins
 from attnbench.variant import VARIANTS, library_version
@@ -66,6 +66,7 @@ def variant_table(device: str | None = None) -> list[dict[str, object]]:
     return rows
 
 
+@on_ctrl_c("attnbench-variants: interrupted by Ctrl-C; it writes nothing.")
 @quiet_when_the_reader_leaves
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``attnbench-variants [--json] [--strict] [PATTERN]``."""

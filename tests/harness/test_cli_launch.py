@@ -25,6 +25,32 @@ def test_a_ctrl_c_while_the_command_loads_is_one_line(tmp_path, monkeypatch, cap
     assert err == "attnbench-x: interrupted by Ctrl-C while starting; nothing was done.\n"
 
 
+def test_a_ctrl_c_in_the_middle_of_the_imports_lets_them_finish_and_runs_nothing(
+    tmp_path, monkeypatch, capsys
+):
+    """A KeyboardInterrupt inside an import leaves modules half-initialised (and a guarded plugin
+    import turns it into a false warning and runs on): the Ctrl-C is noted while the command
+    loads, the imports finish, and the command stops before its main."""
+    (tmp_path / "half_way.py").write_text(
+        "import os, pathlib, signal\n"
+        "os.kill(os.getpid(), signal.SIGINT)\n"
+        f"pathlib.Path({str(tmp_path / 'imported')!r}).write_text('all of it')\n"
+        "def main(argv):\n"
+        f"    pathlib.Path({str(tmp_path / 'ran')!r}).write_text('main ran')\n"
+        "    return 0\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = warnings.showwarning
+    try:
+        assert cli.launch("attnbench-x", "half_way", []) == cli.INTERRUPTED
+    finally:
+        warnings.showwarning = before
+    assert (tmp_path / "imported").exists()  # the import was not cut in the middle
+    assert not (tmp_path / "ran").exists()
+    err = capsys.readouterr().err
+    assert err == "attnbench-x: interrupted by Ctrl-C while starting; nothing was done.\n"
+
+
 def test_the_launcher_imports_nothing_heavy():
     heavy = "{'torch', 'pandas', 'hydra'}"
     code = f"import sys, attnbench.harness.cli; print(sorted({heavy} & set(sys.modules)))"
