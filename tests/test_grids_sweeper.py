@@ -180,6 +180,26 @@ def test_second_ctrl_c_stops_the_running_job_now(hydra_sweep_runner, tmp_path):
     assert OUTCOME.failed_jobs == []  # an interrupted job is not a failure
 
 
+def test_a_worker_pool_broken_by_the_ctrl_c_is_the_stop_not_a_traceback(
+    hydra_sweep_runner, tmp_path, monkeypatch, capfd
+):
+    """A Ctrl-C while joblib's workers start kills them before they ignore it, and the launch
+    raises BrokenProcessPool: the sweep ends as a stopped one (130, collected), no traceback."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    from hydra_plugins.attnbench_sweeper.grids_sweeper import GridsSweeper
+
+    class PoolBrokenByCtrlC:
+        def launch(self, batch, initial_job_idx):
+            os.kill(os.getpid(), signal.SIGINT)  # the first Ctrl-C, which the workers also got
+            raise BrokenProcessPool("A process in the process pool was terminated abruptly")
+
+    monkeypatch.setattr(GridsSweeper, "_launcher_of", lambda self, batch: PoolBrokenByCtrlC())
+    assert _sweep(hydra_sweep_runner, tmp_path, lambda cfg: cfg.bar, "bar=1,2") == []
+    assert OUTCOME.interrupted and OUTCOME.exit_status() == 130
+    assert "Traceback" not in capfd.readouterr().err
+
+
 GRID_LIST = "hydra.sweeper.grids=[{group1:file1,bar:'1,2'},{group1:file2,bar:3}]"
 
 
