@@ -43,6 +43,11 @@ REFUSALS = [
     # a folder that is not there, or a file: named as such, like the leaderboard does
     ("attnbench-collect", ["/nonexistent"], "no results folder /nonexistent; give the folder"),
     ("attnbench-collect", ["/etc/hostname"], "no results folder /etc/hostname;"),
+    # what argparse refuses: its usage text (2-9 lines) before the problem; one sentence now
+    ("attnbench-leaderboard", ["--bogus"], "unrecognized arguments: --bogus; see attnbench-lead"),
+    ("attnbench-collect", ["a", "b"], "unrecognized arguments: b; see attnbench-collect --help."),
+    ("attnbench-compare", ["a", "b", "--threshold", "lots"], "invalid float value: 'lots'; see"),
+    ("attnbench-variants", ["--bogus"], "unrecognized arguments: --bogus; see attnbench-variants"),
 ]
 
 
@@ -50,7 +55,11 @@ REFUSALS = [
     "command, args, message", REFUSALS, ids=[f"{c} {' '.join(a)}"[:60] for c, a, _ in REFUSALS]
 )
 def test_refused_in_one_sentence(command, args, message, capsys):
-    assert MAINS[command](args) == 2
+    try:
+        status = MAINS[command](args)
+    except SystemExit as stop:  # argparse's refusals exit
+        status = stop.code
+    assert status == 2
     captured = capsys.readouterr()
     (line,) = captured.err.strip().splitlines()
     assert line.startswith(f"{command}: ") and message in line, line

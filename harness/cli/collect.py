@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 import warnings
 from pathlib import Path
 
 from attnbench.harness.cli.interrupt import on_ctrl_c, quiet_when_the_reader_leaves
+from attnbench.harness.cli.parser import OneLineParser
 from attnbench.harness.jobs.paths import looping_link, too_long, write_failure
 from attnbench.harness.jobs.records import runs_dir
 from attnbench.harness.results.collect import (
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     from attnbench.harness.cli.strict import add_strict_flag, bad_records, report_bad_records
     from attnbench.harness.results.provenance import per_run_lines, summary_lines
 
-    parser = argparse.ArgumentParser(prog="attnbench-collect", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="attnbench-collect", description=__doc__.splitlines()[0])
     parser.add_argument(
         "results_dir", nargs="?", default="results", help="folder holding runs/ (default: results)"
     )

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from attnbench.harness.cli.interrupt import on_ctrl_c, quiet_when_the_reader_leaves
+from attnbench.harness.cli.parser import OneLineParser
 from attnbench.harness.cli.strict import add_strict_flag, bad_records, report_bad_records
 from attnbench.harness.jobs.paths import looping_link
 from attnbench.harness.results.compare import (
@@ -23,7 +23,7 @@ from attnbench.harness.results.table_file import TableError, load
 @on_ctrl_c("attnbench-compare: interrupted by Ctrl-C; it writes nothing.")
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``attnbench-compare``."""
-    parser = argparse.ArgumentParser(prog="attnbench-compare", description=__doc__.split("\n")[0])
+    parser = OneLineParser(prog="attnbench-compare", description=__doc__.split("\n")[0])
     parser.add_argument("old", help="the baseline results folder or table (parquet / CSV)")
     parser.add_argument("new", help="the results folder or table to check")
     parser.add_argument(

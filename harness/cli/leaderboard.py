@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 from attnbench.harness.cli.interrupt import on_ctrl_c, quiet_when_the_reader_leaves
+from attnbench.harness.cli.parser import OneLineParser
 from attnbench.harness.cli.strict import add_strict_flag, bad_records, report_bad_records
 from attnbench.harness.leaderboard.publish import SiteError
 from attnbench.harness.leaderboard.site import build_site
@@ -21,7 +21,7 @@ from attnbench.harness.results.table_file import TableError
 )
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``attnbench-leaderboard [RESULTS_DIR ...] [-o OUT_DIR]``."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="attnbench-leaderboard", description="Build the static leaderboard site."
     )
     parser.add_argument(

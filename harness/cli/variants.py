@@ -16,7 +16,6 @@ plugin's entry point declares is refused in one sentence naming that plugin (exi
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import difflib
 import json
@@ -24,6 +23,7 @@ import sys
 import warnings
 
 from attnbench.harness.cli.interrupt import on_ctrl_c, quiet_when_the_reader_leaves
+from attnbench.harness.cli.parser import OneLineParser
 from attnbench.harness.cli.strict import PLUGINS_STATUS, add_strict_flag, plugin_errors
 from attnbench.harness.discovery import failure_for, failures, load_plugins
 from attnbench.variant import VARIANTS, library_version
@@ -70,7 +70,7 @@ def variant_table(device: str | None = None) -> list[dict[str, object]]:
 @quiet_when_the_reader_leaves
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``attnbench-variants [--json] [--strict] [PATTERN]``."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="attnbench-variants", description="List the registered attention variants."
     )
     parser.add_argument("pattern", nargs="?", default="*", help="shell-style filter, e.g. 'lin*'")

@@ -22,7 +22,6 @@ reuse the throughput task's memory probe, and the engine names no variant or tas
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -35,6 +34,7 @@ from torch.utils import benchmark
 
 from attnbench import VariantShape, build_variant, load_plugins, random_gates
 from attnbench.harness.cli.interrupt import on_ctrl_c, quiet_when_the_reader_leaves
+from attnbench.harness.cli.parser import OneLineParser
 from attnbench.harness.cli.strict import add_strict_flag, refuse_broken_plugins
 from attnbench.tasks.throughput import forward_peak_mib
 from attnbench.toolkit.memory import isolated_cpu_peak, reuse_freed_memory
@@ -447,7 +447,7 @@ def format_table(outcomes: list[SpeedVerdict], medians: dict[str, float], rounds
 def main(argv: list[str] | None = None) -> int:
     """``attnbench-speed [--rounds N] [--threads N] [--json] [--strict]``: measure, print the
     report, exit 0 when every target is met, else 1."""
-    parser = argparse.ArgumentParser(prog="attnbench-speed", description=__doc__.split("\n")[0])
+    parser = OneLineParser(prog="attnbench-speed", description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5, help="timing rounds (default 5)")
     parser.add_argument(
         "--threads",
