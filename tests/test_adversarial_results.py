@@ -95,11 +95,14 @@ def test_collect_refuses_to_drop_runs_and_leaves_the_table_as_it_was(tmp_path):
         collect(tmp_path)
     assert (refused.value.held, refused.value.collected, refused.value.missing) == (3, 3, 1)
     message = str(refused.value)
-    assert f"{tmp_path / TABLE_NAME} holds 3 runs" in message and "give 3" in message
+    # the exact case of the round-5 finding R3 ("holds 2 runs and the records give 2, so
+    # collecting would drop 1"): the sentence leads with the runs that would go
+    assert message.startswith(f"1 of the 3 runs {tmp_path / TABLE_NAME} holds have no valid")
+    assert "give 3 runs" in message
     assert f"attnbench-collect --drop-missing {tmp_path}" in message
     assert (tmp_path / TABLE_NAME).read_bytes() == before  # not written
     shutil.rmtree(tmp_path / "runs")  # every record gone: still the table it was
-    with pytest.raises(MissingRunsError, match="holds 3 runs .* give 0"):
+    with pytest.raises(MissingRunsError, match="3 of the 3 runs .* give 0 runs"):
         collect(tmp_path, incremental=False)
     assert (tmp_path / TABLE_NAME).read_bytes() == before
 
@@ -118,10 +121,11 @@ def test_the_cli_refuses_in_one_sentence_naming_the_flag_and_obeys_it(tmp_path):
     refused = run_cli("attnbench-collect", str(tmp_path))
     assert refused.returncode == 2, refused.stderr
     assert refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr
-    assert refused.stderr.startswith(f"attnbench-collect: {tmp_path / TABLE_NAME} holds 2 runs")
+    assert refused.stderr.startswith(f"attnbench-collect: 1 of the 2 runs {tmp_path / TABLE_NAME}")
     assert "--drop-missing" in run_cli("attnbench-collect", "--help").stdout
     told = run_cli("attnbench-collect", "--drop-missing", str(tmp_path))
     assert told.returncode == 0, told.stderr
+    assert "; dropped 1 run(s) whose records are gone, as told" in told.stdout  # said (R4)
     assert len(_runs(tmp_path)) == 1
 
 
@@ -235,8 +239,9 @@ COMMANDS = [  # (command line, exit status, the start of stderr's one line, a fr
     (
         ["attnbench-collect", "alone"],
         2,
-        f"attnbench-collect: alone/results.parquet holds {N_REFERENCE} runs and the records in "
-        f"alone/runs give 0, so collecting would drop {N_REFERENCE} run(s)",
+        f"attnbench-collect: {N_REFERENCE} of the {N_REFERENCE} runs alone/results.parquet "
+        f"holds have no valid record in alone/runs any more (the records there give 0 runs), "
+        "so collecting would drop them",
         "or drop those runs with attnbench-collect --drop-missing alone.",
     ),
     (

@@ -227,6 +227,7 @@ class CollectSummary:
     n_stale: int = 0  # runs of older code (history: in the table, not current)
     skipped: list[str] = field(default_factory=list)  # unreadable or invalid files, with why
     newer: list[str] = field(default_factory=list)  # records of a newer schema, left untouched
+    dropped: int = 0  # runs the last table held whose records are gone (``drop_missing``)
 
     def describe(self) -> str:
         """One line for the console."""
@@ -239,6 +240,8 @@ class CollectSummary:
             text += f"; skipped {len(self.skipped)} invalid files (first: {self.skipped[0]})"
         if self.newer:
             text += f"; left {len(self.newer)} records of a newer schema untouched"
+        if self.dropped:
+            text += f"; dropped {self.dropped} run(s) whose records are gone, as told"
         return text
 
 
@@ -645,9 +648,9 @@ class MissingRunsError(ValueError):
         self.collected = collected
         self.missing = missing
         super().__init__(
-            f"{results_dir / TABLE_NAME} holds {held} runs and the records in "
-            f"{runs_dir(results_dir)} give {collected}, so collecting would drop {missing} run(s) "
-            "whose records are gone or invalid; the table is left as it is: restore the records, "
+            f"{missing} of the {held} runs {results_dir / TABLE_NAME} holds have no valid record "
+            f"in {runs_dir(results_dir)} any more (the records there give {collected} runs), so "
+            "collecting would drop them; the table is left as it is: restore the records, "
             f"or drop those runs with attnbench-collect --drop-missing {results_dir}."
         )
 
@@ -703,8 +706,10 @@ def collect(
         _remove_orphans(results_dir)
         frame, summary, meta = results_frame(results_dir, incremental)
         held, runs = _held_runs(summary.path), run_ids(frame)
-        if not drop_missing and (missing := held - runs):
+        missing = held - runs
+        if missing and not drop_missing:
             raise MissingRunsError(results_dir, len(held), len(runs), len(missing))
+        summary.dropped = len(missing)
         write_table(frame, summary.path, meta)
     return summary
 
