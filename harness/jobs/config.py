@@ -8,6 +8,7 @@ hyperparameter dataclass plus a ``name`` field, so a plugin needs no YAML file; 
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -62,8 +63,20 @@ def option_schema(name: str, params_cls: type) -> type:
 
 
 def _store_group(cs: ConfigStore, group: str, registry: Registry) -> None:
+    """Store each entry's option; one whose Params OmegaConf cannot type (a plugin's default of
+    the wrong type, ``scale: float = "high"``) is skipped with a one-line warning naming it,
+    rather than failing every command, whichever variant it names."""
     for entry in registry.entries():
-        cs.store(group=group, name=entry.name, node=option_schema(entry.name, entry.obj.Params))
+        try:
+            cs.store(group=group, name=entry.name, node=option_schema(entry.name, entry.obj.Params))
+        except Exception as exc:  # OmegaConf's ValidationError and its kin
+            problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            warnings.warn(
+                f"{registry.kind} {entry.name!r} ({entry.obj.__module__}) is skipped: its Params "
+                f"do not make a config ({problem}); give each field a default of its declared "
+                "type.",
+                stacklevel=2,
+            )
 
 
 def store_configs() -> None:

@@ -145,3 +145,34 @@ def test_the_peers_preset_runs_every_registered_peer_on_each_of_its_tasks():
     assert set(by_task) == {"throughput", "recall"}
     for listed in by_task.values():
         assert set(VARIANTS.names("peer_*")) <= listed
+
+
+def test_a_plugin_whose_params_make_no_config_is_skipped_with_one_warning():
+    """A plugin's Params default of the wrong type (``scale: float = "high"``) made every
+    command fail in OmegaConf, whichever variant it named: that option alone is skipped, with a
+    warning naming it and the fix; the others are stored."""
+    from hydra.core.config_store import ConfigStore
+
+    from attnbench.harness.jobs.config import _store_group
+    from attnbench.registry import Registry
+    from attnbench.variant import AttentionVariant
+
+    @dataclasses.dataclass
+    class Bad:
+        scale: float = "high"  # type: ignore[assignment]
+
+    @dataclasses.dataclass
+    class Good:
+        scale: float = 2.0
+
+    registry = Registry("variant", AttentionVariant)
+    registry.register("bad_params_probe", type("BadV", (AttentionVariant,), {"Params": Bad}))
+    registry.register("good_params_probe", type("GoodV", (AttentionVariant,), {"Params": Good}))
+    cs = ConfigStore.instance()
+    with pytest.warns(UserWarning) as caught:
+        _store_group(cs, "probe_group", registry)
+    (warning,) = caught
+    assert "variant 'bad_params_probe'" in str(warning.message)
+    assert "give each field a default of its declared type" in str(warning.message)
+    stored = cs.list("probe_group")
+    assert stored == ["good_params_probe.yaml"]
