@@ -80,11 +80,18 @@ def load(
         else:
             frame, infos = read_table(path)
     except (OSError, ValueError, TypeError, KeyError, AttributeError, pa.ArrowException) as exc:
-        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:MAX_REASON]
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        if len(reason) > MAX_REASON:  # cut at a word, and say so: not mid-word
+            reason = reason[:MAX_REASON].rsplit(" ", 1)[0] + " …"
         kind = "CSV" if path.suffix == ".csv" else "parquet"
+        records = path.parent / "runs"
+        fix = (
+            f"collect it again with `{_recollect(path)}`"
+            if records.is_dir()
+            else f"restore it, or the records ({records}) it was collected from"
+        )
         raise TableError(
-            f"{path} is not a readable {kind} results table ({reason}); collect it again with "
-            f"`{_recollect(path)}`."
+            f"{path} is not a readable {kind} results table ({reason}); {fix}."
         ) from None
     for column, default in COLUMN_DEFAULTS.items():  # added since: older tables lack it
         if column in required and column not in frame.columns:

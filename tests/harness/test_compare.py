@@ -280,12 +280,17 @@ def _unreadable(tmp_path):
     corrupt = tmp_path / "corrupt" / "results.parquet"
     corrupt.parent.mkdir()
     corrupt.write_bytes(b"PAR1 this is not a parquet file")
+    (corrupt.parent / "runs").mkdir()  # records it can be collected again from
+    lone = tmp_path / "lone" / "results.parquet"  # no records beside it: recollecting cannot help
+    lone.parent.mkdir()
+    lone.write_bytes(b"garbage")
     old_format = tmp_path / "old_format.csv"
     OLD.drop(columns=["higher_is_better", "x_value"]).to_csv(old_format, index=False)
     no_table = tmp_path / "no_table"
     (no_table / "runs").mkdir(parents=True)
     return [
         (corrupt, f"{corrupt} is not a readable parquet results table", "attnbench-collect --full"),
+        (lone, " …); restore it, or the records", f"the records ({lone.parent / 'runs'})"),
         (old_format, f"{old_format} lacks the column(s) x_value, higher_is_better", "--full"),
         (no_table, f"{no_table} has no results.parquet", f"attnbench-collect {no_table}"),
         (tmp_path / "missing", "does not exist; give a results folder", "attnbench-collect"),
