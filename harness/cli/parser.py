@@ -8,7 +8,6 @@ status 2. `--help` still prints the usage in full.
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import NoReturn
 
 
@@ -17,8 +16,3 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: {message.rstrip('.')}; see {self.prog} --help.\n")
-
-    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
-        if message:
-            sys.stderr.write(message)
-        raise SystemExit(status)

@@ -371,19 +371,16 @@ class GridsSweeper(BasicSweeper):
                 except (StopSweep, KeyboardInterrupt) as exc:
                     self._aborted(batch, exc)
                     return returns
-                except OSError as exc:  # Hydra's own writes for a job: its config, its log
-                    if stop.requested:  # a worker pool broken by the Ctrl-C (below)
-                        self._aborted(batch, exc)
-                        return returns
-                    self._launch_failed(batch, exc)
-                    return returns
                 except Exception as exc:
                     # A Ctrl-C while joblib's workers start reaches them before they ignore it
                     # (GuardedTask), and the pool breaks (BrokenProcessPool): after a Ctrl-C a
                     # launcher's failure is the stop it asked for, not a traceback.
-                    if not stop.requested:
+                    if stop.requested:
+                        self._aborted(batch, exc)
+                    elif isinstance(exc, OSError):  # Hydra's own writes for a job: config, log
+                        self._launch_failed(batch, exc)
+                    else:
                         raise
-                    self._aborted(batch, exc)
                     return returns
                 first += len(batch)
                 returns.append(results)
