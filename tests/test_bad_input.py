@@ -133,6 +133,16 @@ REFUSALS = [
         "of positions >= 1, got 0.",
     ),
     (["variant=decay", "variant.decay=1.5"], "variant decay: decay must be in (0, 1]"),
+    (
+        ["variant=mamba2", "variant.dt_init_floor=-1"],
+        "mamba2 needs 0 <= dt_init_floor <= dt_max; got dt_init_floor=-1.0, dt_max=0.1.",
+    ),
+    (
+        ["variant=mamba2", "variant.dt_init_floor=0.5"],
+        "mamba2 needs 0 <= dt_init_floor <= dt_max; got dt_init_floor=0.5, dt_max=0.1.",
+    ),
+    (["variant=mamba2", "variant.dt_max=1e39"], "mamba2's a_init_max=16.0 and dt_max=1e+39 must"),
+    (["variant=mesa", "variant.lambda_init=1e39"], "mesa lambda_init=1e+39 is beyond float32's"),
 ]
 if not torch.cuda.is_available():
     REFUSALS.append((["device=cuda"], "device=cuda was asked for but no CUDA GPU is available"))

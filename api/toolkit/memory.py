@@ -28,6 +28,7 @@ import multiprocessing
 import re
 import signal
 import threading
+import warnings
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -44,12 +45,17 @@ _STDLIB_METHODS = ("fork", "spawn", "forkserver")
 
 
 def _init_probe() -> None:
-    """The probe's start: pin glibc's mmap threshold, and ignore Ctrl-C.
+    """The probe's start: pin glibc's mmap threshold, ignore Ctrl-C, and show no warnings.
 
     A Ctrl-C in a terminal reaches the whole process group, the probe included; the job's own
     process decides what it means (`harness.cli.interrupt`: finish the running job first), and a
     probe killed by it would fail that job and print its own traceback.
+
+    The probe repeats work the job's own process has done (imports, plugins, the same call), and
+    that process has shown each warning once, as one sentence; the probe's copies came raw, with
+    a code location and a source line, on the same terminal.
     """
+    warnings.simplefilter("ignore")
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _mallopt(_M_MMAP_THRESHOLD, PINNED_THRESHOLD)
 

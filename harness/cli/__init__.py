@@ -13,17 +13,42 @@ says the sentence, not a location in attnbench's code.
 from __future__ import annotations
 
 import importlib
+import re
 import signal
 import sys
+import sysconfig
 import warnings
+from pathlib import Path
 from typing import Any
 
 INTERRUPTED = 130  # 128 + SIGINT, as `attnbench.harness.jobs.outcome.INTERRUPTED`
 
 
+_TORCH_LOCATION = re.compile(r"\s*\(Triggered internally at [^)]*\)\.?$")
+_LIBRARY_DIRS = ("site-packages", "dist-packages")
+
+
+def _users_file(filename: str) -> str | None:
+    """``filename`` when it is the user's own code (a script, a plugin on ``PYTHONPATH`` or
+    installed editable), so the warning says where it came from; None for code the user did not
+    write (attnbench's, the standard library's, an installed package's), whose location means
+    nothing to them."""
+    path = Path(filename)
+    if not path.is_file() or any(part in _LIBRARY_DIRS for part in path.parts):
+        return None
+    ours, stdlib = Path(__file__).resolve().parents[2], Path(sysconfig.get_paths()["stdlib"])
+    resolved = path.resolve()
+    if resolved.is_relative_to(ours) or resolved.is_relative_to(stdlib.resolve()):
+        return None
+    return str(path)
+
+
 def _one_line(prog: str):
     def show(message: Any, category: type, filename: str, lineno: int, file=None, line=None):
-        print(f"{prog}: warning: {message}", file=file or sys.stderr)
+        text = _TORCH_LOCATION.sub("", str(message))  # torch's C++ source location
+        where = _users_file(filename)
+        suffix = f" (from {where})" if where else ""
+        print(f"{prog}: warning: {text}{suffix}", file=file or sys.stderr)
 
     return show
 

@@ -148,12 +148,14 @@ def fuzzy_recall_batch(
     """``n`` fuzzy recall sequences (module docstring), inputs of seq_len tokens; ``training``:
     keys of every motif size, else of ``k_motif`` tokens only (MAD's test split)."""
     rng = random.Random(int(torch.randint(0, 2**62, (1,), generator=gen)))
-    drawn = [
-        fuzzy_recall_sequence(seq_len, vocab_size, k_motif, v_motif, training, rng)
-        for _ in range(n)
-    ]
-    tokens = torch.tensor([t for t, _ in drawn], dtype=torch.long)
-    test = torch.tensor([s for _, s in drawn], dtype=torch.long)
+    # the batch's tensors first, filled row by row: a set too large for memory fails at once (an
+    # `oom` record), where a growing list of Python sequences would take hours to reach the limit
+    tokens = torch.empty(n, seq_len + 1, dtype=torch.long)
+    test = torch.empty(n, seq_len + 1, dtype=torch.long)
+    for row in range(n):
+        drawn, scored = fuzzy_recall_sequence(seq_len, vocab_size, k_motif, v_motif, training, rng)
+        tokens[row] = torch.tensor(drawn)
+        test[row] = torch.tensor(scored)
     return tokens[:, :-1], tokens[:, 1:], test[:, 1:]
 
 

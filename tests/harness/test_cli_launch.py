@@ -3,6 +3,7 @@ line and status 130, and a warning is one line naming the command, not a place i
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
 import warnings
@@ -69,3 +70,34 @@ def test_a_skipped_record_is_one_line_naming_the_command_and_the_file(tmp_path):
     assert len(lines) == 1, done.stderr
     assert lines[0].startswith("attnbench-collect: warning: skipping ")
     assert ".py:" not in done.stderr and "UserWarning" not in done.stderr
+
+
+def _shown(message, filename) -> str:
+    out = io.StringIO()
+    cli._one_line("attnbench")(message, UserWarning, filename, 7, file=out)
+    return out.getvalue()
+
+
+def test_a_warning_from_the_user_s_own_file_names_it_and_no_line(tmp_path):
+    plugin = tmp_path / "my_plugin.py"
+    plugin.write_text("")
+    assert _shown("this plugin is deprecated", str(plugin)) == (
+        f"attnbench: warning: this plugin is deprecated (from {plugin})\n"
+    )
+
+
+def test_a_warning_from_attnbench_torch_or_the_standard_library_names_no_file():
+    import torch  # an installed package (site-packages)
+
+    for module in (cli, warnings, subprocess, torch):
+        assert _shown("a sentence", module.__file__) == "attnbench: warning: a sentence\n"
+
+
+def test_torch_s_cpp_location_is_cut_from_the_sentence():
+    raw = (
+        "ignoring invalid value for ATEN_CPU_CAPABILITY: bogus (Triggered internally at "
+        "/__w/pytorch/pytorch/aten/src/ATen/native/DispatchStub.cpp:83.)"
+    )
+    assert _shown(raw, "<string>") == (
+        "attnbench: warning: ignoring invalid value for ATEN_CPU_CAPABILITY: bogus\n"
+    )

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import signal
 import sys
+import warnings
 
 import pytest
 import torch
@@ -59,3 +60,14 @@ def test_probe_process_ignores_ctrl_c():
     finally:
         release_probe()
         signal.signal(signal.SIGINT, inherited)
+
+
+def test_probe_process_prints_no_warning(capfd):
+    """The probe repeats what the job's process did and showed once (a plugin's warning, an
+    invalid ATEN_CPU_CAPABILITY): a warning raised in it reaches no terminal."""
+    release_probe()  # a fresh probe: its initializer runs again
+    try:
+        isolated_cpu_peak(warnings.warn, "a warning raised in the memory probe")
+    finally:
+        release_probe()
+    assert "a warning raised in the memory probe" not in capfd.readouterr().err

@@ -345,3 +345,12 @@ def test_the_four_tasks_are_in_the_mad_battery_with_recall_and_copy():
         "memorization",
         "compression",
     }
+
+
+def test_a_fuzzy_recall_set_too_large_for_memory_fails_at_once():
+    """10¹² sequences of 129 tokens are ~1 PB as int64, beyond any address space whatever the
+    kernel's overcommit policy: the batch's tensor is allocated before any sequence is drawn, so
+    the job ends in an out-of-memory error (an `oom` record, the harness's reading of "can't
+    allocate memory") instead of a list that grows for hours."""
+    with pytest.raises(RuntimeError, match="can't allocate memory"):
+        fuzzy_recall_batch(10**12, 128, 16, 3, 3, True, _gen(0))

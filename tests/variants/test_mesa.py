@@ -263,3 +263,19 @@ def test_the_mesa_layer_is_the_ridge_prediction_from_the_prefix_and_a_perturbed_
     mutant = layer(lam * 1.01)
     assert not torch.allclose(mutant, expected, rtol=1e-9, atol=1e-9)
     assert (mutant - expected).abs().max() > 1e-6
+
+
+@pytest.mark.parametrize("lambda_init", [0.25 + 1e-6, 1.0, 30.0, 720.0, 1e30])
+def test_lambda_starts_at_lambda_init_for_every_value(lambda_init):
+    """Λ = softplus(p) + λ_min starts at λ₀, also where e^(λ₀ − λ_min) overflows a float (from
+    about 710: softplus⁻¹ written as log(expm1(y)) failed the job there) and where softplus⁻¹ of a
+    tiny y is large and negative. Relative tolerance: float32's rounding of p, amplified by
+    softplus's slope y/(λ₀) ≤ 1, a few ulps."""
+    variant = build_variant("mesa", {"lambda_init": lambda_init}, VariantShape(2, 8, 64))
+    lam = F.softplus(variant.lambda_params.double()) + variant.params.lambda_min
+    assert torch.allclose(lam, torch.full_like(lam, lambda_init), rtol=1e-6, atol=0)
+
+
+def test_a_lambda_init_beyond_float32_is_refused():
+    with pytest.raises(ValueError, match=r"lambda_init=1e\+39 is beyond float32's range"):
+        build_variant("mesa", {"lambda_init": 1e39}, VariantShape(2, 8, 64))

@@ -325,6 +325,19 @@ class Mamba2(DecayedLinearAttention):
                 f"mamba2 needs 0 < a_init_min <= a_init_max and 0 < dt_min <= dt_max; got "
                 f"A in [{p.a_init_min}, {p.a_init_max}], dt in [{p.dt_min}, {p.dt_max}]."
             )
+        big = torch.finfo(torch.float32).max  # the parameters are float32
+        if not (p.a_init_max <= big and p.dt_max <= big):
+            raise ValueError(
+                f"mamba2's a_init_max={p.a_init_max} and dt_max={p.dt_max} must fit float32 (its "
+                f"parameters' type); give values below {big:.3g}."
+            )
+        if not 0 <= p.dt_init_floor <= p.dt_max:
+            # a floor above dt_max would replace the log-uniform range by one value, a negative
+            # one is no floor of a positive step: both say something other than what they seem to
+            raise ValueError(
+                f"mamba2 needs 0 <= dt_init_floor <= dt_max; got dt_init_floor="
+                f"{p.dt_init_floor}, dt_max={p.dt_max}."
+            )
         kv = shape.kv_heads
         a = torch.empty(kv).uniform_(p.a_init_min, p.a_init_max)
         self.A_log = nn.Parameter(torch.log(a))

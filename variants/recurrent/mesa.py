@@ -277,7 +277,15 @@ class MesaAttention(GatedMixer):
             raise ValueError(
                 f"mesa needs 0 < lambda_min < lambda_init; got {p.lambda_min}, {p.lambda_init}."
             )
-        init = math.log(math.expm1(p.lambda_init - p.lambda_min))  # softplus⁻¹(λ₀ − λ_min)
+        # softplus⁻¹(y) = log(eᵞ − 1) = y + log(1 − e⁻ᵞ), written so that it holds for every y > 0:
+        # eᵞ overflows a float from y ≈ 710, where softplus⁻¹(y) is y to the last digit
+        y = p.lambda_init - p.lambda_min
+        init = y + math.log(-math.expm1(-y))
+        if not init <= torch.finfo(torch.float32).max:
+            raise ValueError(
+                f"mesa lambda_init={p.lambda_init} is beyond float32's range (its parameters are "
+                f"float32); give lambda_init below {torch.finfo(torch.float32).max:.3g}."
+            )
         self.lambda_params = nn.Parameter(torch.full((shape.n_heads, shape.head_dim), init))
 
     def regulariser(self) -> torch.Tensor:
