@@ -22,7 +22,14 @@ from attnbench.harness.cli import app
 from attnbench.harness.discovery import OLD_IMPORTS_HINT, PluginFailure
 from attnbench.toolkit.timing import usable_cores
 
-FAST = ["task.seq_len=32", "task.backward=false", "task.min_run_time=0.01"]
+# a job quick on a busy machine too: at most a second of sampling per timing (it is not the point)
+FAST = [
+    "task.seq_len=32",
+    "task.backward=false",
+    "task.min_run_time=0.01",
+    "task.min_samples=4",
+    "task.max_timing_s=1",
+]
 SEARCHPATH = f"hydra.searchpath=[file://{REPO / 'tests' / 'conf'}]"
 CORES = usable_cores()
 

@@ -16,6 +16,7 @@ fraction (`AttentionVariant.size_at`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 from pathlib import Path
 
@@ -74,12 +75,25 @@ def expand(grid: dict) -> list[list[str]]:
     return [list(job) for job in itertools.product(*choices)]
 
 
+@functools.cache
+def _group(group: str, overrides: tuple[str, ...]) -> tuple[str, tuple]:
+    """(name, its values as sorted pairs) of the ``task`` or ``variant`` node composed from that
+    group's own overrides: neither group reads the other or a root key (the configs interpolate
+    nothing there), and composing each distinct setting once, not each of a preset's hundreds of
+    jobs, takes this module from a minute to seconds."""
+    node = OmegaConf.to_container(_compose(list(overrides))[group], resolve=True)
+    return node.pop("name"), tuple(sorted(node.items()))
+
+
 def _job(overrides: tuple[str, ...]):
     """(task, its values, variant name, its values) of one composed job."""
-    cfg = _compose(list(overrides))
-    task = OmegaConf.to_container(cfg.task, resolve=True)
-    variant = OmegaConf.to_container(cfg.variant, resolve=True)
-    return task.pop("name"), task, variant.pop("name"), variant
+
+    def own(group: str) -> tuple[str, ...]:
+        return tuple(o for o in overrides if o.split("=", 1)[0].split(".")[0] == group)
+
+    task, task_values = _group("task", own("task"))
+    variant, variant_values = _group("variant", own("variant"))
+    return task, dict(task_values), variant, dict(variant_values)
 
 
 def density_violations(jobs: list[list[str]]) -> list[str]:
@@ -137,10 +151,15 @@ def fraction_sizes_on_cost_tasks(jobs: list[list[str]]) -> list[str]:
 
 
 def preset_jobs(sweep: str) -> list[list[str]]:
+    return [list(job) for job in _preset_jobs(sweep)]
+
+
+@functools.cache
+def _preset_jobs(sweep: str) -> tuple[tuple[str, ...], ...]:
     cfg = _compose([f"sweep={sweep}"], hydra_cfg=True)
     sweeper = cfg.hydra.sweeper
     grids = list(sweeper.grids) if "grids" in sweeper else [sweeper.params]
-    return [job for grid in grids for job in expand(OmegaConf.to_container(grid))]
+    return tuple(tuple(job) for grid in grids for job in expand(OmegaConf.to_container(grid)))
 
 
 @pytest.mark.parametrize("sweep", SWEEPS)
