@@ -20,6 +20,7 @@ from conftest import REPO, run_cli
 from attnbench.harness import discovery
 from attnbench.harness.cli import app
 from attnbench.harness.discovery import OLD_IMPORTS_HINT, PluginFailure
+from attnbench.harness.jobs.config import store_configs
 from attnbench.toolkit.timing import usable_cores
 
 # a job quick on a busy machine too: at most a second of sampling per timing (it is not the point)
@@ -357,3 +358,48 @@ def test_informational_flags_accept_what_they_only_print():
     ``--cfg job`` a sweep value's config as Hydra does: neither is refused for lacking ``-m``."""
     app.check_command_line(["--cfg", "hydra", "sweep=quick"])
     app.check_command_line(["--cfg", "job", "sweep=quick", "task=recall"])
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["task=memorization,compression", "task.steps=5"],
+        ["sweep=mad", "task=memorization,compression", "task.steps=5"],
+        ["variant=mamba2,gla", "variant.chunk_size=16"],
+    ],
+    ids=_ids,
+)
+def test_a_key_the_default_task_or_variant_lacks_is_accepted_in_a_sweep_of_those_that_have_it(
+    tmp_path, args
+):
+    """Hydra composes a sweep's base config with the default task (throughput) and variant
+    (softmax) before it sweeps; `task.steps` was refused there ("Could not override") though
+    every task of the sweep has it. Given to each job as a one-value sweep, it composes."""
+    discovery.load_plugins()
+    store_configs()
+    line = app.group_keys_per_job(["-m", *args, f"results_dir={tmp_path / 'r'}"])
+    assert [a for a in line if a.startswith(("task.", "variant."))] == [
+        f"{a.split('=')[0]}=choice({a.split('=')[1]})" for a in args if "." in a.split("=")[0]
+    ]
+    app.check_command_line(line)
+    assert _entries(tmp_path) == []
+
+
+def test_a_sweep_of_two_tasks_gives_each_job_the_key_they_share(tmp_path):
+    """The real command: both jobs run with ``task.steps=2`` (their records say so)."""
+    tiny = ["task.train_size=16", "task.test_size=16", "task.val_size=16", "task.batch_size=8"]
+    done = run_cli(
+        "attnbench", "-m", "variant=softmax", "task=memorization,compression", "task.steps=2",
+        *tiny, "threads=1", f"results_dir={tmp_path}",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    records = [json.loads(p.read_text()) for p in (tmp_path / "runs").glob("*.json")]
+    assert sorted(r["task"] for r in records) == ["compression", "memorization"]
+    assert all(r["status"] == "ok" and r["task_params"]["steps"] == 2 for r in records)
+
+
+def test_outside_a_sweep_the_command_line_is_left_as_it_is():
+    args = ["task=memorization", "task.steps=5", "variant.temperature=2"]
+    assert app.group_keys_per_job(args) == args
+    line = ["-m", "task=recall", "task.steps=5,6", "+task.x=1", "seed=1", "--cfg"]
+    assert app.group_keys_per_job(line) == line

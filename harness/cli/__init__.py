@@ -53,6 +53,22 @@ def _one_line(prog: str):
     return show
 
 
+TRACKER_NOTE = "ignore:resource_tracker:UserWarning"
+
+
+def quiet_resource_tracker() -> None:
+    """Keep the standard library's resource tracker from printing a raw warning at exit.
+
+    A parallel sweep's pool (joblib's) starts that tracker, a process of its own; when Ctrl-C or
+    SIGTERM stops the pool, the tracker removes the semaphores it left and says so ("There
+    appear to be 2 leaked semaphore objects to clean up at shutdown", with a code location),
+    after our own last line. The clean-up is its job and nothing is lost, so the note is noise.
+    The tracker is started with the interpreter's ``-W`` options (`sys.warnoptions`), the one
+    way to reach its warnings from here."""
+    if TRACKER_NOTE not in sys.warnoptions:
+        sys.warnoptions.append(TRACKER_NOTE)
+
+
 def launch(prog: str, module: str, argv: list[str] | None = None) -> Any:
     """Run ``module.main`` as the command ``prog``: a Ctrl-C while it loads is one line and exit
     status 130; its warnings are one line each, prefixed with ``prog``.
@@ -63,6 +79,7 @@ def launch(prog: str, module: str, argv: list[str] | None = None) -> Any:
     load" warning and runs on. The command stops once the imports are done, before it does
     anything."""
     warnings.showwarning = _one_line(prog)
+    quiet_resource_tracker()
     pressed: list[int] = []
     try:
         previous = signal.signal(signal.SIGINT, lambda signum, frame: pressed.append(signum))

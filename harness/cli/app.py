@@ -35,6 +35,8 @@ from hydra import compose, initialize_config_dir
 from hydra._internal.utils import run_and_report
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import OverrideType
 from hydra.errors import HydraException
 from hydra.types import RunMode
 from hydra.utils import to_absolute_path
@@ -101,6 +103,43 @@ def _hydra_main(cfg: DictConfig) -> str | None:
     except Exception as exc:  # no record was written: say so, and exit 1 after collecting
         OUTCOME.job_failed(HydraConfig.get().overrides.task, exc)
         return None
+
+
+GROUPS_WITH_KEYS = ("task", "variant")
+
+
+def group_keys_per_job(args: list[str]) -> list[str]:
+    """A sweep's fixed ``task.X=v`` and ``variant.X=v`` as one-value sweeps, ``task.X=choice(v)``.
+
+    Hydra composes a sweep's base config from the command line's fixed overrides and the
+    config's default task and variant, before the sweep picks each job's; a key of the swept
+    tasks that the default lacks (``task=memorization,compression task.steps=5``, or ``sweep=mad
+    task.steps=5``) made that composition fail ("Could not override 'task.steps'"). A sweep
+    override stays out of it and reaches each job with the job's own task: the same jobs,
+    composed where the key exists. Every task and variant the sweep runs is still checked for
+    the key before anything runs (`check_overrides`). Other arguments are returned as they are.
+    """
+    if not MULTIRUN & set(args):
+        return list(args)
+    parser = OverridesParser.create()
+    out = []
+    for arg in args:
+        try:
+            (override,) = [] if arg.startswith("-") else parser.parse_overrides([arg])
+        except (ValueError, HydraException):  # a flag, or bad input the check words
+            out.append(arg)
+            continue
+        key = override.key_or_group
+        if (
+            override.type == OverrideType.CHANGE
+            and not override.is_sweep_override()
+            and key.split(".", 1)[0] in GROUPS_WITH_KEYS
+            and "." in key
+        ):
+            out.append(f"{arg.split('=', 1)[0]}=choice({arg.split('=', 1)[1]})")
+        else:
+            out.append(arg)
+    return out
 
 
 def check_command_line(args: list[str]) -> None:
@@ -246,6 +285,7 @@ def main() -> None:
             load_plugins()
         store_configs()
         try:
+            sys.argv[1:] = group_keys_per_job(sys.argv[1:])
             check_command_line(sys.argv[1:])
         except (ConfigError, UnknownNameError) as exc:
             refuse(exc)

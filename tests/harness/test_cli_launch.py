@@ -101,3 +101,20 @@ def test_torch_s_cpp_location_is_cut_from_the_sentence():
     assert _shown(raw, "<string>") == (
         "attnbench: warning: ignoring invalid value for ATEN_CPU_CAPABILITY: bogus\n"
     )
+
+
+def test_the_resource_tracker_s_clean_up_note_is_not_printed(monkeypatch):
+    """A pool stopped by Ctrl-C leaves semaphores that the standard library's resource tracker
+    removes, printing a raw warning with a code location after the command's last line. The
+    tracker starts with the interpreter's -W options: a process started so prints nothing of it
+    (and still prints other warnings)."""
+    monkeypatch.setattr(sys, "warnoptions", [])
+    cli.quiet_resource_tracker()
+    code = (
+        "import warnings\n"
+        "warnings.warn('resource_tracker: There appear to be 2 leaked semaphore objects')\n"
+        "warnings.warn('another warning')\n"
+    )
+    args = [sys.executable, *subprocess._args_from_interpreter_flags(), "-c", code]
+    err = subprocess.run(args, capture_output=True, text=True, check=True).stderr
+    assert "leaked semaphore" not in err and "another warning" in err
