@@ -377,12 +377,30 @@ def test_a_key_the_default_task_or_variant_lacks_is_accepted_in_a_sweep_of_those
     every task of the sweep has it. Given to each job as a one-value sweep, it composes."""
     discovery.load_plugins()
     store_configs()
-    line = app.group_keys_per_job(["-m", *args, f"results_dir={tmp_path / 'r'}"])
+    given = ["-m", *args, f"results_dir={tmp_path / 'r'}"]
+    app.check_command_line(given)  # as typed (attnbench.run checks this way too)
+    line = app.group_keys_per_job(given)
     assert [a for a in line if a.startswith(("task.", "variant."))] == [
         f"{a.split('=')[0]}=choice({a.split('=')[1]})" for a in args if "." in a.split("=")[0]
     ]
     app.check_command_line(line)
     assert _entries(tmp_path) == []
+
+
+def test_a_key_the_base_task_has_is_left_as_typed(tmp_path):
+    """Only what the base composition cannot take is deferred: `null` (a key's default, no value
+    of a one-value sweep) and keys of the default or the fixed task stay as the user gave them."""
+    given = [
+        "-m", "variant=gla,mamba2", "task=throughput", "task.seq_len=32", "task.n_kv_heads=null",
+        "variant.chunk_size=16", f"results_dir={tmp_path / 'r'}",
+    ]  # fmt: skip
+    app.check_command_line(given)
+    assert app.group_keys_per_job(given) == [*given[:5], "variant.chunk_size=choice(16)", given[6]]
+
+
+def test_a_refusal_quotes_the_key_as_typed(tmp_path, monkeypatch, capsys):
+    args = ["-m", "task=memorization,compression", "task.steps=5", "task.steps=6"]
+    _refused_in_process(tmp_path, monkeypatch, capsys, args, "task.steps=5 and task.steps=6")
 
 
 def test_a_sweep_of_two_tasks_gives_each_job_the_key_they_share(tmp_path):

@@ -244,3 +244,16 @@ def test_the_example_reproduces_a_cell_of_the_reference_board(tmp_path):
     for line in lines:
         ours, reference = (float(x.split()[-1]) for x in line.split(",")[1:])
         assert abs(ours - reference) < 0.01, line
+
+
+def test_a_key_shared_by_two_tasks_the_default_lacks(tmp_path):
+    """``run`` is the command line's sweep: two MAD tasks with their shared ``steps`` (which the
+    default task, throughput, has not) run, each with the value given."""
+    tiny = {"task.train_size": 16, "task.test_size": 16, "task.val_size": 16, "task.batch_size": 8}
+    table = attnbench.run(
+        "softmax", ["memorization", "compression"], results_dir=tmp_path, threads=1,
+        **{"task.steps": 2, **tiny},
+    )  # fmt: skip
+    assert sorted(table["task"].unique()) == ["compression", "memorization"]
+    assert set(table["status"]) == {"ok"}
+    assert all(json.loads(p)["steps"] == 2 for p in table["task_params"].unique())

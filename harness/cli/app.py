@@ -21,6 +21,7 @@ job ended without a record or the collection failed (one line each on stderr), 1
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -35,7 +36,6 @@ from hydra import compose, initialize_config_dir
 from hydra._internal.utils import run_and_report
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import OverrideType
 from hydra.errors import HydraException
 from hydra.types import RunMode
@@ -53,11 +53,13 @@ from attnbench.harness.jobs.job import run
 from attnbench.harness.jobs.outcome import INTERRUPTED, OUTCOME, TERMINATED
 from attnbench.harness.jobs.paths import looping_link, write_failure
 from attnbench.harness.jobs.validation import (
+    CONFIG_GROUPS,
     ConfigError,
     check_hydra_settings,
     check_overrides,
     check_preset,
     check_results_dir,
+    default_choices,
     parse_overrides,
     prepare_job,
     results_dir_of,
@@ -105,41 +107,43 @@ def _hydra_main(cfg: DictConfig) -> str | None:
         return None
 
 
-GROUPS_WITH_KEYS = ("task", "variant")
+def deferred(overrides: list) -> set[str]:
+    """The fixed ``task.X=v`` / ``variant.X=v`` overrides of a sweep that Hydra's base
+    composition cannot take: their key is not a parameter of the task (variant) that composition
+    uses, the one fixed on the command line or else the config's default.
+
+    Hydra composes a sweep's base config from the fixed overrides before it sweeps, so
+    ``-m task=memorization,compression task.steps=5`` was refused there ("Could not override
+    'task.steps'": the default task has no steps) though every task of the sweep has it. Such an
+    override is left out of the base composition and reaches each job with the job's own task
+    (`group_keys_per_job`); every task and variant the sweep runs is still checked for the key
+    (`check_overrides`)."""
+    base = dict(default_choices())  # a copy: the cached one is shared
+    for o in overrides:
+        if o.key_or_group in CONFIG_GROUPS and not o.is_sweep_override():
+            base[o.key_or_group] = str(o.value())
+    out = set()
+    for o in overrides:
+        head, _, rest = o.key_or_group.partition(".")
+        if head not in CONFIG_GROUPS or not rest or o.is_sweep_override():
+            continue
+        if o.type != OverrideType.CHANGE or base.get(head) not in CONFIG_GROUPS[head]:
+            continue
+        params = CONFIG_GROUPS[head].get(base[head]).Params
+        if rest.split(".")[0] not in {f.name for f in dataclasses.fields(params)}:
+            out.add(o.input_line)
+    return out
 
 
 def group_keys_per_job(args: list[str]) -> list[str]:
-    """A sweep's fixed ``task.X=v`` and ``variant.X=v`` as one-value sweeps, ``task.X=choice(v)``.
-
-    Hydra composes a sweep's base config from the command line's fixed overrides and the
-    config's default task and variant, before the sweep picks each job's; a key of the swept
-    tasks that the default lacks (``task=memorization,compression task.steps=5``, or ``sweep=mad
-    task.steps=5``) made that composition fail ("Could not override 'task.steps'"). A sweep
-    override stays out of it and reaches each job with the job's own task: the same jobs,
-    composed where the key exists. Every task and variant the sweep runs is still checked for
-    the key before anything runs (`check_overrides`). Other arguments are returned as they are.
-    """
+    """``args`` with each `deferred` override of a sweep written as a one-value sweep,
+    ``task.X=choice(v)``: Hydra leaves a sweep override out of the base composition and the
+    `grids` sweeper gives it to each job as ``task.X=v``. Called once the command line passed
+    `check_command_line`, so that every message quotes what the user typed."""
     if not MULTIRUN & set(args):
         return list(args)
-    parser = OverridesParser.create()
-    out = []
-    for arg in args:
-        try:
-            (override,) = [] if arg.startswith("-") else parser.parse_overrides([arg])
-        except (ValueError, HydraException):  # a flag, or bad input the check words
-            out.append(arg)
-            continue
-        key = override.key_or_group
-        if (
-            override.type == OverrideType.CHANGE
-            and not override.is_sweep_override()
-            and key.split(".", 1)[0] in GROUPS_WITH_KEYS
-            and "." in key
-        ):
-            out.append(f"{arg.split('=', 1)[0]}=choice({arg.split('=', 1)[1]})")
-        else:
-            out.append(arg)
-    return out
+    late = deferred(parse_overrides(args))
+    return [f"{a.split('=', 1)[0]}=choice({a.split('=', 1)[1]})" if a in late else a for a in args]
 
 
 def check_command_line(args: list[str]) -> None:
@@ -168,7 +172,9 @@ def check_command_line(args: list[str]) -> None:
         overrides = check_overrides(args, multirun=multirun or informational)
         if informational:
             return
+        late = deferred(overrides) if multirun else set()
         fixed = [o.input_line for o in overrides if not o.is_sweep_override()]
+        fixed = [line for line in fixed if line not in late]
         try:
             cfg = compose("config", overrides=fixed, return_hydra_config=True)
         except (HydraException, OmegaConfBaseException) as exc:
@@ -285,8 +291,8 @@ def main() -> None:
             load_plugins()
         store_configs()
         try:
-            sys.argv[1:] = group_keys_per_job(sys.argv[1:])
             check_command_line(sys.argv[1:])
+            sys.argv[1:] = group_keys_per_job(sys.argv[1:])
         except (ConfigError, UnknownNameError) as exc:
             refuse(exc)
         for failure in failures():
