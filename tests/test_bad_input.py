@@ -149,8 +149,9 @@ REFUSALS = [
         ["variant=mamba2", "variant.dt_init_floor=0.5"],
         "mamba2 needs 0 <= dt_init_floor <= dt_max; got dt_init_floor=0.5, dt_max=0.1.",
     ),
-    (["variant=mamba2", "variant.dt_max=1e39"], "mamba2's a_init_max=16.0 and dt_max=1e+39 must"),
-    (["variant=mesa", "variant.lambda_init=1e39"], "mesa lambda_init=1e+39 is beyond float32's"),
+    (["variant=mamba2", "variant.dt_max=1e39"], "variant.dt_max=1e+39 is beyond float32's range"),
+    (["variant=mesa", "variant.lambda_min=1e-310"], "variant.lambda_min=1e-310 is beyond float32"),
+    (["variant=mamba2", "variant.a_init_min=1e-320"], "give 0 or a magnitude from 1.2e-38 to 3.4e"),
 ]
 if not torch.cuda.is_available():
     REFUSALS.append((["device=cuda"], "device=cuda was asked for but no CUDA GPU is available"))

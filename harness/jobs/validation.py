@@ -232,6 +232,28 @@ def _check_field(schema: type, key: str, values: list[Any], label: str, owner: s
         )
     for value in values:
         _check_value(schema, key, value, label)
+        _check_float32(value, label)
+
+
+FLOAT32_TINY, FLOAT32_MAX = 1.1754944e-38, 3.4028235e38
+
+
+def _check_float32(value: Any, label: str) -> None:
+    """Refuse a parameter that float32 cannot hold: variants and tasks keep their parameters
+    and compute in float32 (and lower), where a magnitude below its smallest normal number
+    becomes 0 (or a denormal) and one above its largest becomes inf, so the job would fail on a
+    value other than the one given (``lambda_min=1e-310`` read as 0)."""
+    numbers = value if isinstance(value, list | tuple) else [value]
+    for number in numbers:
+        if (
+            isinstance(number, float)
+            and number != 0
+            and not FLOAT32_TINY <= abs(number) <= FLOAT32_MAX
+        ):
+            raise ConfigError(
+                f"{label}={value} is beyond float32's range, in which parameters are kept; give "
+                f"0 or a magnitude from {FLOAT32_TINY:.2g} to {FLOAT32_MAX:.2g}."
+            )
 
 
 def parse_overrides(args: list[str]) -> list[Override]:
