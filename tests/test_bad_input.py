@@ -150,6 +150,8 @@ REFUSALS = [
         "mamba2 needs 0 <= dt_init_floor <= dt_max; got dt_init_floor=0.5, dt_max=0.1.",
     ),
     (["variant=mamba2", "variant.dt_max=1e39"], "variant.dt_max=1e+39 is beyond float32's range"),
+    (["--bogus", "variant=softmax"], "--bogus is not an option of attnbench (its own is --strict;"),
+    (["--cfg=job", "--verbose"], "--verbose is not an option of attnbench"),
     (["variant=mesa", "variant.lambda_min=1e-310"], "variant.lambda_min=1e-310 is beyond float32"),
     (["variant=mamba2", "variant.a_init_min=1e-320"], "give 0 or a magnitude from 1.2e-38 to 3.4e"),
 ]

@@ -298,11 +298,25 @@ VALUE_FLAGS = frozenset(
 )
 
 
+@functools.cache
+def _hydra_flags() -> frozenset[str]:
+    """The options Hydra's command line takes (``-m``, ``--cfg``, …), read from its parser."""
+    from hydra._internal.utils import get_args_parser
+
+    return frozenset(get_args_parser()._option_string_actions)
+
+
 def _check_words(args: list[str]) -> None:
     """Refuse a word that is neither a flag, a flag's value, nor ``key=value``: a bare word
     (Hydra's grammar error is several lines and exit 1), and ``~key``, which deletes a setting
     every job reads (the job then failed without a record). ``~hydra…`` stays Hydra's."""
     for i, word in enumerate(args):
+        if word.startswith("-") and word.split("=", 1)[0] not in _hydra_flags():
+            raise ConfigError(
+                f"{word} is not an option of attnbench (its own is --strict; Hydra's: -m, "
+                "--cfg job|hydra|all, --info, --help, …); give settings as key=value, and see "
+                "attnbench --help."
+            )
         if word.startswith("-") or "=" in word or (i > 0 and args[i - 1] in VALUE_FLAGS):
             continue
         if word.startswith("~hydra"):
