@@ -149,7 +149,7 @@ REFUSALS = [
         ["variant=mamba2", "variant.dt_init_floor=0.5"],
         "mamba2 needs 0 <= dt_init_floor <= dt_max; got dt_init_floor=0.5, dt_max=0.1.",
     ),
-    (["variant=mamba2", "variant.dt_max=1e39"], "variant.dt_max=1e+39 is beyond float32's range"),
+    (["variant=mamba2", "variant.dt_max=1e39"], "variant.dt_max=1e39 is beyond float32's range"),
     (["--bogus", "variant=softmax"], "--bogus is not an option of attnbench (its own is --strict;"),
     (["--cfg=job", "--verbose"], "--verbose is not an option of attnbench"),
     (["variant=mesa", "variant.lambda_min=1e-310"], "variant.lambda_min=1e-310 is beyond float32"),
@@ -424,3 +424,14 @@ def test_outside_a_sweep_the_command_line_is_left_as_it_is():
     assert app.group_keys_per_job(args) == args
     line = ["-m", "task=recall", "task.steps=5,6", "+task.x=1", "seed=1", "--cfg"]
     assert app.group_keys_per_job(line) == line
+
+
+def test_a_tiny_value_is_refused_where_denormals_are_flushed(tmp_path, monkeypatch, capsys):
+    """A process that ran a job flushes denormal floats to zero (`torch.set_flush_denormal`),
+    which parses ``1e-310`` as 0: the check reads the number from the text as typed."""
+    torch.set_flush_denormal(True)
+    try:
+        args = ["variant=mesa", "variant.lambda_min=1e-310"]
+        _refused_in_process(tmp_path, monkeypatch, capsys, args, "variant.lambda_min=1e-310 is")
+    finally:
+        torch.set_flush_denormal(False)  # a fresh process's setting

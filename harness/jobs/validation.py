@@ -30,11 +30,13 @@ Every refusal is a `ConfigError`; the ``attnbench`` command prints it and exits 
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import difflib
 import errno
 import functools
 import math
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -232,27 +234,26 @@ def _check_field(schema: type, key: str, values: list[Any], label: str, owner: s
         )
     for value in values:
         _check_value(schema, key, value, label)
-        _check_float32(value, label)
 
 
-FLOAT32_TINY, FLOAT32_MAX = 1.1754944e-38, 3.4028235e38
+FLOAT32_TINY, FLOAT32_MAX = decimal.Decimal("1.1754944e-38"), decimal.Decimal("3.4028235e38")
+_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 
 
-def _check_float32(value: Any, label: str) -> None:
-    """Refuse a parameter that float32 cannot hold: variants and tasks keep their parameters
-    and compute in float32 (and lower), where a magnitude below its smallest normal number
-    becomes 0 (or a denormal) and one above its largest becomes inf, so the job would fail on a
-    value other than the one given (``lambda_min=1e-310`` read as 0)."""
-    numbers = value if isinstance(value, list | tuple) else [value]
-    for number in numbers:
-        if (
-            isinstance(number, float)
-            and number != 0
-            and not FLOAT32_TINY <= abs(number) <= FLOAT32_MAX
-        ):
+def _check_float32(override: Override, label: str) -> None:
+    """Refuse a number that float32 cannot hold in a task's or variant's setting: they keep
+    their parameters and compute in float32 (and lower), where a magnitude below its smallest
+    normal number becomes 0 and one above its largest inf, so the job would fail on a value
+    other than the one given (``lambda_min=1e-310`` read as 0). Read from the text as typed, in
+    exact decimal arithmetic: a process that has run a job flushes denormal floats to zero, so
+    the parsed float may already be 0."""
+    text = override.input_line.split("=", 1)[-1]
+    for literal in _NUMBER.findall(text):
+        number = abs(decimal.Decimal(literal))
+        if number != 0 and not FLOAT32_TINY <= number <= FLOAT32_MAX:
             raise ConfigError(
-                f"{label}={value} is beyond float32's range, in which parameters are kept; give "
-                f"0 or a magnitude from {FLOAT32_TINY:.2g} to {FLOAT32_MAX:.2g}."
+                f"{label}={text} is beyond float32's range, in which parameters are kept; give 0 "
+                f"or a magnitude from {float(FLOAT32_TINY):.2g} to {float(FLOAT32_MAX):.2g}."
             )
 
 
@@ -393,6 +394,7 @@ def check_overrides(args: list[str], multirun: bool = True) -> list[Override]:
                 if preset and head not in given and sweep
                 else ""
             )
+            _check_float32(o, key)
             for name in selected[head]:
                 schema = option_schema(name, CONFIG_GROUPS[head].get(name).Params)
                 _check_field(schema, rest, _values(o), key, f"{head} {name}{runs}")
