@@ -11,7 +11,6 @@ import warnings
 from datetime import datetime, timezone
 from pathlib import Path
 
-import background
 import pytest
 import torch
 
@@ -159,27 +158,13 @@ def pytest_collection_finish(session):
         import test_theory_on_avx2
 
         test_theory_on_avx2.start()
-    background.start(session.items, REPO)
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_pyfunc_call(pyfuncitem):
-    """A test marked ``background`` that runs in the background process (`background`) takes
-    its outcome from there instead of running here."""
-    if not background.runs_elsewhere(pyfuncitem.nodeid):
-        return None
-    problem = background.outcome(pyfuncitem.nodeid)
-    if problem:
-        pytest.fail(problem, pytrace=False)
-    return True
 
 
 def pytest_sessionfinish(session):
-    """A rerun or background run that no test waited for (the session stopped early) is ended."""
+    """A rerun that no test waited for (the session stopped early) is ended."""
     module = sys.modules.get("test_theory_on_avx2")
     if module is not None:
         module.stop()
-    background.stop()
 
 
 def counted_flops(

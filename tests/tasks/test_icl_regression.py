@@ -60,7 +60,6 @@ def test_softmax_attention_system_does_not(one_thread):
 
 
 @pytest.mark.slow
-@pytest.mark.background  # 40 s of one core, and nothing of the machine measured
 def test_softmax_attention_system_at_a_thousand_points_and_in_high_dimension(one_thread):
     """theory.md §3 at n = 1000: softmax's loss over least squares' "approaches" at d = 10 and is
     "again about 3 orders worse" at d = 100.
