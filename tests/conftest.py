@@ -23,6 +23,15 @@ load_plugins()
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
+# a throughput job quick on a busy machine too, for tests where its timing is not the point: at
+# most a second of sampling per timing
+FAST = [
+    "task.seq_len=32",
+    "task.backward=false",
+    "task.min_run_time=0.01",
+    "task.min_samples=4",
+    "task.max_timing_s=1",
+]
 
 
 # the code of hand-made records: one real module of the installed package, as it is now, so that

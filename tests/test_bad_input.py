@@ -15,7 +15,7 @@ import sys
 
 import pytest
 import torch
-from conftest import REPO, run_cli
+from conftest import FAST, REPO, run_cli
 
 from attnbench.harness import discovery
 from attnbench.harness.cli import app
@@ -23,14 +23,6 @@ from attnbench.harness.discovery import OLD_IMPORTS_HINT, PluginFailure
 from attnbench.harness.jobs.config import store_configs
 from attnbench.toolkit.timing import usable_cores
 
-# a job quick on a busy machine too: at most a second of sampling per timing (it is not the point)
-FAST = [
-    "task.seq_len=32",
-    "task.backward=false",
-    "task.min_run_time=0.01",
-    "task.min_samples=4",
-    "task.max_timing_s=1",
-]
 SEARCHPATH = f"hydra.searchpath=[file://{REPO / 'tests' / 'conf'}]"
 CORES = usable_cores()
 

@@ -14,7 +14,7 @@ import json
 import sys
 
 import pytest
-from conftest import make_record, run_cli
+from conftest import FAST, make_record, run_cli
 
 from attnbench.harness import discovery
 from attnbench.harness.cli import app, collect, compare
@@ -32,14 +32,6 @@ NAMED = (
     "plugin broken-plugin (entry point attnbench.variants: broken = broken_plugin_mod) failed "
     "to load: ImportError: xyz; fix or uninstall it (--strict makes this an error)."
 )
-# a job quick on a busy machine too: at most a second of sampling per timing (it is not the point)
-FAST = [
-    "task.seq_len=32",
-    "task.backward=false",
-    "task.min_run_time=0.01",
-    "task.min_samples=4",
-    "task.max_timing_s=1",
-]
 
 
 @pytest.fixture
