@@ -237,7 +237,8 @@ def _check_field(schema: type, key: str, values: list[Any], label: str, owner: s
 
 
 FLOAT32_TINY, FLOAT32_MAX = decimal.Decimal("1.1754944e-38"), decimal.Decimal("3.4028235e38")
-_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+# a number standing alone, not digits inside a word (a name such as ``x1e50`` is no number)
+_NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?![\w.])")
 
 
 def _check_float32(override: Override, label: str) -> None:
