@@ -61,16 +61,22 @@ def take_strict_flag(argv: list[str]) -> tuple[list[str], bool]:
 
 def plugin_errors() -> list[str]:
     """One sentence per plugin that failed to load (loading them now if not yet loaded, without
-    the warnings: these sentences replace them)."""
-    from attnbench.harness.discovery import load_plugins  # imports torch: only where asked
+    the warnings: these sentences replace them), and per entry the commands skip because its
+    Params make no config option."""
+    # these import torch and Hydra: only where asked
+    from attnbench.harness.discovery import load_plugins
+    from attnbench.harness.jobs.config import params_problem
+    from attnbench.task import TASKS
+    from attnbench.variant import VARIANTS
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         broken = load_plugins()
+    skipped = [params_problem(r, n) for r in (VARIANTS, TASKS) for n in r.names()]
     return [
         f"{f.source} failed to load: {f.reason}; fix or uninstall it ({FLAG} makes this an error)."
         for f in broken
-    ]
+    ] + [f"{problem.rstrip('.')} ({FLAG} makes this an error)." for problem in skipped if problem]
 
 
 def refuse_broken_plugins(prog: str) -> int:

@@ -26,6 +26,7 @@ from attnbench.harness.cli.interrupt import on_ctrl_c, quiet_when_the_reader_lea
 from attnbench.harness.cli.parser import OneLineParser
 from attnbench.harness.cli.strict import PLUGINS_STATUS, add_strict_flag, plugin_errors
 from attnbench.harness.discovery import failure_for, failures, load_plugins
+from attnbench.harness.jobs.config import params_problem
 from attnbench.variant import VARIANTS, library_version
 
 
@@ -54,7 +55,9 @@ def variant_table(device: str | None = None) -> list[dict[str, object]]:
                 "origin": entry.origin,
                 "library": library_version(cls.library),
                 "peer_of": cls.peer_of,
-                "available": cls.unavailable(device) or "yes",
+                "available": params_problem(VARIANTS, entry.name)
+                or cls.unavailable(device)
+                or "yes",
                 "params": {
                     f.name: (
                         f.default if f.default is not dataclasses.MISSING else f.default_factory()
@@ -111,9 +114,10 @@ def main(argv: list[str] | None = None) -> int:
         for r in rows:
             print("  ".join(str(r[h]).ljust(w) for h, w in zip(header, widths, strict=True)))
     if args.strict:
-        for error in plugin_errors():
+        errors = plugin_errors()
+        for error in errors:
             print(f"attnbench-variants: {error}", file=sys.stderr)
-        return PLUGINS_STATUS if broken else 0
+        return PLUGINS_STATUS if errors else 0
     if not args.json:
         for f in broken:
             print(f"warning: {f.source} failed to load: {f.reason}", file=sys.stderr)

@@ -8,13 +8,14 @@ hyperparameter dataclass plus a ``name`` field, so a plugin needs no YAML file; 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import warnings
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, OmegaConf
 
 from attnbench.registry import Registry
 from attnbench.task import TASKS
@@ -62,21 +63,41 @@ def option_schema(name: str, params_cls: type) -> type:
     )
 
 
+@functools.cache
+def _option_problem(name: str, params_cls: type) -> str:
+    """OmegaConf's first line where ``params_cls`` makes no config option, else ""."""
+    try:
+        OmegaConf.structured(option_schema(name, params_cls))
+    except Exception as exc:  # OmegaConf's ValidationError and its kin
+        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return ""
+
+
+def params_problem(registry: Registry, name: str) -> str:
+    """The sentence saying why the registered ``name`` has no config option (its Params cannot
+    be typed: a plugin's default of the wrong type, ``scale: float = "high"``), else "". The
+    commands skip such an entry (`_store_group`), refuse a command line that names it, and
+    list it as not available."""
+    cls = registry.get(name)
+    problem = _option_problem(name, cls.Params)
+    if not problem:
+        return ""
+    return (
+        f"{registry.kind} {name!r} ({cls.__module__}) is skipped: its Params do not make a "
+        f"config ({problem}); give each field a default of its declared type."
+    )
+
+
 def _store_group(cs: ConfigStore, group: str, registry: Registry) -> None:
-    """Store each entry's option; one whose Params OmegaConf cannot type (a plugin's default of
-    the wrong type, ``scale: float = "high"``) is skipped with a one-line warning naming it,
-    rather than failing every command, whichever variant it names."""
+    """Store each entry's option; one whose Params make no config (`params_problem`) is
+    skipped with a one-line warning naming it, rather than failing every command, whichever
+    variant it names."""
     for entry in registry.entries():
-        try:
+        problem = params_problem(registry, entry.name)
+        if problem:
+            warnings.warn(problem, stacklevel=2)
+        else:
             cs.store(group=group, name=entry.name, node=option_schema(entry.name, entry.obj.Params))
-        except Exception as exc:  # OmegaConf's ValidationError and its kin
-            problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            warnings.warn(
-                f"{registry.kind} {entry.name!r} ({entry.obj.__module__}) is skipped: its Params "
-                f"do not make a config ({problem}); give each field a default of its declared "
-                "type.",
-                stacklevel=2,
-            )
 
 
 def store_configs() -> None:

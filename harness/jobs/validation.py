@@ -52,7 +52,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 import attnbench.conf
 from attnbench.harness.discovery import failed_names, failure_for
-from attnbench.harness.jobs.config import AttnbenchConfig, option_schema
+from attnbench.harness.jobs.config import AttnbenchConfig, option_schema, params_problem
 from attnbench.harness.jobs.env import device_name
 from attnbench.harness.jobs.fingerprint import (
     CLASS,
@@ -115,9 +115,13 @@ def unknown_name(registry: Registry, name: str) -> str:
 
 
 def check_known(group: str, name: str) -> None:
-    """Raise `ConfigError` (`unknown_name`) unless ``name`` is registered in ``group``."""
+    """Raise `ConfigError` unless ``name`` is registered in ``group`` (`unknown_name`) with an
+    option Hydra can compose (`params_problem`: else Hydra's "Could not find 'variant/…'")."""
     if name not in CONFIG_GROUPS[group]:
         raise ConfigError(unknown_name(CONFIG_GROUPS[group], name))
+    problem = params_problem(CONFIG_GROUPS[group], name)
+    if problem:
+        raise ConfigError(problem)
 
 
 def _values(override: Override) -> list[Any]:
@@ -141,10 +145,14 @@ def _selected(
             continue
         value = o.value()
         if isinstance(value, Glob):
-            matched = value.filter(registry.names())
+            # the entries Hydra has options for: a glob skips one whose Params make none
+            found = value.filter(registry.names())
+            matched = [n for n in found if not params_problem(registry, n)]
             failed = value.filter(failed_names(registry))
             if not matched and failed:  # the plugin that would have matched, not "no match"
                 raise ConfigError(unknown_name(registry, failed[0]))
+            if not matched and found:  # likewise, the entry skipped for its Params
+                raise ConfigError(params_problem(registry, found[0]))
             if not matched:
                 raise ConfigError(
                     f"{o.input_line} matches no {registry.kind}, and a sweep that matches "

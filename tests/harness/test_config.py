@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
+from conftest import FAST
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import ConfigCompositionException
@@ -176,3 +178,45 @@ def test_a_plugin_whose_params_make_no_config_is_skipped_with_one_warning():
     assert "give each field a default of its declared type" in str(warning.message)
     stored = cs.list("probe_group")
     assert stored == ["good_params_probe.yaml"]
+
+
+@pytest.fixture
+def bad_params_variant():
+    """A registered variant whose Params default has the wrong type, as a plugin might have."""
+    from attnbench.variant import AttentionVariant
+
+    @dataclasses.dataclass
+    class Bad:
+        scale: float = "high"  # type: ignore[assignment]
+
+    VARIANTS.register("bad_params_probe", type("BadV", (AttentionVariant,), {"Params": Bad}))
+    yield "bad_params_probe"
+    VARIANTS.unregister("bad_params_probe")
+
+
+def test_a_variant_skipped_for_its_params_is_refused_by_name_and_listed_as_unavailable(
+    bad_params_variant, capsys
+):
+    """Round-6 findings S10, R8: such a variant was listed as available (and `--strict` exited
+    0), and a command naming it got Hydra's "Could not find 'variant/…'"; both now give the
+    skip's sentence, and a glob leaves it out as the sweep does."""
+    from attnbench.harness.cli import variants
+    from attnbench.harness.cli.app import check_command_line
+    from attnbench.harness.cli.strict import PLUGINS_STATUS
+    from attnbench.harness.jobs.validation import ConfigError
+
+    sentence = (
+        f"variant '{bad_params_variant}' ({__name__}) is skipped: its Params do not make a config ("
+    )
+    with pytest.raises(ConfigError, match=re.escape(sentence)):
+        check_command_line([f"variant={bad_params_variant}", "task=throughput"])
+    with pytest.raises(ConfigError, match=re.escape(sentence)):
+        check_command_line(["-m", f"variant=softmax,{bad_params_variant}"])
+    check_command_line(["-m", "variant=glob([bad_params_*,softmax])", *FAST])  # left out
+    with pytest.raises(ConfigError, match=re.escape(sentence)):  # the only match: not "none"
+        check_command_line(["-m", "variant=glob(bad_params_*)"])
+    rows = {r["name"]: r for r in variants.variant_table("cpu")}
+    assert rows[bad_params_variant]["available"].startswith(sentence)
+    assert rows["softmax"]["available"] == "yes"
+    assert variants.main(["--strict", "soft*"]) == PLUGINS_STATUS
+    assert sentence in capsys.readouterr().err
