@@ -12,12 +12,18 @@ says the sentence, not a location in attnbench's code.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import importlib
+import os
 import re
+import shutil
 import signal
 import sys
 import sysconfig
+import tempfile
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,14 +49,70 @@ def _users_file(filename: str) -> str | None:
     return str(path)
 
 
+# The folder where the processes of one command note each warning line they printed, and the
+# command's name: set by `launch` and inherited by the processes a sweep starts (joblib's workers)
+SHOWN = "ATTNBENCH_WARNINGS_SHOWN"
+COMMAND = "ATTNBENCH_COMMAND"
+
+
+def _first_time(line: str) -> bool:
+    """Whether no process of this command has printed ``line`` yet (noting it now): a file per
+    line, created exclusively, so two workers never both print it. True where no folder is
+    set, or it cannot be written (a warning shown twice beats one lost)."""
+    folder = os.environ.get(SHOWN)
+    if not folder:
+        return True
+    note = os.path.join(folder, hashlib.sha1(line.encode()).hexdigest())
+    try:
+        os.close(os.open(note, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
 def _one_line(prog: str):
     def show(message: Any, category: type, filename: str, lineno: int, file=None, line=None):
         text = _TORCH_LOCATION.sub("", str(message))  # torch's C++ source location
         where = _users_file(filename)
         suffix = f" (from {where})" if where else ""
-        print(f"{prog}: warning: {text}{suffix}", file=file or sys.stderr)
+        shown = f"{prog}: warning: {text}{suffix}"
+        if _first_time(shown):
+            print(shown, file=file or sys.stderr)
 
     return show
+
+
+@contextlib.contextmanager
+def _warnings_shared(prog: str) -> Iterator[None]:
+    """While the command runs, the processes it starts print warnings as it does, each line
+    once in all: joblib's workers are fresh interpreters, which printed the command's warnings
+    again, raw and with code locations, once per worker (round-6 finding W3). The variables
+    are the command's alone: removed, with the folder, when it ends."""
+    folder = tempfile.mkdtemp(prefix="attnbench-warnings-")
+    before = {name: os.environ.get(name) for name in (SHOWN, COMMAND)}
+    os.environ[SHOWN], os.environ[COMMAND] = folder, prog
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _in_a_command_s_worker() -> None:
+    """In a process a command started (`_share_warnings`): the command's one-line warnings,
+    and none about plugins that failed to load, which the command itself has reported."""
+    if os.environ.get(SHOWN) and os.environ.get(COMMAND):
+        warnings.showwarning = _one_line(os.environ[COMMAND])
+        warnings.filterwarnings("ignore", message=r"attnbench: .* failed to load and is skipped")
+
+
+_in_a_command_s_worker()
 
 
 TRACKER_NOTE = "ignore:resource_tracker:UserWarning"
@@ -80,6 +142,12 @@ def launch(prog: str, module: str, argv: list[str] | None = None) -> Any:
     anything."""
     warnings.showwarning = _one_line(prog)
     quiet_resource_tracker()
+    with _warnings_shared(prog):
+        return _start(prog, module, argv)
+
+
+def _start(prog: str, module: str, argv: list[str] | None) -> Any:
+    """`launch`'s loading, Ctrl-C noted, then the command."""
     pressed: list[int] = []
     try:
         previous = signal.signal(signal.SIGINT, lambda signum, frame: pressed.append(signum))

@@ -4,6 +4,7 @@ line and status 130, and a warning is one line naming the command, not a place i
 from __future__ import annotations
 
 import io
+import os
 import subprocess
 import sys
 import warnings
@@ -118,3 +119,45 @@ def test_the_resource_tracker_s_clean_up_note_is_not_printed(monkeypatch):
     args = [sys.executable, *subprocess._args_from_interpreter_flags(), "-c", code]
     err = subprocess.run(args, capture_output=True, text=True, check=True).stderr
     assert "leaked semaphore" not in err and "another warning" in err
+
+
+def test_the_processes_a_command_starts_print_each_warning_once_in_one_line(tmp_path):
+    """Round-6 finding W3: joblib's workers, fresh interpreters, printed the command's warnings
+    again, raw, with code locations, once per worker. Three such processes (what a worker does:
+    import the command's package, then warn from the user's file, and about a plugin the command
+    has reported) print one line between them, naming the command and the user's file."""
+    plugin = tmp_path / "user_plugin.py"
+    plugin.write_text(
+        "import warnings\n"
+        "def build():\n"
+        "    warnings.warn('built with an experimental kernel')\n"
+        "    warnings.warn('attnbench: plugin p failed to load and is skipped: ImportError')\n"
+    )
+    code = f"import sys, attnbench.harness.cli; sys.path.insert(0, {str(tmp_path)!r}); "
+    code += "import user_plugin; user_plugin.build()"
+    shown = tmp_path / "shown"
+    shown.mkdir()
+    env = {**os.environ, cli.SHOWN: str(shown), cli.COMMAND: "attnbench"}
+    workers = [
+        subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE, text=True)
+        for _ in range(3)
+    ]
+    err = "".join(w.communicate()[1] for w in workers)
+    assert err == f"attnbench: warning: built with an experimental kernel (from {plugin})\n"
+
+
+def test_a_command_s_shared_warnings_end_with_it(tmp_path, monkeypatch):
+    """The variables that make its processes share warnings are the command's alone: gone,
+    with their folder, when it returns (tests run commands in one process)."""
+    (tmp_path / "noting.py").write_text(
+        "import os\ndef main(argv):\n    return os.environ['ATTNBENCH_WARNINGS_SHOWN']\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv(cli.SHOWN, raising=False)
+    before = warnings.showwarning
+    try:
+        folder = cli.launch("attnbench-x", "noting", [])
+    finally:
+        warnings.showwarning = before
+    assert Path(folder).name.startswith("attnbench-warnings-") and not Path(folder).exists()
+    assert cli.SHOWN not in os.environ and cli.COMMAND not in os.environ
