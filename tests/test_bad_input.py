@@ -49,6 +49,10 @@ REFUSALS = [
     # keys and types
     (["variant=window", "variant.windw=4"], "variant.windw is not a parameter of variant window."),
     (["task.seq_lenn=4"], "task.seq_lenn is not a parameter of task throughput."),
+    (
+        ["variant=peer_fla_linear", "variant.chunk=4"],
+        "variant.chunk is not a parameter of variant peer_fla_linear. It has no parameters.",
+    ),
     (["seeed=1"], "seeed is not a config key. Did you mean seed?"),
     (["task.seq_len=abc"], "task.seq_len=abc is not valid: Value 'abc' of type 'str'"),
     (["seed=1.5"], "seed=1.5 is not valid"),

@@ -236,9 +236,9 @@ def _finite(value: Any) -> bool:
 def _check_field(schema: type, key: str, values: list[Any], label: str, owner: str) -> None:
     fields = [f.name for f in dataclasses.fields(schema) if f.name != "name"]
     if key not in fields:
+        known = f"Its parameters: {', '.join(fields)}." if fields else "It has no parameters."
         raise ConfigError(
-            f"{label} is not a parameter of {owner}.{_did_you_mean(key, fields)} "
-            f"Its parameters: {', '.join(fields)}."
+            f"{label} is not a parameter of {owner}.{_did_you_mean(key, fields)} {known}"
         )
     for value in values:
         _check_value(schema, key, value, label)

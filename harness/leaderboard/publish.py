@@ -198,7 +198,8 @@ def copy_records(
     """Publish the records of the runs ``run_ids`` from ``results_dir/runs`` into ``out`` (see
     the module docstring) and remove the ones earlier builds left there, but those of ``keep``
     (published from another folder of the same board); returns the run_ids published. What is
-    left out is counted in one warning."""
+    left out is counted in one warning, but the records of runs in ``keep``: a copy of them is no
+    fault (the page's header counts them as shown from the other folder)."""
     out.mkdir(parents=True, exist_ok=True)
     source = runs_dir(results_dir)
     published: set[str] = set()
@@ -215,6 +216,8 @@ def copy_records(
             run_id = entry.name.removesuffix(".json")
             if attempt_run_id(entry.name) in run_ids:
                 continue  # an earlier or failed attempt beside the run's record: history, kept
+            if run_id in keep:
+                continue  # a run an earlier folder of the board shows (its header counts them)
             if (
                 is_run_id(run_id)
                 and run_id in run_ids

@@ -77,7 +77,8 @@ def test_two_folders_make_one_board_with_both_machines_apart(tmp_path):
     }
 
 
-def test_a_run_both_folders_hold_is_shown_once(tmp_path):
+def test_a_run_both_folders_hold_is_shown_once(tmp_path, caplog):
+    """...and its second copy is no fault: not "left out … not valid records" (round-6 R9)."""
     cpu, gpu = _two_folders(tmp_path)
     copy = tmp_path / "copy"
     _timing(copy, "c1", "softmax", 4.0, "AMD EPYC (AVX512)")  # the same record: same identity
@@ -85,6 +86,7 @@ def test_a_run_both_folders_hold_is_shown_once(tmp_path):
     html = build_site([cpu, copy], tmp_path / "site").read_text()
     assert len(re.findall(r'<tr data-machine="AMD EPYC \(AVX512\)"', html)) == 2
     assert "1 run also in a folder before it, shown once" in html
+    assert "left out" not in caplog.text
 
 
 def test_one_folder_keeps_its_page_without_a_sources_list(tmp_path):
