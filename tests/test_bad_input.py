@@ -150,6 +150,11 @@ REFUSALS = [
     (["--cfg=job", "--verbose"], "--verbose is not an option of attnbench"),
     (["variant=mesa", "variant.lambda_min=1e-310"], "variant.lambda_min=1e-310 is beyond float32"),
     (["variant=mamba2", "variant.a_init_min=1e-320"], "give 0 or a magnitude from 1.2e-38 to 3.4e"),
+    (
+        ["variant=mesa", "variant.lambda_init=1e38", "task.causal=true"],
+        "mesa lambda_init=1e+38 is too large: its solve divides by λ, whose inverse must be a "
+        "normal float32; give lambda_init below 8.51e+37.",
+    ),
 ]
 if not torch.cuda.is_available():
     REFUSALS.append((["device=cuda"], "device=cuda was asked for but no CUDA GPU is available"))

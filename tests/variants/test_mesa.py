@@ -20,6 +20,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from attnbench.harness.discovery import load_plugins
 from attnbench.incremental import incremental_form
+from attnbench.testing import _call
 from attnbench.variant import VariantShape, build_variant, random_gates
 
 load_plugins()
@@ -276,6 +277,26 @@ def test_lambda_starts_at_lambda_init_for_every_value(lambda_init):
     assert torch.allclose(lam, torch.full_like(lam, lambda_init), rtol=1e-6, atol=0)
 
 
-def test_a_lambda_init_beyond_float32_is_refused():
-    with pytest.raises(ValueError, match=r"lambda_init=1e\+39 is beyond float32's range"):
-        build_variant("mesa", {"lambda_init": 1e39}, VariantShape(2, 8, 64))
+@pytest.mark.parametrize("lambda_init", [8.6e37, 1e38, 3.4e38, 1e39])
+def test_a_lambda_init_whose_inverse_is_subnormal_is_refused(lambda_init):
+    """Round-6 finding S8: 1e38 up to float32's largest was accepted and the job failed (the
+    causal read non-finite where the job flushes denormals: the solve's first step is 1/λ)."""
+    with pytest.raises(ValueError, match=r"is too large: .* give lambda_init below 8.51e\+37"):
+        build_variant("mesa", {"lambda_init": lambda_init}, VariantShape(2, 8, 64))
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+def test_the_largest_lambda_init_accepted_gives_a_finite_output(causal):
+    """Just under the bound, with denormals flushed to zero as in a job: finite outputs (the
+    same inputs at 8.6e37 gave a non-finite causal read)."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 32, 16) for _ in range(3))
+    variant = build_variant("mesa", {"lambda_init": 8.4e37}, VariantShape(2, 16, 32))
+    was_flushing = bool((torch.tensor([1e-40]) * 1.0 == 0).all())  # torch has no getter
+    flushing = torch.set_flush_denormal(True)
+    try:
+        with torch.no_grad():
+            out = _call(variant, q, k, v, causal)
+    finally:
+        torch.set_flush_denormal(was_flushing)
+    assert flushing and torch.isfinite(out).all()

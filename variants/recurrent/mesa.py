@@ -48,6 +48,8 @@ from attnbench.variants.recurrent.mixer import GatedMixer
 from attnbench.variants.recurrent.precision import compute_dtype
 
 BLOCK_CHUNKS = 32  # chunks whose tokens are solved together (bounds the memory of the CG)
+# λ below which 1/λ, the solve's first step size, is a normal float32 (`Mesa.__init__`)
+LAMBDA_LIMIT = 1.0 / torch.finfo(torch.float32).tiny
 
 
 @dataclass
@@ -279,13 +281,15 @@ class MesaAttention(GatedMixer):
             )
         # softplus⁻¹(y) = log(eᵞ − 1) = y + log(1 − e⁻ᵞ), written so that it holds for every y > 0:
         # eᵞ overflows a float from y ≈ 710, where softplus⁻¹(y) is y to the last digit
+        # the solve's first step is 1/λ: a subnormal in float32 from λ = 1/tiny (8.5e37), which
+        # a job flushes to zero, and the causal read came out non-finite there
+        if not p.lambda_init < LAMBDA_LIMIT:
+            raise ValueError(
+                f"mesa lambda_init={p.lambda_init} is too large: its solve divides by λ, whose "
+                f"inverse must be a normal float32; give lambda_init below {LAMBDA_LIMIT:.3g}."
+            )
         y = p.lambda_init - p.lambda_min
         init = y + math.log(-math.expm1(-y))
-        if not init <= torch.finfo(torch.float32).max:
-            raise ValueError(
-                f"mesa lambda_init={p.lambda_init} is beyond float32's range (its parameters are "
-                f"float32); give lambda_init below {torch.finfo(torch.float32).max:.3g}."
-            )
         self.lambda_params = nn.Parameter(torch.full((shape.n_heads, shape.head_dim), init))
 
     def regulariser(self) -> torch.Tensor:
