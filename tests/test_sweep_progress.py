@@ -188,26 +188,3 @@ def test_a_sweep_prints_its_progress_and_only_the_failed_jobs(tmp_path):
     assert "throughput × softmax: ok" not in out
     logs = "".join(p.read_text() for p in (results / "hydra" / "multiruns").rglob("*.log"))
     assert logs.count("throughput × softmax: ok in") == 2  # the job's log file keeps it
-
-
-@pytest.mark.slow
-def test_jobs_in_joblib_workers_move_the_progress_as_they_end(tmp_path):
-    """The quick sweep's joblib batch is 220 jobs: counted only when it returned, the progress
-    line stood still for four minutes. Each of four jobs in two workers now passes a tenth."""
-    proc = run_cli(
-        "attnbench",
-        "-m",
-        "hydra/launcher=joblib",
-        "hydra.launcher.n_jobs=2",
-        "variant=softmax",
-        "task=throughput",
-        "task.seq_len=32",
-        "task.backward=false",
-        "task.min_run_time=0.01",
-        "seed=0,1,2,3",
-        f"results_dir={tmp_path / 'results'}",
-    )
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-3000:]
-    for done in (1, 2, 3, 4):
-        assert f"sweep: {done}/4 jobs done, 0 failed, " in out, out[-3000:]
