@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import warnings
 from datetime import datetime, timezone
 from pathlib import Path
@@ -71,6 +72,16 @@ def make_record(name: str, **fields) -> Record:
         code_fingerprint=combined_digest(modules) if modules else "",
         **{**defaults, **fields},
     )
+
+
+def wait_for_ci_services(timeout: float = 900) -> None:
+    """Where `.ci/run` installs Chromium and starts Slurm in the background (it names a file in
+    ``ATTNBENCH_CI_SERVICES_READY`` and creates it when done), wait for it: a test's own install
+    would race that apt-get for its lock and skip. Elsewhere, nothing to wait for."""
+    ready = os.environ.get("ATTNBENCH_CI_SERVICES_READY")
+    deadline = time.monotonic() + timeout
+    while ready and not os.path.exists(ready) and time.monotonic() < deadline:
+        time.sleep(1)
 
 
 def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None, timeout: float = 300):

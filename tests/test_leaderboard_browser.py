@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 from chromium import Browser, find_chromium
-from conftest import run_cli
+from conftest import run_cli, wait_for_ci_services
 
 HOSTILE = '<img src=x onerror="window.__pwned = 1">'
 FAST = [
@@ -38,6 +38,7 @@ VARIANTS = ["softmax", "linear", "window"]
 
 
 def _chromium() -> str:
+    wait_for_ci_services()
     found = find_chromium()
     if not found:
         pytest.skip(

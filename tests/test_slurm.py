@@ -16,13 +16,14 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_cli
+from conftest import REPO, run_cli, wait_for_ci_services
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def slurm() -> None:
+    wait_for_ci_services()
     proc = subprocess.run(
         [str(REPO / ".ci" / "slurm-up")], capture_output=True, text=True, timeout=600
     )
