@@ -61,6 +61,7 @@ from attnbench.harness.results.collect import (
     TABLE_NAME,
     MissingRunsError,
     collect,
+    misjudged,
     uncollected,
 )
 from attnbench.harness.results.fit_quality import EXPONENT_RANGE, MAX_HALF_WIDTH, RELIABLE_SUFFIX
@@ -449,11 +450,18 @@ def _shown(frame: pd.DataFrame, include_stale: bool) -> tuple[pd.DataFrame, int]
     return with_machine(frame), stale
 
 
-def _collect_first(results_dir: Path, n_new: int) -> None:
+def _collect_first(results_dir: Path, n: int, rejudged: bool = False) -> None:
     """Bring the table up to date with records written since it was collected (a sweep stopped
-    before collecting, records copied in), saying so; where the folder cannot be written, or
-    collecting would drop runs the table holds (their records gone: `MissingRunsError`), build
-    from the table as it is and say why in one warning line."""
+    before collecting, records copied in), or, ``rejudged``, with the code installed now (``n``
+    runs whose ``current`` was judged against other code: `misjudged`), saying so; where the
+    folder cannot be written, or collecting would drop runs the table holds (their records gone:
+    `MissingRunsError`), build from the table as it is and say why in one warning line."""
+    what = (
+        f"{n} run(s) of {results_dir / TABLE_NAME} were judged against other code than the "
+        "installed attnbench"
+        if rejudged
+        else f"{n} record file(s) of {runs_dir(results_dir)} are not collected yet"
+    )
     try:
         collect(results_dir)
     except MissingRunsError as exc:
@@ -469,19 +477,21 @@ def _collect_first(results_dir: Path, n_new: int) -> None:
         return
     except OSError as exc:
         log.warning(
-            "attnbench-leaderboard: %d record file(s) of %s are not collected yet and collecting "
-            "failed (%s); the board shows the table as it was (run attnbench-collect %s).",
-            n_new,
-            runs_dir(results_dir),
+            "attnbench-leaderboard: %s and collecting failed (%s); the board shows the table as "
+            "it was (run attnbench-collect %s).",
+            what,
             exc.strerror or exc,
             results_dir,
         )
         return
-    log.warning(
-        "attnbench-leaderboard: collected %d new or changed record file(s) of %s first.",
-        n_new,
-        runs_dir(results_dir),
-    )
+    if rejudged:
+        log.warning("attnbench-leaderboard: %s; collected again first.", what)
+    else:
+        log.warning(
+            "attnbench-leaderboard: collected %d new or changed record file(s) of %s first.",
+            n,
+            runs_dir(results_dir),
+        )
 
 
 @dataclass
@@ -642,6 +652,8 @@ def _bring_up_to_date(results_dir: Path, table_path: Path) -> None:
         )
     elif table_path.exists() and (n_new := uncollected(results_dir)):
         _collect_first(results_dir, n_new)
+    elif table_path.exists() and (n_judged := misjudged(results_dir)):
+        _collect_first(results_dir, n_judged, rejudged=True)
 
 
 def _start_site(out: Path) -> None:

@@ -375,6 +375,27 @@ def uncollected(results_dir: str | os.PathLike) -> int:
     return changed + len(set(files) - present)
 
 
+def misjudged(results_dir: str | os.PathLike) -> int:
+    """How many runs of ``results_dir``'s table carry a ``current`` judged against other code
+    than the installed attnbench (a table collected before the code changed, such as a committed
+    reference): judged again now, from the table's metadata and a few of its columns.
+
+    The leaderboard asks before building, so that runs of older code are left out for the code
+    installed, not for the code that happened to collect them.
+    """
+    table = Path(results_dir) / TABLE_NAME
+    columns = ["run_id", "derived", "current", "code_fingerprint", "created_at", *JOB_KEY]
+    try:
+        raw = (pq.read_schema(table).metadata or {}).get(METADATA_KEY)
+        code = TableMeta.from_json(raw).code if raw else {}
+        runs = pq.read_table(table, columns=columns).to_pandas()
+    except (OSError, ValueError, TypeError, KeyError, pa.ArrowException):
+        return 0  # no usable table: the caller's own checks say so
+    runs = runs[~runs["derived"].astype(bool)].reset_index(drop=True)
+    now = _mark_current(runs, code)
+    return int(runs.loc[now != runs["current"].astype(bool), "run_id"].nunique())
+
+
 def _stamp(path: Path) -> tuple[int, int]:
     stat = path.stat()
     return stat.st_size, stat.st_mtime_ns

@@ -330,6 +330,40 @@ def test_records_written_after_the_table_are_collected_before_the_build(tmp_path
     assert again.returncode == 0 and "collected" not in again.stderr, again.stderr
 
 
+def test_runs_of_code_older_than_the_installed_one_are_left_out_though_the_table_says_current(
+    tmp_path,
+):
+    """A table collected before the code changed (a committed reference, read by a newer
+    checkout) said which runs were current for the code that collected it: the board showed a
+    FLA peer's runs, of code since changed, with a FLOP count 1.5× the GPU's peak (round-7
+    finding S11). The board judges again against the code installed, and collects first."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    results = tmp_path / "results"
+    write_record(results, _record(RUN["a"], variant="fresh"))
+    older = {"attnbench.metrics": "the digest of a metrics module since changed"}
+    write_record(results, make_record("b", variant="older_code", code_modules=older))
+    collect(results)
+    table_file = results / "results.parquet"
+    table = pq.read_table(table_file)
+    assert not table.to_pandas().set_index("run_id").loc[RUN["b"], "current"].any()
+    # as the code that collected it judged: every run current
+    current = pa.array([True] * table.num_rows)
+    table = table.set_column(table.schema.get_field_index("current"), "current", current)
+    pq.write_table(table, table_file)
+    os.utime(table_file)
+    proc = run_cli("attnbench-leaderboard", str(results))
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        f"attnbench-leaderboard: 1 run(s) of {table_file} were judged against other code than "
+        "the installed attnbench; collected again first." in proc.stderr.splitlines()
+    ), proc.stderr
+    html = (results / "leaderboard" / "index.html").read_text()
+    assert "fresh" in html and "older_code" not in html
+    assert not pd.read_parquet(table_file).set_index("run_id").loc[RUN["b"], "current"].any()
+
+
 def test_ctrl_c_is_one_line_and_exit_130(tmp_path, capsys, monkeypatch):
     results = _results(tmp_path, "a")
 
