@@ -289,12 +289,14 @@ def main() -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", PluginLoadWarning)  # said below, or in the refusal
             load_plugins()
-        store_configs()
+        skipped = store_configs()
         try:
             check_command_line(sys.argv[1:])
             sys.argv[1:] = group_keys_per_job(sys.argv[1:])
         except (ConfigError, UnknownNameError) as exc:
             refuse(exc)
+        for problem in skipped:  # said once, after the check: a refusal naming it says it
+            print(f"attnbench: warning: {problem}", file=sys.stderr)
         for failure in failures():
             print(
                 f"attnbench: warning: {failure.source} failed to load and is skipped: "

@@ -120,7 +120,10 @@ def main(argv: list[str] | None = None) -> int:
         return PLUGINS_STATUS if errors else 0
     if not args.json:
         for f in broken:
-            print(f"warning: {f.source} failed to load: {f.reason}", file=sys.stderr)
+            print(
+                f"attnbench-variants: warning: {f.source} failed to load: {f.reason}",
+                file=sys.stderr,
+            )
     return 0
 
 

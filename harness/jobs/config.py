@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import warnings
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -88,21 +87,24 @@ def params_problem(registry: Registry, name: str) -> str:
     )
 
 
-def _store_group(cs: ConfigStore, group: str, registry: Registry) -> None:
+def _store_group(cs: ConfigStore, group: str, registry: Registry) -> list[str]:
     """Store each entry's option; one whose Params make no config (`params_problem`) is
-    skipped with a one-line warning naming it, rather than failing every command, whichever
-    variant it names."""
+    skipped, rather than failing every command whichever variant it names: returns the sentence
+    of each skipped one."""
+    skipped = []
     for entry in registry.entries():
         problem = params_problem(registry, entry.name)
         if problem:
-            warnings.warn(problem, stacklevel=2)
+            skipped.append(problem)
         else:
             cs.store(group=group, name=entry.name, node=option_schema(entry.name, entry.obj.Params))
+    return skipped
 
 
-def store_configs() -> None:
-    """Put the root schema and every registered variant and task into Hydra's ConfigStore."""
+def store_configs() -> list[str]:
+    """Put the root schema and every registered variant and task into Hydra's ConfigStore;
+    returns the sentences of the entries skipped (`_store_group`), for the caller to say once:
+    as a warning where the run goes on, not before a refusal that names the same entry."""
     cs = ConfigStore.instance()
     cs.store(name="attnbench_schema", node=AttnbenchConfig)
-    _store_group(cs, "variant", VARIANTS)
-    _store_group(cs, "task", TASKS)
+    return _store_group(cs, "variant", VARIANTS) + _store_group(cs, "task", TASKS)

@@ -25,6 +25,7 @@ import contextlib
 import itertools
 import os
 import re
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -245,7 +246,7 @@ def run(
         raise ValueError(str(exc)) from None
     names = _variant_names(variant)
     tasks = [task] if isinstance(task, str) else list(task)
-    store_configs()  # a notebook's variant class becomes variant=<name>
+    skipped = store_configs()  # a notebook's variant class becomes variant=<name>
     results_dir = os.path.abspath(results_dir)
     args = [
         _override("variant", names),
@@ -261,6 +262,8 @@ def run(
     except (ConfigError, UnknownNameError) as exc:
         raise ValueError(str(exc)) from None
     del jobs
+    for problem in skipped:  # said once, after the check: a refusal naming it says it
+        warnings.warn(problem, stacklevel=2)
     with _probe_knowing(_defined_here(names)):
         run_ids = _run_with_progress(configs, run_job)
     table = results(results_dir)

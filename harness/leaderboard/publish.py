@@ -216,7 +216,7 @@ def copy_records(
             run_id = entry.name.removesuffix(".json")
             if attempt_run_id(entry.name) in run_ids:
                 continue  # an earlier or failed attempt beside the run's record: history, kept
-            if run_id in keep:
+            if run_id in keep or attempt_run_id(entry.name) in keep:
                 continue  # a run an earlier folder of the board shows (its header counts them)
             if (
                 is_run_id(run_id)

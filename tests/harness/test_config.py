@@ -149,10 +149,11 @@ def test_the_peers_preset_runs_every_registered_peer_on_each_of_its_tasks():
         assert set(VARIANTS.names("peer_*")) <= listed
 
 
-def test_a_plugin_whose_params_make_no_config_is_skipped_with_one_warning():
+def test_a_plugin_whose_params_make_no_config_is_skipped_with_one_sentence():
     """A plugin's Params default of the wrong type (``scale: float = "high"``) made every
     command fail in OmegaConf, whichever variant it named: that option alone is skipped, with a
-    warning naming it and the fix; the others are stored."""
+    sentence naming it and the fix (the command says it once: a warning where the run goes on,
+    the refusal where it names the entry, round-7 finding R10); the others are stored."""
     from hydra.core.config_store import ConfigStore
 
     from attnbench.harness.jobs.config import _store_group
@@ -171,11 +172,9 @@ def test_a_plugin_whose_params_make_no_config_is_skipped_with_one_warning():
     registry.register("bad_params_probe", type("BadV", (AttentionVariant,), {"Params": Bad}))
     registry.register("good_params_probe", type("GoodV", (AttentionVariant,), {"Params": Good}))
     cs = ConfigStore.instance()
-    with pytest.warns(UserWarning) as caught:
-        _store_group(cs, "probe_group", registry)
-    (warning,) = caught
-    assert "variant 'bad_params_probe'" in str(warning.message)
-    assert "give each field a default of its declared type" in str(warning.message)
+    (skipped,) = _store_group(cs, "probe_group", registry)  # the caller says it, once
+    assert "variant 'bad_params_probe'" in skipped
+    assert "give each field a default of its declared type" in skipped
     stored = cs.list("probe_group")
     assert stored == ["good_params_probe.yaml"]
 
@@ -220,3 +219,21 @@ def test_a_variant_skipped_for_its_params_is_refused_by_name_and_listed_as_unava
     assert rows["softmax"]["available"] == "yes"
     assert variants.main(["--strict", "soft*"]) == PLUGINS_STATUS
     assert sentence in capsys.readouterr().err
+
+
+def test_a_command_naming_a_variant_skipped_for_its_params_says_so_once(
+    bad_params_variant, tmp_path, monkeypatch, capsys
+):
+    """Round-7 finding R10: the skip's sentence came twice, as a warning, then as the refusal."""
+    import sys
+
+    from attnbench.harness.cli import app
+
+    argv = ["attnbench", f"variant={bad_params_variant}", f"results_dir={tmp_path / 'r'}"]
+    monkeypatch.setattr(sys, "argv", argv)
+    monkeypatch.setattr(app, "_hydra_main", lambda: pytest.fail("the command reached Hydra"))
+    with pytest.raises(SystemExit) as exit_:
+        app.main()
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"attnbench: variant '{bad_params_variant}' (") and "skipped" in err

@@ -178,8 +178,8 @@ def test_plugin_that_fails_to_import_is_reported_and_skipped(tmp_path):
     assert header == ["name", "family", "cost", "causal", "origin", "library", "available"]
     assert "softmax" in proc.stdout and "linear" in proc.stdout
     assert (
-        proc.stderr
-        == f"warning: {BROKEN_SOURCE} failed to load: ImportError: missing dependency xyz\n"
+        proc.stderr == f"attnbench-variants: warning: {BROKEN_SOURCE} failed to load: ImportError: "
+        "missing dependency xyz\n"
     )
     strict = run_cli("attnbench-variants", "--strict", env=env)
     assert strict.returncode == 2 and "softmax" in strict.stdout

@@ -82,6 +82,8 @@ def test_a_run_both_folders_hold_is_shown_once(tmp_path, caplog):
     cpu, gpu = _two_folders(tmp_path)
     copy = tmp_path / "copy"
     _timing(copy, "c1", "softmax", 4.0, "AMD EPYC (AVX512)")  # the same record: same identity
+    (record,) = (copy / "runs").glob("*.json")  # and an earlier attempt kept beside it (R11)
+    (record.parent / f"{record.stem}.20261126T145538Z.json").write_bytes(record.read_bytes())
     collect(copy)
     html = build_site([cpu, copy], tmp_path / "site").read_text()
     assert len(re.findall(r'<tr data-machine="AMD EPYC \(AVX512\)"', html)) == 2
