@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import warnings
 from pathlib import Path
 
 import pytest
@@ -232,8 +233,10 @@ def test_a_command_naming_a_variant_skipped_for_its_params_says_so_once(
     argv = ["attnbench", f"variant={bad_params_variant}", f"results_dir={tmp_path / 'r'}"]
     monkeypatch.setattr(sys, "argv", argv)
     monkeypatch.setattr(app, "_hydra_main", lambda: pytest.fail("the command reached Hydra"))
-    with pytest.raises(SystemExit) as exit_:
+    with pytest.raises(SystemExit) as exit_, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         app.main()
     err = capsys.readouterr().err
+    assert not [w for w in caught if "skipped" in str(w.message)]  # no warning before it
     assert exit_.value.code == 2 and len(err.strip().splitlines()) == 1, err
     assert err.startswith(f"attnbench: variant '{bad_params_variant}' (") and "skipped" in err
