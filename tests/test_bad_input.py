@@ -148,6 +148,11 @@ REFUSALS = [
     (["variant=mamba2", "variant.dt_max=1e39"], "variant.dt_max=1e39 is beyond float32's range"),
     (["--bogus", "variant=softmax"], "--bogus is not an option of attnbench (its own is --strict;"),
     (["--cfg=job", "--verbose"], "--verbose is not an option of attnbench"),
+    (
+        ["variant=gla,mamba2", "-m", "task=throughput"],
+        "-m stands between settings, where Hydra cannot read the settings after it; give the "
+        "options first (attnbench -m key=value …).",
+    ),
     (["variant=mesa", "variant.lambda_min=1e-310"], "variant.lambda_min=1e-310 is beyond float32"),
     (["variant=mamba2", "variant.a_init_min=1e-320"], "give 0 or a magnitude from 1.2e-38 to 3.4e"),
     (

@@ -319,8 +319,16 @@ def _hydra_flags() -> frozenset[str]:
 def _check_words(args: list[str]) -> None:
     """Refuse a word that is neither a flag, a flag's value, nor ``key=value``: a bare word
     (Hydra's grammar error is several lines and exit 1), and ``~key``, which deletes a setting
-    every job reads (the job then failed without a record). ``~hydra…`` stays Hydra's."""
+    every job reads (the job then failed without a record). ``~hydra…`` stays Hydra's. And an
+    option between settings (``variant=gla -m task=recall``): Hydra's parser reads the settings
+    after it as unknown arguments, with its usage text."""
+    settings = [i for i, w in enumerate(args) if "=" in w and not w.startswith("-")]
     for i, word in enumerate(args):
+        if word.startswith("-") and settings and settings[0] < i < settings[-1]:
+            raise ConfigError(
+                f"{word} stands between settings, where Hydra cannot read the settings after "
+                f"it; give the options first (attnbench {word} key=value …)."
+            )
         if word.startswith("-") and word.split("=", 1)[0] not in _hydra_flags():
             raise ConfigError(
                 f"{word} is not an option of attnbench (its own is --strict; Hydra's: -m, "
