@@ -366,3 +366,26 @@ def test_a_reader_that_leaves_ends_the_command_quietly(tmp_path, command):
     assert proc.wait(timeout=120) == 141 and "Traceback" not in err, err
     if command == "attnbench-collect":
         assert (tmp_path / "results.parquet").exists()
+
+
+def test_an_error_raised_while_a_ctrl_c_was_handled_is_the_ctrl_c(tmp_path, monkeypatch, capsys):
+    """Round-7 finding F5: a Ctrl-C landing inside OmegaConf's composition left an object half
+    made, its clean-up raised an AttributeError, and Hydra reported that as its own error with
+    exit status 1 and no word of the interruption. What a Ctrl-C caused is the Ctrl-C."""
+    import sys
+
+    from attnbench.harness.cli import app
+
+    def composing():
+        try:
+            raise KeyboardInterrupt
+        finally:  # a clean-up that fails on what the interruption left
+            raise AttributeError("'NoneType' object has no attribute '_invalidate_flags_cache'")
+
+    argv = ["attnbench", "variant=softmax", f"results_dir={tmp_path / 'r'}"]
+    monkeypatch.setattr(sys, "argv", argv)
+    monkeypatch.setattr(app, "_hydra_main", composing)
+    with pytest.raises(SystemExit) as exit_:
+        app.main()
+    assert exit_.value.code == 130
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "attnbench: interrupted by Ctrl-C."

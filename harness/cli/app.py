@@ -228,6 +228,20 @@ def _hydra_raises() -> Iterator[None]:
             os.environ["HYDRA_FULL_ERROR"] = before
 
 
+def _raised_by_a_ctrl_c(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised while a Ctrl-C (KeyboardInterrupt) was being handled: a
+    Ctrl-C that lands inside OmegaConf's composition leaves an object half-made, and its
+    clean-up raised "'NoneType' object has no attribute '_invalidate_flags_cache'", which Hydra
+    reported as its own error, exit status 1 (round-7 finding F5). It is the Ctrl-C."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 def _hydra_report(exc: Exception) -> NoReturn:
     """Report ``exc`` as Hydra reports an exception it raised (its traceback from the job down,
     exit status 1; all of it where the user set ``HYDRA_FULL_ERROR=1``): handed back to Hydra's
@@ -312,6 +326,8 @@ def main() -> None:
             _done()
             _refuse_output_failure(exc)
         except Exception as exc:
+            if _raised_by_a_ctrl_c(exc):
+                raise KeyboardInterrupt from None
             _hydra_report(exc)
     except KeyboardInterrupt:  # outside a sweep's jobs (which the sweeper stops cleanly)
         _done()
