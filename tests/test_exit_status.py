@@ -389,3 +389,30 @@ def test_an_error_raised_while_a_ctrl_c_was_handled_is_the_ctrl_c(tmp_path, monk
         app.main()
     assert exit_.value.code == 130
     assert capsys.readouterr().err.strip().splitlines()[-1] == "attnbench: interrupted by Ctrl-C."
+
+
+def test_joblib_workers_start_with_sigint_blocked_while_a_sweep_launches(tmp_path):
+    """The other half of F5: a terminal's Ctrl-C reached joblib workers still importing, which
+    printed their KeyboardInterrupt tracebacks. Started inside a sweep's launch, a worker (here
+    a small interpreter started the way loky starts one) has SIGINT blocked from its first
+    instruction; outside a launch, and after it, the spawn is joblib's own again."""
+    import sys
+
+    from joblib.externals.loky.backend import fork_exec as spawning
+
+    from attnbench.harness.cli.interrupt import GracefulStop
+
+    def blocked_in_a_child(name: str) -> str:
+        out = tmp_path / name
+        code = "import signal, sys; open(sys.argv[1], 'w').write(str(signal.SIGINT in "
+        code += "signal.pthread_sigmask(signal.SIG_BLOCK, [])))"
+        pid = spawning.fork_exec([sys.executable, "-c", code, str(out)], [])
+        os.waitpid(pid, 0)
+        return out.read_text()
+
+    joblib_s_own = spawning.fork_exec
+    with GracefulStop(tmp_path / ".stop"):
+        assert blocked_in_a_child("inside") == "True"
+    assert spawning.fork_exec is joblib_s_own
+    assert blocked_in_a_child("outside") == "False"
+    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])  # ours unblocked

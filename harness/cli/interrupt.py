@@ -74,6 +74,42 @@ def stop_requested(stop_file: Path | None) -> bool:
     return _stop_requested or (stop_file is not None and stop_file.exists())
 
 
+def _loky_spawn() -> Any:
+    """The module through which joblib's loky backend starts a worker (a fork and exec of a
+    fresh interpreter); None without joblib, or with another layout of it."""
+    try:
+        from joblib.externals.loky.backend import fork_exec
+    except ImportError:
+        return None
+    return fork_exec
+
+
+def _workers_start_without_sigint() -> Callable | None:
+    """While a sweep launches, joblib's workers start with SIGINT blocked; returns what to put
+    back (None where there is nothing to wrap).
+
+    Jobs in workers ignore SIGINT (the sweeper's process decides, module docstring), but only
+    once the worker runs one: a terminal's Ctrl-C that reached a worker still importing printed
+    its ``KeyboardInterrupt`` traceback (20-57 lines, round-7 finding F5). A blocked signal
+    survives fork and exec, and Python does not unblock it, so such a worker never sees SIGINT;
+    joblib ends its workers itself (SIGTERM) when the sweeper stops."""
+    module = _loky_spawn()
+    spawn = getattr(module, "fork_exec", None)
+    if spawn is None or not hasattr(signal, "pthread_sigmask"):
+        return None
+
+    @functools.wraps(spawn)
+    def without_sigint(*args: Any, **kwargs: Any) -> Any:
+        before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # this thread only
+        try:
+            return spawn(*args, **kwargs)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+    module.fork_exec = without_sigint
+    return spawn
+
+
 class GracefulStop:
     """Context manager for a sweep's launches: SIGINT handling as in the module docstring.
 
@@ -86,6 +122,7 @@ class GracefulStop:
         self.stop_file = stop_file
         self.previous: Any = None
         self.installed = False
+        self._spawn: Callable | None = None
 
     @property
     def requested(self) -> bool:
@@ -98,6 +135,7 @@ class GracefulStop:
         if _in_main_thread():
             self.previous = signal.signal(signal.SIGINT, self._handle)
             self.installed = True
+        self._spawn = _workers_start_without_sigint()
         return self
 
     def _handle(self, signum: int, frame: Any) -> None:
@@ -112,6 +150,8 @@ class GracefulStop:
 
     def __exit__(self, *exc: object) -> None:
         global _stop_requested
+        if self._spawn is not None:
+            _loky_spawn().fork_exec = self._spawn
         if self.installed:
             signal.signal(signal.SIGINT, self.previous)
         _stop_requested = False
