@@ -84,13 +84,32 @@ def _one_line(prog: str):
     return show
 
 
+SHOWN_PREFIX = "attnbench-warnings-"  # then the command's pid
+
+
+def _remove_folders_of_dead_commands() -> None:
+    """The folders `_warnings_shared` left where its command was killed (SIGKILL, a second
+    SIGTERM) and could not remove its own: each names its command's pid."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{SHOWN_PREFIX}*-*"):
+        pid = folder.name.removeprefix(SHOWN_PREFIX).split("-", 1)[0]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except OSError:  # alive, another user's
+            continue
+
+
 @contextlib.contextmanager
 def _warnings_shared(prog: str) -> Iterator[None]:
     """While the command runs, the processes it starts print warnings as it does, each line
     once in all: joblib's workers are fresh interpreters, which printed the command's warnings
     again, raw and with code locations, once per worker (round-6 finding W3). The variables
     are the command's alone: removed, with the folder, when it ends."""
-    folder = tempfile.mkdtemp(prefix="attnbench-warnings-")
+    _remove_folders_of_dead_commands()
+    folder = tempfile.mkdtemp(prefix=f"{SHOWN_PREFIX}{os.getpid()}-")
     before = {name: os.environ.get(name) for name in (SHOWN, COMMAND)}
     os.environ[SHOWN], os.environ[COMMAND] = folder, prog
     try:

@@ -161,3 +161,29 @@ def test_a_command_s_shared_warnings_end_with_it(tmp_path, monkeypatch):
         warnings.showwarning = before
     assert Path(folder).name.startswith("attnbench-warnings-") and not Path(folder).exists()
     assert cli.SHOWN not in os.environ and cli.COMMAND not in os.environ
+
+
+def test_a_killed_command_s_warnings_folder_is_removed_by_the_next(tmp_path, monkeypatch):
+    """A command killed (SIGKILL) cannot remove its folder; the next command removes the
+    folders of commands no longer running, and only those."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        text=True,
+        capture_output=True,
+        check=True,
+    )
+    left = tmp_path / f"{cli.SHOWN_PREFIX}{dead.stdout.strip()}-abc123"
+    alive = tmp_path / f"{cli.SHOWN_PREFIX}{os.getpid()}-def456"
+    left.mkdir()
+    alive.mkdir()
+    (tmp_path / "doing_nothing.py").write_text("def main(argv):\n    return 0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = warnings.showwarning
+    try:
+        assert cli.launch("attnbench-x", "doing_nothing", []) == 0
+    finally:
+        warnings.showwarning = before
+    assert not left.exists() and alive.exists()
