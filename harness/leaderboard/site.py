@@ -61,6 +61,7 @@ from attnbench.harness.results.collect import (
     TABLE_NAME,
     MissingRunsError,
     collect,
+    judged_now,
     misjudged,
     uncollected,
 )
@@ -476,6 +477,8 @@ def _collect_first(results_dir: Path, n: int, rejudged: bool = False) -> None:
         )
         return
     except OSError as exc:
+        if rejudged:
+            return  # `_read_source` judges the runs again for the page, and says so
         log.warning(
             "attnbench-leaderboard: %s and collecting failed (%s); the board shows the table as "
             "it was (run attnbench-collect %s).",
@@ -603,6 +606,16 @@ def _read_source(folder: Path) -> Source:
     table_path = folder / TABLE_NAME
     _bring_up_to_date(folder, table_path)
     frame, infos = load(table_path, COLUMNS)[:2] if table_path.exists() else (pd.DataFrame(), {})
+    if not frame.empty and table_path.suffix == ".parquet":
+        frame, n_judged = judged_now(frame, table_path)
+        if n_judged:  # the table could not be collected again (`_bring_up_to_date` said why)
+            log.warning(
+                "attnbench-leaderboard: %d run(s) of %s were judged against other code than the "
+                "installed attnbench; this page judges them again (runs of older code left out, "
+                "their tasks' fits not drawn), the table stays as it is.",
+                n_judged,
+                table_path,
+            )
     return Source(folder, frame, infos)
 
 

@@ -375,6 +375,30 @@ def uncollected(results_dir: str | os.PathLike) -> int:
     return changed + len(set(files) - present)
 
 
+def judged_now(frame: pd.DataFrame, table: str | os.PathLike) -> tuple[pd.DataFrame, int]:
+    """``frame``, the table read from ``table``, with ``current`` judged against the installed
+    code (`misjudged`'s judgement), and how many runs that changed. Where a run changed, the
+    derived rows (scaling fits) of its task are dropped: they were fitted over what was current
+    for the other code. For a table that cannot be collected again (no records beside it, a
+    record gone, a read-only folder), so its runs of older code are still left out."""
+    try:
+        raw = (pq.read_schema(table).metadata or {}).get(METADATA_KEY)
+        code = TableMeta.from_json(raw).code if raw else {}
+    except (OSError, ValueError, TypeError, KeyError, pa.ArrowException):
+        return frame, 0
+    runs = frame[~frame["derived"].astype(bool)]
+    if runs.empty:
+        return frame, 0
+    now = _judged_where_known(runs, code)
+    changed = runs.loc[now != runs["current"].astype(bool)]
+    if changed.empty:
+        return frame, 0
+    frame = frame.copy()
+    frame.loc[now.index, "current"] = now
+    refitted = frame["derived"].astype(bool) & frame["task"].isin(set(changed["task"]))
+    return frame[~refitted], int(changed["run_id"].nunique())
+
+
 def misjudged(results_dir: str | os.PathLike) -> int:
     """How many runs of ``results_dir``'s table carry a ``current`` judged against other code
     than the installed attnbench (a table collected before the code changed, such as a committed
@@ -392,8 +416,16 @@ def misjudged(results_dir: str | os.PathLike) -> int:
     except (OSError, ValueError, TypeError, KeyError, pa.ArrowException):
         return 0  # no usable table: the caller's own checks say so
     runs = runs[~runs["derived"].astype(bool)].reset_index(drop=True)
-    now = _mark_current(runs, code)
+    now = _judged_where_known(runs, code)
     return int(runs.loc[now != runs["current"].astype(bool), "run_id"].nunique())
+
+
+def _judged_where_known(runs: pd.DataFrame, code: dict[str, dict[str, str]]) -> pd.Series:
+    """``current`` of ``runs`` judged now where the table remembers their code (its metadata's
+    fingerprint → module digests); the table's own flag where it does not (a table written
+    without that memory cannot be judged again, and is not judged stale for it)."""
+    known = runs["code_fingerprint"].isin(set(code))
+    return _mark_current(runs, code).where(known, runs["current"].astype(bool))
 
 
 def _stamp(path: Path) -> tuple[int, int]:

@@ -364,6 +364,39 @@ def test_runs_of_code_older_than_the_installed_one_are_left_out_though_the_table
     assert not pd.read_parquet(table_file).set_index("run_id").loc[RUN["b"], "current"].any()
 
 
+def test_runs_of_older_code_are_left_out_where_the_table_cannot_be_collected_again(tmp_path):
+    """Round-8 finding S12: a table whose flags were judged for other code, with no records
+    beside it to collect again (also a record gone, a read-only folder), was shown as it was:
+    its runs of older code "of the installed code". The page judges them again."""
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    results = tmp_path / "results"
+    write_record(results, _record(RUN["a"], variant="fresh"))
+    older = {"attnbench.metrics": "the digest of a metrics module since changed"}
+    write_record(results, make_record("b", variant="older_code", code_modules=older))
+    collect(results)
+    table_file = results / "results.parquet"
+    table = pq.read_table(table_file)
+    current = pa.array([True] * table.num_rows)
+    pq.write_table(
+        table.set_column(table.schema.get_field_index("current"), "current", current), table_file
+    )
+    shutil.rmtree(results / "runs")
+    proc = run_cli("attnbench-leaderboard", str(results), "-o", str(tmp_path / "site"))
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        f"attnbench-leaderboard: 1 run(s) of {table_file} were judged against other code than "
+        "the installed attnbench; this page judges them again (runs of older code left out, "
+        "their tasks' fits not drawn), the table stays as it is." in proc.stderr.splitlines()
+    ), proc.stderr
+    html = (tmp_path / "site" / "index.html").read_text()
+    assert "fresh" in html and "older_code" not in html
+    assert pd.read_parquet(table_file)["current"].all()  # the table itself is left as it was
+
+
 def test_ctrl_c_is_one_line_and_exit_130(tmp_path, capsys, monkeypatch):
     results = _results(tmp_path, "a")
 
