@@ -330,13 +330,9 @@ def test_records_written_after_the_table_are_collected_before_the_build(tmp_path
     assert again.returncode == 0 and "collected" not in again.stderr, again.stderr
 
 
-def test_runs_of_code_older_than_the_installed_one_are_left_out_though_the_table_says_current(
-    tmp_path,
-):
-    """A table collected before the code changed (a committed reference, read by a newer
-    checkout) said which runs were current for the code that collected it: the board showed a
-    FLA peer's runs, of code since changed, with a FLOP count 1.5× the GPU's peak (round-7
-    finding S11). The board judges again against the code installed, and collects first."""
+def _table_judged_for_other_code(tmp_path: Path) -> Path:
+    """A folder of two runs, "fresh" of the installed code and "older_code" of a changed one,
+    whose table says both are current, as the code that collected it judged; its table file."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -348,11 +344,22 @@ def test_runs_of_code_older_than_the_installed_one_are_left_out_though_the_table
     table_file = results / "results.parquet"
     table = pq.read_table(table_file)
     assert not table.to_pandas().set_index("run_id").loc[RUN["b"], "current"].any()
-    # as the code that collected it judged: every run current
     current = pa.array([True] * table.num_rows)
     table = table.set_column(table.schema.get_field_index("current"), "current", current)
     pq.write_table(table, table_file)
     os.utime(table_file)
+    return table_file
+
+
+def test_runs_of_code_older_than_the_installed_one_are_left_out_though_the_table_says_current(
+    tmp_path,
+):
+    """A table collected before the code changed (a committed reference, read by a newer
+    checkout) said which runs were current for the code that collected it: the board showed a
+    FLA peer's runs, of code since changed, with a FLOP count 1.5× the GPU's peak (round-7
+    finding S11). The board judges again against the code installed, and collects first."""
+    table_file = _table_judged_for_other_code(tmp_path)
+    results = table_file.parent
     proc = run_cli("attnbench-leaderboard", str(results))
     assert proc.returncode == 0, proc.stderr
     assert (
@@ -370,20 +377,8 @@ def test_runs_of_older_code_are_left_out_where_the_table_cannot_be_collected_aga
     its runs of older code "of the installed code". The page judges them again."""
     import shutil
 
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    results = tmp_path / "results"
-    write_record(results, _record(RUN["a"], variant="fresh"))
-    older = {"attnbench.metrics": "the digest of a metrics module since changed"}
-    write_record(results, make_record("b", variant="older_code", code_modules=older))
-    collect(results)
-    table_file = results / "results.parquet"
-    table = pq.read_table(table_file)
-    current = pa.array([True] * table.num_rows)
-    pq.write_table(
-        table.set_column(table.schema.get_field_index("current"), "current", current), table_file
-    )
+    table_file = _table_judged_for_other_code(tmp_path)
+    results = table_file.parent
     shutil.rmtree(results / "runs")
     proc = run_cli("attnbench-leaderboard", str(results), "-o", str(tmp_path / "site"))
     assert proc.returncode == 0, proc.stderr
