@@ -410,14 +410,10 @@ def misjudged(results_dir: str | os.PathLike) -> int:
     table = Path(results_dir) / TABLE_NAME
     columns = ["run_id", "derived", "current", "code_fingerprint", "created_at", *JOB_KEY]
     try:
-        raw = (pq.read_schema(table).metadata or {}).get(METADATA_KEY)
-        code = TableMeta.from_json(raw).code if raw else {}
         runs = pq.read_table(table, columns=columns).to_pandas()
     except (OSError, ValueError, TypeError, KeyError, pa.ArrowException):
         return 0  # no usable table: the caller's own checks say so
-    runs = runs[~runs["derived"].astype(bool)].reset_index(drop=True)
-    now = _judged_where_known(runs, code)
-    return int(runs.loc[now != runs["current"].astype(bool), "run_id"].nunique())
+    return judged_now(runs, table)[1]
 
 
 def _judged_where_known(runs: pd.DataFrame, code: dict[str, dict[str, str]]) -> pd.Series:
