@@ -257,3 +257,33 @@ def test_a_key_shared_by_two_tasks_the_default_lacks(tmp_path):
     assert sorted(table["task"].unique()) == ["compression", "memorization"]
     assert set(table["status"]) == {"ok"}
     assert all(json.loads(p)["steps"] == 2 for p in table["task_params"].unique())
+
+
+def test_a_broken_plugin_s_warning_names_the_line_that_called_run(tmp_path):
+    """Round-8 finding W5: the warning named attnbench's installed discovery.py and its line."""
+    dist = tmp_path / "broken_plugin-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-plugin\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[attnbench.variants]\nbroken = broken_plugin_mod\n")
+    (tmp_path / "broken_plugin_mod.py").write_text("raise ImportError('missing dependency xyz')\n")
+    script = tmp_path / "users_script.py"
+    script.write_text(
+        "import attnbench\n\ntry:\n"
+        "    attnbench.run('softmax', 'throughput', results_dir='', threads=1)\n"
+        "except ValueError as exc:\n    print(exc)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
+        timeout=120,
+    )
+    assert proc.returncode == 0 and "results_dir" in proc.stdout, proc.stderr
+    assert proc.stderr.startswith(
+        f"{script}:4: PluginLoadWarning: attnbench: plugin broken-plugin (entry point "
+        "attnbench.variants: broken = broken_plugin_mod) failed to load and is skipped: "
+        "ImportError: missing dependency xyz\n"
+    ), proc.stderr
+    assert "discovery.py" not in proc.stderr
