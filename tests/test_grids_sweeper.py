@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 
 import pytest
 from conftest import REPO, run_cli
@@ -198,6 +199,53 @@ def test_a_worker_pool_broken_by_the_ctrl_c_is_the_stop_not_a_traceback(
     assert _sweep(hydra_sweep_runner, tmp_path, lambda cfg: cfg.bar, "bar=1,2") == []
     assert OUTCOME.interrupted and OUTCOME.exit_status() == 130
     assert "Traceback" not in capfd.readouterr().err
+
+
+def _launcher_pressing_ctrl_c(sweeper, job_started: bool):
+    """A launcher of jobs in other processes (joblib's, say) whose workers are still starting
+    when the Ctrl-C comes, or have started a job (the file a guarded job leaves)."""
+
+    class Launcher:
+        def launch(self, batch, initial_job_idx):
+            from attnbench.harness.cli.interrupt import started_file
+
+            if job_started:
+                started_file(sweeper.guard.stop_file).touch()
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(20):  # the handler runs between these bytecodes
+                time.sleep(0.01)
+            raise RuntimeError("the launch went on after the Ctrl-C")
+
+    return Launcher()
+
+
+def test_a_first_ctrl_c_before_any_worker_started_a_job_stops_now(
+    hydra_sweep_runner, tmp_path, monkeypatch, capfd
+):
+    """Round-8 finding F6: it waited for every worker to start and skip its jobs (5-13 s)."""
+    from hydra_plugins.attnbench_sweeper.grids_sweeper import GridsSweeper
+
+    monkeypatch.setattr(
+        GridsSweeper, "_launcher_of", lambda self, b: _launcher_pressing_ctrl_c(self, False)
+    )
+    assert _sweep(hydra_sweep_runner, tmp_path, lambda cfg: cfg.bar, "bar=1,2") == []
+    err = capfd.readouterr().err
+    assert "no job has started yet; stopping now" in err and "stopping after" not in err
+    assert OUTCOME.interrupted and OUTCOME.not_run == 2 and OUTCOME.exit_status() == 130
+
+
+def test_a_first_ctrl_c_after_a_worker_started_a_job_waits_for_it(
+    hydra_sweep_runner, tmp_path, monkeypatch, capfd
+):
+    from hydra_plugins.attnbench_sweeper.grids_sweeper import GridsSweeper
+
+    monkeypatch.setattr(
+        GridsSweeper, "_launcher_of", lambda self, b: _launcher_pressing_ctrl_c(self, True)
+    )
+    _sweep(hydra_sweep_runner, tmp_path, lambda cfg: cfg.bar, "bar=1,2")
+    err = capfd.readouterr().err
+    assert "stopping after the running job" in err and "no job has started" not in err
+    assert OUTCOME.interrupted and OUTCOME.exit_status() == 130
 
 
 GRID_LIST = "hydra.sweeper.grids=[{group1:file1,bar:'1,2'},{group1:file2,bar:3}]"

@@ -21,7 +21,10 @@ How the stop reaches the jobs depends on where they run:
   group and receive the same SIGINT, jobs ignore SIGINT: the sweeper's process decides. A file,
   ``.stop`` in the sweep directory, tells jobs that have not started to return `SKIPPED` instead
   of running. A second Ctrl-C interrupts the launcher's wait in the sweeper's process; joblib
-  then terminates its workers (their running jobs leave no record).
+  then terminates its workers (their running jobs leave no record). A job that starts in such a
+  process first leaves a second file, ``.started``: a first Ctrl-C before any job of the batch has
+  started there has no job to wait for, and stops now, as a second one would (waiting meant
+  waiting for every worker to start and skip its jobs: 5-13 s, round-8 finding F6).
 """
 
 from __future__ import annotations
@@ -38,11 +41,13 @@ from pathlib import Path
 from typing import Any
 
 STOP_FILE = ".stop"
+STARTED_FILE = ".started"  # beside the stop file: a job of the running batch has started
 SKIPPED = "not run: the sweep was stopped"  # what a guarded job returns when it does not start
 FIRST_CTRL_C = (
     "attnbench: Ctrl-C: stopping after the running job (not starting new ones); "
     "press Ctrl-C again to stop now.\n"
 )
+CTRL_C_BEFORE_ANY_JOB = "attnbench: Ctrl-C: no job has started yet; stopping now.\n"
 
 _stop_requested = False  # set by GracefulStop's handler in the sweeper's process
 
@@ -67,6 +72,11 @@ class StopSweep(BaseException):  # noqa: N818 (a control-flow signal, like Keybo
 
 def _in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
+
+
+def started_file(stop_file: Path) -> Path:
+    """The file a job in another process leaves when it starts (module docstring)."""
+    return stop_file.with_name(STARTED_FILE)
 
 
 def stop_requested(stop_file: Path | None) -> bool:
@@ -122,6 +132,8 @@ class GracefulStop:
         self.stop_file = stop_file
         self.previous: Any = None
         self.installed = False
+        self.elsewhere = False  # the running batch's jobs run in other processes
+        self.before_any_job = False  # the stop came before any of them started
         self._spawn: Callable | None = None
 
     @property
@@ -132,11 +144,17 @@ class GracefulStop:
         global _stop_requested
         _stop_requested = False
         self.stop_file.unlink(missing_ok=True)
+        self.new_batch()
         if _in_main_thread():
             self.previous = signal.signal(signal.SIGINT, self._handle)
             self.installed = True
         self._spawn = _workers_start_without_sigint()
         return self
+
+    def new_batch(self, elsewhere: bool = False) -> None:
+        """A launch is about to start, its jobs in other processes or not: none has started."""
+        self.elsewhere = elsewhere
+        started_file(self.stop_file).unlink(missing_ok=True)
 
     def _handle(self, signum: int, frame: Any) -> None:
         global _stop_requested
@@ -146,6 +164,11 @@ class GracefulStop:
         _stop_requested = True
         with contextlib.suppress(OSError):  # the jobs of this process still see the flag
             self.stop_file.touch()
+        if self.elsewhere and not started_file(self.stop_file).exists():
+            self.before_any_job = True
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            os.write(2, CTRL_C_BEFORE_ANY_JOB.encode())
+            raise KeyboardInterrupt
         os.write(2, FIRST_CTRL_C.encode())  # not print(): a handler may interrupt a write
 
     def __exit__(self, *exc: object) -> None:
@@ -156,6 +179,7 @@ class GracefulStop:
             signal.signal(signal.SIGINT, self.previous)
         _stop_requested = False
         self.stop_file.unlink(missing_ok=True)
+        self.new_batch()
 
 
 @dataclass
@@ -187,6 +211,9 @@ class GuardedTask:
                 raise StopSweep
             return SKIPPED
         self.started += here
+        if not here:
+            with contextlib.suppress(OSError):  # the sweeper's first Ctrl-C waits for this job
+                started_file(self.stop_file).touch()
         try:
             value = self.task_function(cfg)
         except Exception as exc:

@@ -366,10 +366,12 @@ class GridsSweeper(BasicSweeper):
             while not self.is_done() and not stop.requested:
                 batch = self.get_job_batch()
                 self.validate_batch_is_legal(batch)
+                launcher = self._launcher_of(batch)
+                stop.new_batch(elsewhere=not isinstance(launcher, BasicLauncher))
                 try:
-                    results = self._launcher_of(batch).launch(batch, initial_job_idx=first)
+                    results = launcher.launch(batch, initial_job_idx=first)
                 except (StopSweep, KeyboardInterrupt) as exc:
-                    self._aborted(batch, exc)
+                    self._aborted(batch, exc, before_any_job=stop.before_any_job)
                     return returns
                 except Exception as exc:
                     # A Ctrl-C while joblib's workers start reaches them before they ignore it
@@ -424,17 +426,19 @@ class GridsSweeper(BasicSweeper):
             OUTCOME.job_failed(batch[started], exc)  # the job whose set-up failed
         OUTCOME.aborted(exc, later + len(batch) - started - 1 if in_process else None)
 
-    def _aborted(self, batch: Sequence[Sequence[str]], exc: BaseException) -> None:
+    def _aborted(
+        self, batch: Sequence[Sequence[str]], exc: BaseException, before_any_job: bool = False
+    ) -> None:
         """A launch that a Ctrl-C cut short: note the stop and the failures seen in this process.
 
         Jobs that ran in this process (Hydra's basic launcher) are counted by the guard; jobs in
         workers cannot be (their results are lost with the launch), so the number not run is
-        then unknown.
+        then unknown, unless the stop came before any job of the batch started.
         """
         assert self.guard is not None and self.overrides is not None
         started, finished, failures = self.guard.take_batch()
         for overrides, error in failures:
             OUTCOME.job_failed(overrides, error)
-        in_process = isinstance(exc, StopSweep) or started > 0
+        in_process = isinstance(exc, StopSweep) or started > 0 or before_any_job
         later = sum(len(b) for b in self.overrides[self.batch_index :])
         OUTCOME.stopped(later + len(batch) - finished if in_process else None)
