@@ -22,9 +22,10 @@ How the stop reaches the jobs depends on where they run:
   ``.stop`` in the sweep directory, tells jobs that have not started to return `SKIPPED` instead
   of running. A second Ctrl-C interrupts the launcher's wait in the sweeper's process; joblib
   then terminates its workers (their running jobs leave no record). A job that starts in such a
-  process first leaves a second file, ``.started``: a first Ctrl-C before any job of the batch has
-  started there has no job to wait for, and stops now, as a second one would (waiting meant
-  waiting for every worker to start and skip its jobs: 5-13 s, round-8 finding F6).
+  process first leaves a second file, ``.started``: with joblib's workers, a first Ctrl-C before
+  any job of the batch has started has no job to wait for, and stops now, as a second one would
+  (waiting meant waiting for every worker to start and skip its jobs: 5-13 s, round-8 finding
+  F6). Not with a cluster's queued jobs, which would outlive the sweep.
 """
 
 from __future__ import annotations
@@ -132,7 +133,7 @@ class GracefulStop:
         self.stop_file = stop_file
         self.previous: Any = None
         self.installed = False
-        self.elsewhere = False  # the running batch's jobs run in other processes
+        self.local_workers = False  # the batch's jobs run in workers that end with the sweep
         self.before_any_job = False  # the stop came before any of them started
         self._spawn: Callable | None = None
 
@@ -151,9 +152,10 @@ class GracefulStop:
         self._spawn = _workers_start_without_sigint()
         return self
 
-    def new_batch(self, elsewhere: bool = False) -> None:
-        """A launch is about to start, its jobs in other processes or not: none has started."""
-        self.elsewhere = elsewhere
+    def new_batch(self, local_workers: bool = False) -> None:
+        """A launch is about to start, its jobs in local workers (joblib's) or not; none has
+        started. Only local workers end with the sweep: a cluster's queued jobs would run later."""
+        self.local_workers = local_workers
         started_file(self.stop_file).unlink(missing_ok=True)
 
     def _handle(self, signum: int, frame: Any) -> None:
@@ -164,7 +166,7 @@ class GracefulStop:
         _stop_requested = True
         with contextlib.suppress(OSError):  # the jobs of this process still see the flag
             self.stop_file.touch()
-        if self.elsewhere and not started_file(self.stop_file).exists():
+        if self.local_workers and not started_file(self.stop_file).exists():
             self.before_any_job = True
             signal.signal(signal.SIGINT, signal.default_int_handler)
             os.write(2, CTRL_C_BEFORE_ANY_JOB.encode())

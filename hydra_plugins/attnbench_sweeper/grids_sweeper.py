@@ -91,6 +91,13 @@ ConfigStore.instance().store(
 )
 
 
+def _runs_in_local_workers(launcher: Any) -> bool:
+    """Whether the launcher runs its jobs in worker processes of this machine that end with the
+    sweep (joblib's). A first Ctrl-C before any of them started stops at once (`GracefulStop`);
+    not so for a cluster's queued jobs (submitit), which would outlive the sweep and then run."""
+    return type(launcher).__module__.startswith("hydra_plugins.hydra_joblib_launcher")
+
+
 def refuse(message: str) -> NoReturn:
     """Bad input found by the sweeper: one sentence, exit status 2, before any job runs."""
     print(f"attnbench: {message}", file=sys.stderr)
@@ -367,7 +374,7 @@ class GridsSweeper(BasicSweeper):
                 batch = self.get_job_batch()
                 self.validate_batch_is_legal(batch)
                 launcher = self._launcher_of(batch)
-                stop.new_batch(elsewhere=not isinstance(launcher, BasicLauncher))
+                stop.new_batch(local_workers=_runs_in_local_workers(launcher))
                 try:
                     results = launcher.launch(batch, initial_job_idx=first)
                 except (StopSweep, KeyboardInterrupt) as exc:
