@@ -64,6 +64,8 @@ from attnbench.harness.results.collect import (
     judged_now,
     misjudged,
     uncollected,
+    unjudged,
+    unjudged_in,
 )
 from attnbench.harness.results.fit_quality import EXPONENT_RANGE, MAX_HALF_WIDTH, RELIABLE_SUFFIX
 from attnbench.harness.results.table_file import load
@@ -451,18 +453,23 @@ def _shown(frame: pd.DataFrame, include_stale: bool) -> tuple[pd.DataFrame, int]
     return with_machine(frame), stale
 
 
-def _collect_first(results_dir: Path, n: int, rejudged: bool = False) -> None:
+def _collect_first(
+    results_dir: Path, n: int, rejudged: bool = False, unknown: bool = False
+) -> None:
     """Bring the table up to date with records written since it was collected (a sweep stopped
     before collecting, records copied in), or, ``rejudged``, with the code installed now (``n``
-    runs whose ``current`` was judged against other code: `misjudged`), saying so; where the
-    folder cannot be written, or collecting would drop runs the table holds (their records gone:
-    `MissingRunsError`), build from the table as it is and say why in one warning line."""
-    what = (
-        f"{n} run(s) of {results_dir / TABLE_NAME} were judged against other code than the "
-        "installed attnbench"
-        if rejudged
-        else f"{n} record file(s) of {runs_dir(results_dir)} are not collected yet"
-    )
+    runs whose ``current`` was judged against other code: `misjudged`), or, ``unknown``, with a
+    record of its runs' code (``n`` runs marked current without one: `unjudged`), saying so;
+    where the folder cannot be written, or collecting would drop runs the table holds (their
+    records gone: `MissingRunsError`), build from the table as it is and say why in one line."""
+    table = results_dir / TABLE_NAME
+    if unknown:
+        what = f"{n} run(s) of {table} are marked current but the table does not record their code"
+        rejudged = True  # said as a judgement: `_read_source` says it where collecting fails
+    elif rejudged:
+        what = f"{n} run(s) of {table} were judged against other code than the installed attnbench"
+    else:
+        what = f"{n} record file(s) of {runs_dir(results_dir)} are not collected yet"
     try:
         collect(results_dir)
     except MissingRunsError as exc:
@@ -507,6 +514,7 @@ class Source:
     shown: pd.DataFrame = field(default_factory=pd.DataFrame)
     n_stale: int = 0
     n_elsewhere: int = 0  # runs an earlier folder of the board holds too (shown once, from it)
+    n_unjudged: int = 0  # runs marked current whose code the table does not record (`unjudged`)
 
     def header(self) -> dict[str, object]:
         """What the page's header says of the folder (`_provenance` and the counts)."""
@@ -516,6 +524,7 @@ class Source:
             "n_runs": runs,
             "n_stale": self.n_stale,
             "n_elsewhere": self.n_elsewhere,
+            "n_unjudged": self.n_unjudged,
             **(_provenance(self.shown) if len(self.shown) else {}),
         }
 
@@ -590,6 +599,7 @@ def build_site(
             results_dir=str(folders[0]),
             **_page(frame, infos, published),
             n_stale=sum(s.n_stale for s in sources),
+            n_unjudged=sum(s.n_unjudged for s in sources),
             sources=[s.header() for s in sources] if len(sources) > 1 else [],
             unsteady_mark=UNSTEADY_MARK,
             include_stale=include_stale,
@@ -616,6 +626,16 @@ def _read_source(folder: Path) -> Source:
                 n_judged,
                 table_path,
             )
+        if n_unjudged := unjudged(frame, table_path):
+            log.warning(
+                "attnbench-leaderboard: %d run(s) of %s are marked current but the table does not "
+                "record their code (not written by attnbench-collect, or altered), so they cannot "
+                "be judged against the installed attnbench; the page shows them as the table "
+                "marks them and says so.",
+                n_unjudged,
+                table_path,
+            )
+        return Source(folder, frame, infos, n_unjudged=n_unjudged)
     return Source(folder, frame, infos)
 
 
@@ -667,6 +687,8 @@ def _bring_up_to_date(results_dir: Path, table_path: Path) -> None:
         _collect_first(results_dir, n_new)
     elif table_path.exists() and (n_judged := misjudged(results_dir)):
         _collect_first(results_dir, n_judged, rejudged=True)
+    elif table_path.exists() and (n_unknown := unjudged_in(results_dir)):
+        _collect_first(results_dir, n_unknown, unknown=True)
 
 
 def _start_site(out: Path) -> None:

@@ -381,13 +381,9 @@ def judged_now(frame: pd.DataFrame, table: str | os.PathLike) -> tuple[pd.DataFr
     derived rows (scaling fits) of its task are dropped: they were fitted over what was current
     for the other code. For a table that cannot be collected again (no records beside it, a
     record gone, a read-only folder), so its runs of older code are still left out."""
-    try:
-        raw = (pq.read_schema(table).metadata or {}).get(METADATA_KEY)
-        code = TableMeta.from_json(raw).code if raw else {}
-    except (OSError, ValueError, TypeError, KeyError, pa.ArrowException):
-        return frame, 0
+    code = _table_code(table)
     runs = frame[~frame["derived"].astype(bool)]
-    if runs.empty:
+    if code is None or runs.empty:
         return frame, 0
     now = _judged_where_known(runs, code)
     changed = runs.loc[now != runs["current"].astype(bool)]
@@ -399,6 +395,26 @@ def judged_now(frame: pd.DataFrame, table: str | os.PathLike) -> tuple[pd.DataFr
     return frame[~refitted], int(changed["run_id"].nunique())
 
 
+def unjudged(frame: pd.DataFrame, table: str | os.PathLike) -> int:
+    """How many runs of ``frame`` (the table read from ``table``) are marked current though the
+    table does not record their code (no metadata, or none for their fingerprint: a table not
+    written by this collector, or altered). Nothing can judge them against the installed code;
+    the board says so rather than call them the installed code's (round-9 observation)."""
+    code = _table_code(table) or {}
+    runs = frame[~frame["derived"].astype(bool) & frame["current"].astype(bool)]
+    return int(runs.loc[~runs["code_fingerprint"].isin(set(code)), "run_id"].nunique())
+
+
+def _table_code(table: str | os.PathLike) -> dict[str, dict[str, str]] | None:
+    """The table's memory of its runs' code (fingerprint → module digests); {} where it has
+    none, None where its schema cannot be read."""
+    try:
+        raw = (pq.read_schema(table).metadata or {}).get(METADATA_KEY)
+        return TableMeta.from_json(raw).code if raw else {}
+    except (OSError, ValueError, TypeError, KeyError, pa.ArrowException):
+        return None
+
+
 def misjudged(results_dir: str | os.PathLike) -> int:
     """How many runs of ``results_dir``'s table carry a ``current`` judged against other code
     than the installed attnbench (a table collected before the code changed, such as a committed
@@ -408,12 +424,25 @@ def misjudged(results_dir: str | os.PathLike) -> int:
     installed, not for the code that happened to collect them.
     """
     table = Path(results_dir) / TABLE_NAME
+    runs = _judging_columns(table)
+    return 0 if runs is None else judged_now(runs, table)[1]
+
+
+def unjudged_in(results_dir: str | os.PathLike) -> int:
+    """`unjudged` for ``results_dir``'s table, from a few of its columns (0 without one)."""
+    table = Path(results_dir) / TABLE_NAME
+    runs = _judging_columns(table)
+    return 0 if runs is None else unjudged(runs, table)
+
+
+def _judging_columns(table: Path) -> pd.DataFrame | None:
+    """The columns of ``table`` that judging its runs reads; None for no usable table (the
+    caller's own checks say so)."""
     columns = ["run_id", "derived", "current", "code_fingerprint", "created_at", *JOB_KEY]
     try:
-        runs = pq.read_table(table, columns=columns).to_pandas()
+        return pq.read_table(table, columns=columns).to_pandas()
     except (OSError, ValueError, TypeError, KeyError, pa.ArrowException):
-        return 0  # no usable table: the caller's own checks say so
-    return judged_now(runs, table)[1]
+        return None
 
 
 def _judged_where_known(runs: pd.DataFrame, code: dict[str, dict[str, str]]) -> pd.Series:

@@ -392,6 +392,47 @@ def test_runs_of_older_code_are_left_out_where_the_table_cannot_be_collected_aga
     assert pd.read_parquet(table_file)["current"].all()  # the table itself is left as it was
 
 
+def _without_code_memory(table_file: Path) -> None:
+    """The table as a tool other than attnbench-collect would re-save it: no metadata."""
+    import pyarrow.parquet as pq
+
+    pq.write_table(pq.read_table(table_file).replace_schema_metadata(None), table_file)
+
+
+def test_a_table_that_does_not_record_its_runs_code_is_collected_again_first(tmp_path):
+    """Round-9 observation: with its metadata gone, the flags could not be judged, and the page
+    called every run "of the installed code"."""
+    table_file = _table_judged_for_other_code(tmp_path)
+    _without_code_memory(table_file)
+    proc = run_cli("attnbench-leaderboard", str(table_file.parent))
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        f"attnbench-leaderboard: 2 run(s) of {table_file} are marked current but the table does "
+        "not record their code; collected again first." in proc.stderr.splitlines()
+    ), proc.stderr
+    html = (table_file.parent / "leaderboard" / "index.html").read_text()
+    assert "fresh" in html and "older_code" not in html
+
+
+def test_runs_whose_code_no_one_can_judge_are_not_called_the_installed_code_s(tmp_path):
+    import shutil
+
+    table_file = _table_judged_for_other_code(tmp_path)
+    _without_code_memory(table_file)
+    shutil.rmtree(table_file.parent / "runs")
+    proc = run_cli("attnbench-leaderboard", str(table_file.parent), "-o", str(tmp_path / "site"))
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        f"attnbench-leaderboard: 2 run(s) of {table_file} are marked current but the table does "
+        "not record their code (not written by attnbench-collect, or altered), so they cannot be "
+        "judged against the installed attnbench; the page shows them as the table marks them and "
+        "says so." in proc.stderr.splitlines()
+    ), proc.stderr
+    html = (tmp_path / "site" / "index.html").read_text()
+    assert "of the installed code (none stale)" not in html
+    assert "2 runs could not be judged against the installed code" in html
+
+
 def test_ctrl_c_is_one_line_and_exit_130(tmp_path, capsys, monkeypatch):
     results = _results(tmp_path, "a")
 
