@@ -156,6 +156,7 @@ class GracefulStop:
         """A launch is about to start, its jobs in local workers (joblib's) or not; none has
         started. Only local workers end with the sweep: a cluster's queued jobs would run later."""
         self.local_workers = local_workers
+        self.before_any_job = False
         started_file(self.stop_file).unlink(missing_ok=True)
 
     def _handle(self, signum: int, frame: Any) -> None:

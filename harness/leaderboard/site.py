@@ -463,9 +463,9 @@ def _collect_first(
     where the folder cannot be written, or collecting would drop runs the table holds (their
     records gone: `MissingRunsError`), build from the table as it is and say why in one line."""
     table = results_dir / TABLE_NAME
+    judging = rejudged or unknown  # where collecting fails, `_read_source` judges and says so
     if unknown:
         what = f"{n} run(s) of {table} are marked current but the table does not record their code"
-        rejudged = True  # said as a judgement: `_read_source` says it where collecting fails
     elif rejudged:
         what = f"{n} run(s) of {table} were judged against other code than the installed attnbench"
     else:
@@ -484,7 +484,7 @@ def _collect_first(
         )
         return
     except OSError as exc:
-        if rejudged:
+        if judging:
             return  # `_read_source` judges the runs again for the page, and says so
         log.warning(
             "attnbench-leaderboard: %s and collecting failed (%s); the board shows the table as "
@@ -494,7 +494,7 @@ def _collect_first(
             results_dir,
         )
         return
-    if rejudged:
+    if judging:
         log.warning("attnbench-leaderboard: %s; collected again first.", what)
     else:
         log.warning(
