@@ -62,10 +62,9 @@ from attnbench.harness.results.collect import (
     MissingRunsError,
     collect,
     judged_now,
-    misjudged,
+    judgement_due,
     uncollected,
     unjudged,
-    unjudged_in,
 )
 from attnbench.harness.results.fit_quality import EXPONENT_RANGE, MAX_HALF_WIDTH, RELIABLE_SUFFIX
 from attnbench.harness.results.table_file import load
@@ -453,23 +452,14 @@ def _shown(frame: pd.DataFrame, include_stale: bool) -> tuple[pd.DataFrame, int]
     return with_machine(frame), stale
 
 
-def _collect_first(
-    results_dir: Path, n: int, rejudged: bool = False, unknown: bool = False
-) -> None:
-    """Bring the table up to date with records written since it was collected (a sweep stopped
-    before collecting, records copied in), or, ``rejudged``, with the code installed now (``n``
-    runs whose ``current`` was judged against other code: `misjudged`), or, ``unknown``, with a
-    record of its runs' code (``n`` runs marked current without one: `unjudged`), saying so;
-    where the folder cannot be written, or collecting would drop runs the table holds (their
-    records gone: `MissingRunsError`), build from the table as it is and say why in one line."""
-    table = results_dir / TABLE_NAME
-    judging = rejudged or unknown  # where collecting fails, `_read_source` judges and says so
-    if unknown:
-        what = f"{n} run(s) of {table} are marked current but the table does not record their code"
-    elif rejudged:
-        what = f"{n} run(s) of {table} were judged against other code than the installed attnbench"
-    else:
-        what = f"{n} record file(s) of {runs_dir(results_dir)} are not collected yet"
+def _collect_first(results_dir: Path, n_new: int = 0, judged: str = "") -> None:
+    """Bring the table up to date with records written since it was collected (``n_new``: a
+    sweep stopped before collecting, records copied in), or with the code installed now
+    (``judged``: the sentence saying which runs `judgement_due` found judged against other code,
+    or without a record of their code), saying so; where the folder cannot be written, or
+    collecting would drop runs the table holds (their records gone: `MissingRunsError`), build
+    from the table as it is and say why in one line."""
+    what = judged or f"{n_new} record file(s) of {runs_dir(results_dir)} are not collected yet"
     try:
         collect(results_dir)
     except MissingRunsError as exc:
@@ -484,7 +474,7 @@ def _collect_first(
         )
         return
     except OSError as exc:
-        if judging:
+        if judged:
             return  # `_read_source` judges the runs again for the page, and says so
         log.warning(
             "attnbench-leaderboard: %s and collecting failed (%s); the board shows the table as "
@@ -494,12 +484,12 @@ def _collect_first(
             results_dir,
         )
         return
-    if judging:
+    if judged:
         log.warning("attnbench-leaderboard: %s; collected again first.", what)
     else:
         log.warning(
             "attnbench-leaderboard: collected %d new or changed record file(s) of %s first.",
-            n,
+            n_new,
             runs_dir(results_dir),
         )
 
@@ -685,10 +675,20 @@ def _bring_up_to_date(results_dir: Path, table_path: Path) -> None:
         )
     elif table_path.exists() and (n_new := uncollected(results_dir)):
         _collect_first(results_dir, n_new)
-    elif table_path.exists() and (n_judged := misjudged(results_dir)):
-        _collect_first(results_dir, n_judged, rejudged=True)
-    elif table_path.exists() and (n_unknown := unjudged_in(results_dir)):
-        _collect_first(results_dir, n_unknown, unknown=True)
+    elif table_path.exists():
+        n_judged, n_unknown = judgement_due(results_dir)
+        if n_judged:
+            _collect_first(
+                results_dir,
+                judged=f"{n_judged} run(s) of {table_path} were judged against other code than "
+                "the installed attnbench",
+            )
+        elif n_unknown:
+            _collect_first(
+                results_dir,
+                judged=f"{n_unknown} run(s) of {table_path} are marked current but the table "
+                "does not record their code",
+            )
 
 
 def _start_site(out: Path) -> None:

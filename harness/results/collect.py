@@ -377,7 +377,7 @@ def uncollected(results_dir: str | os.PathLike) -> int:
 
 def judged_now(frame: pd.DataFrame, table: str | os.PathLike) -> tuple[pd.DataFrame, int]:
     """``frame``, the table read from ``table``, with ``current`` judged against the installed
-    code (`misjudged`'s judgement), and how many runs that changed. Where a run changed, the
+    code, and how many runs that changed. Where a run changed, the
     derived rows (scaling fits) of its task are dropped: they were fitted over what was current
     for the other code. For a table that cannot be collected again (no records beside it, a
     record gone, a read-only folder), so its runs of older code are still left out."""
@@ -415,29 +415,23 @@ def _table_code(table: str | os.PathLike) -> dict[str, dict[str, str]] | None:
         return None
 
 
-def misjudged(results_dir: str | os.PathLike) -> int:
+def judgement_due(results_dir: str | os.PathLike) -> tuple[int, int]:
     """How many runs of ``results_dir``'s table carry a ``current`` judged against other code
     than the installed attnbench (a table collected before the code changed, such as a committed
-    reference): judged again now, from the table's metadata and a few of its columns.
+    reference: `judged_now`), and how many are marked current without a record of their code
+    (`unjudged`), from the table's metadata and one read of a few of its columns; (0, 0) without
+    a usable table (the caller's own checks say so).
 
     The leaderboard asks before building, so that runs of older code are left out for the code
     installed, not for the code that happened to collect them.
     """
     table = Path(results_dir) / TABLE_NAME
     runs = _judging_columns(table)
-    return 0 if runs is None else judged_now(runs, table)[1]
-
-
-def unjudged_in(results_dir: str | os.PathLike) -> int:
-    """`unjudged` for ``results_dir``'s table, from a few of its columns (0 without one)."""
-    table = Path(results_dir) / TABLE_NAME
-    runs = _judging_columns(table)
-    return 0 if runs is None else unjudged(runs, table)
+    return (0, 0) if runs is None else (judged_now(runs, table)[1], unjudged(runs, table))
 
 
 def _judging_columns(table: Path) -> pd.DataFrame | None:
-    """The columns of ``table`` that judging its runs reads; None for no usable table (the
-    caller's own checks say so)."""
+    """The columns of ``table`` that judging its runs reads; None for no usable table."""
     columns = ["run_id", "derived", "current", "code_fingerprint", "created_at", *JOB_KEY]
     try:
         return pq.read_table(table, columns=columns).to_pandas()
