@@ -1,8 +1,9 @@
 """Build the leaderboard site from the results table (see the package docstring).
 
-Everything shown comes from the table and the task descriptions in its metadata
-(`harness.results.collect.read_table`): no task or variant is imported, so the page builds where the
-plugins that produced the results are not installed, and without torch.
+Everything shown comes from the table and the task descriptions in its metadata, read once per
+results folder by `harness.results.freshness.fresh_table` (which collects the folder again first
+where its table is not fresh for the installed code): no task or variant is imported, so the page
+builds where the plugins that produced the results are not installed, and without torch.
 
 Bad input is refused before anything is written, in one sentence with exit status 2: a missing
 results folder, a site folder that cannot or must not be written (`publish.check_paths`), and a
@@ -13,7 +14,6 @@ records yet still gets a page that says how to produce some.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import shutil
 from collections.abc import Sequence
@@ -26,7 +26,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
-from attnbench.harness.jobs.records import atomic_write_text, runs_dir
+from attnbench.harness.jobs.records import atomic_write_text
 from attnbench.harness.leaderboard.charts import (
     Chart,
     CurveExtras,
@@ -56,22 +56,11 @@ from attnbench.harness.leaderboard.tradeoffs import tradeoff_charts
 from attnbench.harness.leaderboard.tuning import Choice, select_tuned, tuning_table
 from attnbench.harness.leaderboard.views.chooser import chooser_data, embeddable
 from attnbench.harness.leaderboard.views.summary import best_per_column, cost_regimes
-from attnbench.harness.results.collect import (
-    COLUMNS,
-    TABLE_NAME,
-    MissingRunsError,
-    collect,
-    judged_now,
-    judgement_due,
-    uncollected,
-    unjudged,
-)
 from attnbench.harness.results.fit_quality import EXPONENT_RANGE, MAX_HALF_WIDTH, RELIABLE_SUFFIX
-from attnbench.harness.results.table_file import load
+from attnbench.harness.results.freshness import FreshnessError, fresh_table
 from attnbench.task_info import TaskInfo
 
-log = logging.getLogger(__name__)
-
+WHO = "attnbench-leaderboard"  # first on each line the board says while reading a folder
 PLOTLY_JS = "plotly.min.js"
 MAX_LABEL_PARAMS = 3  # a chart title names at most this many of the parameters that differ
 RUN_LINK = "runs/{run_id}.json"  # each run's record, copied beside the page (`publish`)
@@ -452,59 +441,18 @@ def _shown(frame: pd.DataFrame, include_stale: bool) -> tuple[pd.DataFrame, int]
     return with_machine(frame), stale
 
 
-def _collect_first(results_dir: Path, n_new: int = 0, judged: str = "") -> None:
-    """Bring the table up to date with records written since it was collected (``n_new``: a
-    sweep stopped before collecting, records copied in), or with the code installed now
-    (``judged``: the sentence saying which runs `judgement_due` found judged against other code,
-    or without a record of their code), saying so; where the folder cannot be written, or
-    collecting would drop runs the table holds (their records gone: `MissingRunsError`), build
-    from the table as it is and say why in one line."""
-    what = judged or f"{n_new} record file(s) of {runs_dir(results_dir)} are not collected yet"
-    try:
-        collect(results_dir)
-    except MissingRunsError as exc:
-        log.warning(
-            "attnbench-leaderboard: %d of the %d runs of %s have no valid record in %s any more; "
-            "the board shows the table as it is (attnbench-collect --drop-missing %s drops them).",
-            exc.missing,
-            exc.held,
-            results_dir / TABLE_NAME,
-            runs_dir(results_dir),
-            results_dir,
-        )
-        return
-    except OSError as exc:
-        if judged:
-            return  # `_read_source` judges the runs again for the page, and says so
-        log.warning(
-            "attnbench-leaderboard: %s and collecting failed (%s); the board shows the table as "
-            "it was (run attnbench-collect %s).",
-            what,
-            exc.strerror or exc,
-            results_dir,
-        )
-        return
-    if judged:
-        log.warning("attnbench-leaderboard: %s; collected again first.", what)
-    else:
-        log.warning(
-            "attnbench-leaderboard: collected %d new or changed record file(s) of %s first.",
-            n_new,
-            runs_dir(results_dir),
-        )
-
-
 @dataclass
 class Source:
     """One results folder of a board: its rows (all, and those shown) and its provenance."""
 
     folder: Path
+    table: Path  # its table file, as `fresh_table` read it
     frame: pd.DataFrame  # the table's rows, runs an earlier folder holds left out
     infos: dict[str, TaskInfo]
     shown: pd.DataFrame = field(default_factory=pd.DataFrame)
     n_stale: int = 0
     n_elsewhere: int = 0  # runs an earlier folder of the board holds too (shown once, from it)
-    n_unjudged: int = 0  # runs marked current whose code the table does not record (`unjudged`)
+    n_unjudged: int = 0  # runs marked current whose code the table does not record
 
     def header(self) -> dict[str, object]:
         """What the page's header says of the folder (`_provenance` and the counts)."""
@@ -602,31 +550,17 @@ def build_site(
 
 
 def _read_source(folder: Path) -> Source:
-    """A results folder's table, brought up to date with its records (`_bring_up_to_date`)."""
-    table_path = folder / TABLE_NAME
-    _bring_up_to_date(folder, table_path)
-    frame, infos = load(table_path, COLUMNS)[:2] if table_path.exists() else (pd.DataFrame(), {})
-    if not frame.empty and table_path.suffix == ".parquet":
-        frame, n_judged = judged_now(frame, table_path)
-        if n_judged:  # the table could not be collected again (`_bring_up_to_date` said why)
-            log.warning(
-                "attnbench-leaderboard: %d run(s) of %s were judged against other code than the "
-                "installed attnbench; this page judges them again (runs of older code left out, "
-                "their tasks' fits not drawn), the table stays as it is.",
-                n_judged,
-                table_path,
-            )
-        if n_unjudged := unjudged(frame, table_path):
-            log.warning(
-                "attnbench-leaderboard: %d run(s) of %s are marked current but the table does not "
-                "record their code (not written by attnbench-collect, or altered), so they cannot "
-                "be judged against the installed attnbench; the page shows them as the table "
-                "marks them and says so.",
-                n_unjudged,
-                table_path,
-            )
-        return Source(folder, frame, infos, n_unjudged=n_unjudged)
-    return Source(folder, frame, infos)
+    """A results folder's table, fresh for the installed code (`fresh_table`: collected again
+    first where it is not, each step said in one line).
+
+    Raises:
+        SiteError: the folder has records but no table, and collecting them failed.
+    """
+    try:
+        fresh = fresh_table(folder, WHO)
+    except FreshnessError as exc:
+        raise SiteError(str(exc)) from None
+    return Source(folder, fresh.path, fresh.frame, fresh.infos, n_unjudged=fresh.n_unjudged)
 
 
 def _publish_sources(sources: list[Source], out: Path) -> set[str]:
@@ -648,49 +582,6 @@ def _publish_sources(sources: list[Source], out: Path) -> set[str]:
     return published
 
 
-def _bring_up_to_date(results_dir: Path, table_path: Path) -> None:
-    """Collect the records of ``results_dir`` where it has records but no table, or records the
-    table does not hold yet (`_collect_first`). A table without a ``runs/`` folder beside it (a
-    table copied on its own) is shown as it is, in one warning line: it is the only copy of its
-    runs, and collecting nothing would replace it with an empty one.
-
-    Raises:
-        SiteError: the folder has records but no table, and collecting them failed.
-    """
-    records = runs_dir(results_dir)
-    if not table_path.exists() and records.is_dir():
-        try:
-            collect(results_dir)
-        except OSError as exc:
-            raise SiteError(
-                f"{results_dir} has records but no table, and collecting them failed "
-                f"({exc.strerror or exc}); run attnbench-collect {results_dir} where it can write."
-            ) from None
-    elif table_path.exists() and not records.is_dir():
-        log.warning(
-            "attnbench-leaderboard: %s has no run records beside it (no folder %s); the board "
-            "shows the table as it is and publishes no records.",
-            table_path,
-            records,
-        )
-    elif table_path.exists() and (n_new := uncollected(results_dir)):
-        _collect_first(results_dir, n_new)
-    elif table_path.exists():
-        n_judged, n_unknown = judgement_due(results_dir)
-        if n_judged:
-            _collect_first(
-                results_dir,
-                judged=f"{n_judged} run(s) of {table_path} were judged against other code than "
-                "the installed attnbench",
-            )
-        elif n_unknown:
-            _collect_first(
-                results_dir,
-                judged=f"{n_unknown} run(s) of {table_path} are marked current but the table "
-                "does not record their code",
-            )
-
-
 def _start_site(out: Path) -> None:
     """Create the site folder with its mark (`publish.SITE_MARK`) and Plotly's JavaScript."""
     out.mkdir(parents=True, exist_ok=True)
@@ -703,7 +594,7 @@ def _publish_table(sources: list[Source], out: Path) -> None:
     """The table beside the page, as parquet and CSV: one folder's table file as it is; the
     rows of several, each with its ``results_folder``."""
     if len(sources) == 1:
-        shutil.copyfile(sources[0].folder / TABLE_NAME, out / "results.parquet")
+        shutil.copyfile(sources[0].table, out / "results.parquet")
         sources[0].frame.to_csv(out / "results.csv", index=False)
         return
     for name in ("results.parquet", "results.csv"):

@@ -19,6 +19,7 @@ from attnbench.harness.leaderboard import site as site_module
 from attnbench.harness.leaderboard.ranking import with_machine
 from attnbench.harness.leaderboard.site import RUN_LINK
 from attnbench.harness.leaderboard.tables import task_table
+from attnbench.harness.results import freshness
 from attnbench.harness.results.collect import COLUMNS, collect, write_table
 
 RUN = {name: test_run_id(name) for name in ["a", "b", "c", "d", "e", "f"]}
@@ -169,7 +170,7 @@ def test_only_valid_records_of_the_table_runs_are_published(tmp_path, caplog, mo
     record_path(results, RUN["b"]).write_bytes(record_path(results, RUN["a"]).read_bytes())
     write_record(results, make_record("late", variant="late"))
     # the folder cannot be written, so the build publishes from the table as it is
-    monkeypatch.setattr(site_module, "collect", _read_only_collect)
+    monkeypatch.setattr(freshness, "collect", _read_only_collect)
     site = tmp_path / "site"
     (site / "runs").mkdir(parents=True)
     (site / ".attnbench-site").write_text("")  # an earlier build's folder, with its record:
