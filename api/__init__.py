@@ -61,8 +61,8 @@ _EXPORTS: dict[str, str] = {
     "list_tasks": "attnbench.harness.discovery",
     "load_plugins": "attnbench.harness.discovery",
     # running jobs and reading results from Python (notebooks, scripts)
-    "run": "attnbench.harness.jobs.notebook",
-    "results": "attnbench.harness.jobs.notebook",
+    "run": "attnbench.harness.python_api",
+    "results": "attnbench.harness.python_api",
 }
 
 __all__ = [
@@ -104,9 +104,12 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name == "__version__":
-        from attnbench.harness.jobs.env import attnbench_version
+        from importlib import metadata
 
-        return attnbench_version()
+        try:
+            return metadata.version("attnbench")
+        except metadata.PackageNotFoundError:  # an uninstalled checkout
+            return "unknown"
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'attnbench' has no attribute {name!r}")
@@ -121,7 +124,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on first use
     from attnbench.harness.discovery import list_tasks, list_variants, load_plugins
-    from attnbench.harness.jobs.notebook import results, run
+    from attnbench.harness.python_api import results, run
     from attnbench.incremental import (
         IncrementalAttention,
         incremental_form,

@@ -33,12 +33,12 @@ import pytest
 from conftest import REPO, make_record, run_cli
 from omegaconf import OmegaConf
 
-from attnbench.harness.jobs.callbacks import CollectResults
-from attnbench.harness.jobs.outcome import OUTCOME
 from attnbench.harness.jobs.paths import looping_link, write_failure
 from attnbench.harness.jobs.records import write_record
 from attnbench.harness.leaderboard.site import build_site
 from attnbench.harness.results.collect import TABLE_NAME, MissingRunsError, collect, run_ids
+from attnbench.harness.sweep.callbacks import CollectResults
+from attnbench.harness.sweep.outcome import OUTCOME
 
 REFERENCE = REPO / "results" / "reference" / TABLE_NAME
 # a job quick on a busy machine too: at most a second of sampling per timing (it is not the point)
@@ -103,8 +103,8 @@ def test_collect_refuses_to_drop_runs_and_leaves_the_table_as_it_was(tmp_path):
         collect(tmp_path)
     assert (refused.value.held, refused.value.collected, refused.value.missing) == (3, 3, 1)
     message = str(refused.value)
-    # the exact case of the round-5 finding R3 ("holds 2 runs and the records give 2, so
-    # collecting would drop 1"): the sentence leads with the runs that would go
+    # equal counts of runs held and given ("holds 2 runs and the records give 2, so collecting
+    # would drop 1" reads as a contradiction): the sentence leads with the runs that would go
     assert message.startswith(f"1 of the 3 runs {tmp_path / TABLE_NAME} holds have no valid")
     assert "give 3 runs" in message
     assert f"attnbench-collect --drop-missing {tmp_path}" in message

@@ -25,8 +25,8 @@ from hydra import compose, initialize_config_dir
 
 from attnbench.harness.cli.app import CONF_DIR
 from attnbench.harness.jobs.config import store_configs
-from attnbench.harness.jobs.job import run
-from attnbench.harness.jobs.outcome import SweepOutcome
+from attnbench.harness.jobs.job import run_job
+from attnbench.harness.sweep.outcome import SweepOutcome
 
 pytestmark = pytest.mark.slow
 FAST = ["task.seq_len=32", "task.backward=false", "task.min_run_time=0.01"]
@@ -54,7 +54,7 @@ def test_outcome_exit_status_and_lines():
 
 
 def test_a_sweep_counts_its_failed_jobs_and_fails_when_none_succeeded():
-    """The rule (harness.jobs.outcome): a sweep exits 1 when jobs failed and none ended ok or
+    """The rule (harness.sweep.outcome): a sweep exits 1 when jobs failed and none ended ok or
     had finished earlier; ``unsupported`` is neither success nor failure."""
     outcome = SweepOutcome()
     outcome.sweep_planned(5, 5, "results")
@@ -190,7 +190,7 @@ def _blocked_run_id(results, variant) -> str:
     store_configs()
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         cfg = compose("config", overrides=[f"variant={variant}", *FAST, f"results_dir={results}"])
-    record = run(cfg)
+    record = run_job(cfg)
     (results / "runs" / f"{record.run_id}.json").unlink()
     return record.run_id
 
@@ -369,9 +369,9 @@ def test_a_reader_that_leaves_ends_the_command_quietly(tmp_path, command):
 
 
 def test_an_error_raised_while_a_ctrl_c_was_handled_is_the_ctrl_c(tmp_path, monkeypatch, capsys):
-    """Round-7 finding F5: a Ctrl-C landing inside OmegaConf's composition left an object half
-    made, its clean-up raised an AttributeError, and Hydra reported that as its own error with
-    exit status 1 and no word of the interruption. What a Ctrl-C caused is the Ctrl-C."""
+    """A Ctrl-C landing inside OmegaConf's composition leaves an object half made, whose
+    clean-up raises an AttributeError that Hydra would report as its own error with exit status
+    1 and no word of the interruption. What a Ctrl-C caused is the Ctrl-C."""
     import sys
 
     from attnbench.harness.cli import app
@@ -400,7 +400,7 @@ def test_joblib_workers_start_with_sigint_blocked_while_a_sweep_launches(tmp_pat
 
     from joblib.externals.loky.backend import fork_exec as spawning
 
-    from attnbench.harness.cli.interrupt import GracefulStop
+    from attnbench.harness.sweep.stop import GracefulStop
 
     def blocked_in_a_child(name: str) -> str:
         out = tmp_path / name

@@ -22,7 +22,7 @@ from hydra.test_utils.launcher_common_tests import (
     LauncherTestSuite,
 )
 
-from attnbench.harness.jobs.outcome import OUTCOME, JobFailure
+from attnbench.harness.sweep.outcome import OUTCOME, JobFailure
 
 SEARCHPATH = f"hydra.searchpath=[file://{REPO / 'tests' / 'conf'}]"
 # Hydra's test app is no attnbench config: no attnbench job check on it. Hydra's suites expect
@@ -212,7 +212,7 @@ def _launcher_pressing_ctrl_c(sweeper, module: str, job_started: bool):
 
     class Launcher:
         def launch(self, batch, initial_job_idx):
-            from attnbench.harness.cli.interrupt import started_file
+            from attnbench.harness.sweep.stop import started_file
 
             if job_started:
                 started_file(sweeper.guard.stop_file).touch()
@@ -233,8 +233,9 @@ def _launcher_pressing_ctrl_c(sweeper, module: str, job_started: bool):
 def test_a_first_ctrl_c_stops_now_only_while_joblib_s_workers_start(
     hydra_sweep_runner, tmp_path, monkeypatch, capfd, module, job_started, stops_now
 ):
-    """Round-8 finding F6: with joblib, a first Ctrl-C waited for every worker to start and skip
-    its jobs (5-13 s). A cluster's queued jobs would outlive the sweep: there it still waits."""
+    """With joblib, a first Ctrl-C before any job started stops now instead of waiting for every
+    worker to start and skip its jobs (5-13 s). A cluster's queued jobs would outlive the sweep:
+    there it still waits."""
     from hydra_plugins.attnbench_sweeper.grids_sweeper import GridsSweeper
 
     monkeypatch.setattr(

@@ -634,7 +634,7 @@ def test_the_chooser_takes_a_state_budget_in_binary_units(chooser):
     assert [r[1] for r in _choose(chooser, limit="1 TiB")][0] == "softmax"  # a unit it shows
     for unreadable in ("lots", "-5", "0.5 s", "1 PiB"):
         # not a limit in this unit: nothing listed and a sentence, never every variant as if
-        # there were no limit (round-5 adversarial finding S3)
+        # there were no limit
         assert _choose(chooser, limit=unreadable) == []
         assert not chooser.eval("document.getElementById('chooser-limit').checkValidity()")
         note = chooser.eval("document.getElementById('chooser-note').textContent")

@@ -157,7 +157,7 @@ def test_a_notebook_class_may_not_take_a_built_in_s_name(tmp_path, name, class_n
 
 def test_a_notebook_class_defined_again_replaces_the_one_defined_before():
     """A cell run again defines a new class under the same name: the new one counts."""
-    from attnbench.harness.jobs.notebook import _variant_names
+    from attnbench.harness.python_api import _variant_names
     from attnbench.variant import VARIANTS
 
     first, second = _notebook_class("nb_again"), _notebook_class("nb_again")
@@ -260,7 +260,7 @@ def test_a_key_shared_by_two_tasks_the_default_lacks(tmp_path):
 
 
 def test_a_broken_plugin_s_warning_names_the_line_that_called_run(tmp_path):
-    """Round-8 finding W5: the warning named attnbench's installed discovery.py and its line."""
+    """The warning names the caller's line, not attnbench's installed discovery.py."""
     dist = tmp_path / "broken_plugin-0.1.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-plugin\nVersion: 0.1\n")

@@ -17,8 +17,8 @@ import time
 import pytest
 from conftest import run_cli
 
-from attnbench.harness.cli import sweep_progress
-from attnbench.harness.cli.sweep_progress import JobEnds, QuietConsole, SweepProgress, job_status
+from attnbench.harness.sweep import progress as sweep_progress
+from attnbench.harness.sweep.progress import JobEnds, QuietConsole, SweepProgress, job_status
 
 
 class _Terminal(io.StringIO):
@@ -128,7 +128,7 @@ def test_the_console_filter_in_a_sweep_keeps_failures_warnings_and_verbose_logge
         assert not keep(_record("attnbench.harness.jobs.job", "skip %s × %s: finished earlier"))
         assert keep(failed)
         assert keep(_record(launcher, "odd", level=logging.WARNING))
-        assert keep(_record("attnbench.harness.jobs.callbacks", "collected 4 records"))
+        assert keep(_record("attnbench.harness.sweep.callbacks", "collected 4 records"))
         logging.getLogger(launcher).setLevel(logging.DEBUG)  # hydra.verbose=<that logger>
         assert keep(launching)
     finally:

@@ -10,7 +10,7 @@ Two things are skipped with a warning by default, and under ``--strict`` make th
   the commands that read results (``attnbench-collect``, ``attnbench-leaderboard``,
   ``attnbench-compare``). Found only by reading, so the command finishes its work from the valid
   records (the table, page or report is then right about everything it shows) and exits 1
-  afterwards, naming every such file (`report_bad_records`): the status ``harness.jobs.outcome``
+  afterwards, naming every such file (`report_bad_records`): the status ``harness.sweep.outcome``
   gives a sweep with a job that left no record, which is the same kind of fault: work done,
   something missing from it. Refusing before writing instead would leave the previous table or
   page in place, older and just as incomplete.
@@ -35,7 +35,7 @@ from pathlib import Path
 
 FLAG = "--strict"
 PLUGINS_STATUS = 2  # refused before any work, like other bad input
-RECORDS_STATUS = 1  # work done from the valid records, some left out (`harness.jobs.outcome`'s 1)
+RECORDS_STATUS = 1  # work done from the valid records, some left out (`harness.sweep.outcome`'s 1)
 
 PLUGINS_HELP = "fail (exit 2, before doing anything) if a plugin failed to load, instead of warning"
 RECORDS_HELP = (

@@ -1,11 +1,11 @@
 """One job: build it from a composed config, execute it, record what happened.
 
-`run(cfg)` reads as those three steps. Building (checking the values, resolving device and dtype,
-the job's identity) is `harness.jobs.validation.prepare_job`; this module only runs jobs: skip one
-that finished earlier, set the process up and run the task under its time budget
+`run_job(cfg)` reads as those three steps. Building (checking the values, resolving device and
+dtype, the job's identity) is `harness.jobs.preflight.prepare_job`; this module only runs jobs:
+skip one that finished earlier, set the process up and run the task under its time budget
 (`_execute`), and write the record (`_record`).
 
-`run(cfg)` never raises for a failure of the job itself: a failing, non-finite, out-of-memory,
+`run_job(cfg)` never raises for a failure of the job itself: a failing, non-finite, out-of-memory,
 timed-out or unsupported job becomes a record with its status and error, so a sweep goes on. It
 does raise `ConfigError` for bad configuration that no job could run with (unknown names, invalid
 device).
@@ -31,8 +31,8 @@ from omegaconf import DictConfig
 
 from attnbench.harness.discovery import load_plugins
 from attnbench.harness.jobs.env import environment
+from attnbench.harness.jobs.preflight import TORCH_DTYPES, PreparedJob, prepare_job
 from attnbench.harness.jobs.records import Record, find_finished_record, write_record
-from attnbench.harness.jobs.validation import TORCH_DTYPES, PreparedJob, prepare_job
 from attnbench.metrics import MetricPoint, TaskResult
 from attnbench.task import JobContext, NonFiniteError, Task
 from attnbench.toolkit.memory import main_script_hidden, release_probe, reuse_freed_memory
@@ -97,7 +97,7 @@ def _classify(exc: BaseException) -> tuple[str, str]:
     return "failed", text
 
 
-def run(cfg: DictConfig) -> Record:
+def run_job(cfg: DictConfig) -> Record:
     """Run the job described by ``cfg`` (a composed attnbench config) and write its record.
 
     Returns:
@@ -235,7 +235,7 @@ def _death(exitcode: int | None) -> str:
 
 def _child_job(config: dict[str, Any], send: Any) -> None:
     """The child of `_execute_in_own_process`: build the job by name, run it, send the
-    outcome. Ctrl-C is the parent's to handle (`harness.cli.interrupt`), as in a launcher's
+    outcome. Ctrl-C is the parent's to handle (`harness.sweep.stop`), as in a launcher's
     worker: the parent kills this process when it stops."""
     from omegaconf import OmegaConf
 

@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 # 2: task_info and env.code_source; 3: threads, hardware and the code fingerprint in the identity
 SCHEMA_VERSION = 3
 STATUSES = ("ok", "failed", "oom", "timeout", "unsupported")
+# the statuses of a job that failed (not `unsupported`: a declaration, not a crash)
+FAILURES = ("failed", "oom", "timeout")
 # The form of every run_id `make_run_id` produces (and of the fit rows' ids). A string of this
 # form is safe as a file name and inside a link; anything else read from a table or a folder
 # (``../../etc/passwd``, quotes, a trailing newline) must not become either (use fullmatch).

@@ -60,7 +60,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from attnbench.harness.jobs.outcome import FAILURES
+from attnbench.harness.jobs.records import FAILURES
 from attnbench.harness.results.metric_points import (
     POINT,
     point_stats,

@@ -30,16 +30,16 @@ every job.
 Beyond the basic sweeper, three promises (see ``attnbench --help`` in README.md):
 
 * every job is checked before the first one runs (``job_check``, by default
-  `attnbench.harness.jobs.validation.prepare_job`; a ``ValueError`` is one sentence and exit 2),
+  `attnbench.harness.jobs.preflight.prepare_job`; a ``ValueError`` is one sentence and exit 2),
   and a job with a finished record is not launched at all (``job_done``);
 * every job's result is checked after its batch, as Hydra's basic sweeper does by reading each
   ``JobReturn.return_value``, but a job that raised does not end the sweep: the other jobs run,
-  the callbacks still collect, and the failure is reported through `attnbench.harness.jobs.outcome`
+  the callbacks still collect, and the failure is reported through `attnbench.harness.sweep.outcome`
   (the ``attnbench`` command lists it and exits 1);
 * Ctrl-C stops after the running job, a second Ctrl-C at once, and the sweep still ends through
-  Hydra's callbacks (`attnbench.harness.cli.interrupt`);
+  Hydra's callbacks (`attnbench.harness.sweep.stop`);
 * the sweep shows its progress (jobs done of all, failed, elapsed, time left) instead of the
-  launchers' per-job messages (`attnbench.harness.cli.sweep_progress`): it knows the number of
+  launchers' per-job messages (`attnbench.harness.sweep.progress`): it knows the number of
   jobs up front and reads each job's result, live for a job run in its own process, per batch
   for jobs in workers.
 """
@@ -63,10 +63,11 @@ from hydra.types import HydraContext, TaskFunction
 from hydra.utils import get_method
 from omegaconf import DictConfig, OmegaConf
 
-from attnbench.harness.cli.interrupt import SKIPPED, STOP_FILE, GracefulStop, GuardedTask, StopSweep
-from attnbench.harness.cli.sweep_progress import JobEnds, ReportingTask, SweepProgress, job_status
-from attnbench.harness.jobs.outcome import FAILURES, OUTCOME
 from attnbench.harness.jobs.paths import write_failure
+from attnbench.harness.jobs.records import FAILURES
+from attnbench.harness.sweep.outcome import OUTCOME
+from attnbench.harness.sweep.progress import JobEnds, ReportingTask, SweepProgress, job_status
+from attnbench.harness.sweep.stop import SKIPPED, STOP_FILE, GracefulStop, GuardedTask, StopSweep
 
 log = logging.getLogger(__name__)
 RUN_ALONE = "run_alone"  # a grid key: launch each of the grid's jobs in a batch of its own
@@ -80,7 +81,7 @@ class GridsSweeperConf:
     max_batch_size: int | None = None  # jobs handed to the launcher at once; None = all
     grids: list[dict[str, Any]] = field(default_factory=list)  # each a basic-sweeper params dict
     # checks one composed job before any runs: a ValueError refuses the sweep; null = no check
-    job_check: str | None = "attnbench.harness.jobs.validation.prepare_job"
+    job_check: str | None = "attnbench.harness.jobs.preflight.prepare_job"
     # (composed job, job_check's return) -> whether it finished earlier and is not launched;
     # null = launch every job
     job_done: str | None = "attnbench.harness.jobs.job.finished_earlier"

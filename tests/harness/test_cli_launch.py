@@ -122,8 +122,8 @@ def test_the_resource_tracker_s_clean_up_note_is_not_printed(monkeypatch):
 
 
 def test_the_processes_a_command_starts_print_each_warning_once_in_one_line(tmp_path):
-    """Round-6 finding W3: joblib's workers, fresh interpreters, printed the command's warnings
-    again, raw, with code locations, once per worker. Three such processes (what a worker does:
+    """joblib's workers are fresh interpreters that would print the command's warnings again,
+    raw, with code locations, once per worker. Three such processes (what a worker does:
     import the command's package, then warn from the user's file, and about a plugin the command
     has reported) print one line between them, naming the command and the user's file."""
     plugin = tmp_path / "user_plugin.py"

@@ -154,7 +154,7 @@ def test_a_plugin_whose_params_make_no_config_is_skipped_with_one_sentence():
     """A plugin's Params default of the wrong type (``scale: float = "high"``) made every
     command fail in OmegaConf, whichever variant it named: that option alone is skipped, with a
     sentence naming it and the fix (the command says it once: a warning where the run goes on,
-    the refusal where it names the entry, round-7 finding R10); the others are stored."""
+    the refusal where it names the entry); the others are stored."""
     from hydra.core.config_store import ConfigStore
 
     from attnbench.harness.jobs.config import _store_group
@@ -203,7 +203,7 @@ def test_a_variant_skipped_for_its_params_is_refused_by_name_and_listed_as_unava
     from attnbench.harness.cli import variants
     from attnbench.harness.cli.app import check_command_line
     from attnbench.harness.cli.strict import PLUGINS_STATUS
-    from attnbench.harness.jobs.validation import ConfigError
+    from attnbench.harness.jobs.preflight import ConfigError
 
     sentence = (
         f"variant '{bad_params_variant}' ({__name__}) is skipped: its Params do not make a config ("
@@ -225,7 +225,7 @@ def test_a_variant_skipped_for_its_params_is_refused_by_name_and_listed_as_unava
 def test_a_command_naming_a_variant_skipped_for_its_params_says_so_once(
     bad_params_variant, tmp_path, monkeypatch, capsys
 ):
-    """Round-7 finding R10: the skip's sentence came twice, as a warning, then as the refusal."""
+    """The skip's sentence is said once: not as a warning, then again as the refusal."""
     import sys
 
     from attnbench.harness.cli import app

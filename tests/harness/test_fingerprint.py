@@ -122,7 +122,7 @@ def test_a_peer_job_depends_on_its_library_version(monkeypatch):
     (after its jobs were recorded `unsupported`) or upgrading it makes a new job, and
     collection calls the old records stale."""
     from attnbench.harness.jobs import fingerprint
-    from attnbench.harness.jobs.validation import code_identity
+    from attnbench.harness.jobs.preflight import code_identity
     from attnbench.harness.results.collect import _CodeJudge
     from attnbench.task import build_task
 
@@ -175,7 +175,7 @@ def test_a_peer_record_is_not_stale_where_its_library_is_missing(monkeypatch):
     changed, so it is "unknown" (current unless superseded), as for a missing plugin package.
     Another installed version is a different job: stale."""
     from attnbench.harness.jobs import fingerprint
-    from attnbench.harness.jobs.validation import code_identity
+    from attnbench.harness.jobs.preflight import code_identity
     from attnbench.harness.results.collect import _CodeJudge
     from attnbench.task import build_task
 

@@ -16,7 +16,7 @@ from hydra import compose, initialize_config_dir
 from attnbench.harness.cli.app import CONF_DIR
 from attnbench.harness.jobs import env
 from attnbench.harness.jobs.config import store_configs
-from attnbench.harness.jobs.job import run
+from attnbench.harness.jobs.job import run_job
 from attnbench.harness.jobs.records import write_record
 from attnbench.harness.leaderboard import build_site
 from attnbench.harness.results.collect import collect
@@ -78,9 +78,9 @@ def test_a_job_on_another_capability_is_another_job(tmp_path, monkeypatch):
     """The same job under AVX-512 and under AVX2 has two identities: neither host skips the
     other's job as finished, and both records keep the plain model name in ``env.cpu``."""
     monkeypatch.setattr(env, "cpu_capability", lambda: "AVX512")
-    wide = run(_cfg(tmp_path))
+    wide = run_job(_cfg(tmp_path))
     monkeypatch.setattr(env, "cpu_capability", lambda: "AVX2")
-    narrow = run(_cfg(tmp_path))
+    narrow = run_job(_cfg(tmp_path))
     assert wide.run_id != narrow.run_id
     assert (wide.hardware, narrow.hardware) == (
         f"{env.cpu_model()} (AVX512)",

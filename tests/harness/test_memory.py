@@ -49,7 +49,7 @@ def test_probe_process_gives_the_same_reading_whatever_ran_before():
 
 def test_probe_process_ignores_ctrl_c():
     """A terminal's Ctrl-C reaches the probe too; the job's process decides what it means
-    (harness.cli.interrupt), so the probe must not die of it."""
+    (harness.sweep.stop), so the probe must not die of it."""
     release_probe()  # a fresh probe, spawned by this call
     # Python's own handler here, whatever this process inherited (a runner started with nohup
     # or `&` from a script ignores SIGINT), so that "ours is back" means something

@@ -10,9 +10,9 @@ from hydra import compose, initialize_config_dir
 
 from attnbench.harness.cli.app import CONF_DIR
 from attnbench.harness.jobs.config import store_configs
-from attnbench.harness.jobs.job import run
+from attnbench.harness.jobs.job import run_job
+from attnbench.harness.jobs.preflight import ConfigError
 from attnbench.harness.jobs.records import find_finished_record, read_record, record_path
-from attnbench.harness.jobs.validation import ConfigError
 from attnbench.metrics import POINT_FIELDS
 from attnbench.variant import VARIANTS, AttentionVariant, register_variant
 
@@ -80,7 +80,7 @@ def _cfg(tmp_path, *overrides):
     ],
 )
 def test_job_failures_become_records(tmp_path, mode, status, error):
-    record = run(_cfg(tmp_path, "variant=test_faulty", f"variant.mode={mode}"))
+    record = run_job(_cfg(tmp_path, "variant=test_faulty", f"variant.mode={mode}"))
     assert record.status == status
     assert error in record.error
     on_disk = read_record(record_path(tmp_path, record.run_id))
@@ -100,19 +100,19 @@ def test_length_sweep_goes_on_past_an_oom(tmp_path, monkeypatch):
     for n in (16, 64, 32, 128):
         cfg = _cfg(tmp_path, "variant=test_faulty", "variant.mode=ok", "variant.oom_from=64")
         cfg.task.seq_len = n
-        statuses[n] = run(cfg).status
+        statuses[n] = run_job(cfg).status
     assert statuses == {16: "ok", 64: "oom", 32: "ok", 128: "oom"}
 
 
 def test_causal_on_non_causal_variant_is_unsupported(tmp_path):
-    record = run(_cfg(tmp_path, "variant=test_faulty", "task.causal=true"))
+    record = run_job(_cfg(tmp_path, "variant=test_faulty", "task.causal=true"))
     assert record.status == "unsupported"
     assert "does not support causal" in record.error
 
 
 def test_ok_job_records_environment_and_is_skipped_on_rerun(tmp_path):
     cfg = _cfg(tmp_path, "variant=softmax")
-    first = run(cfg)
+    first = run_job(cfg)
     assert first.status == "ok"
     assert {"fwd_ms", "peak_mem_mib", "gflops_fwd", "tokens_per_s", "first_call_ms"} <= {
         m["metric"] for m in first.metrics
@@ -125,10 +125,10 @@ def test_ok_job_records_environment_and_is_skipped_on_rerun(tmp_path):
     assert directions["fwd_ms"] is False and directions["tokens_per_s"] is True
     path = record_path(tmp_path, first.run_id)
     mtime = path.stat().st_mtime_ns
-    again = run(cfg)
+    again = run_job(cfg)
     assert again == find_finished_record(tmp_path, first.run_id)
     assert path.stat().st_mtime_ns == mtime  # not re-run
-    overwritten = run(_cfg(tmp_path, "variant=softmax", "overwrite=true"))
+    overwritten = run_job(_cfg(tmp_path, "variant=softmax", "overwrite=true"))
     assert overwritten.run_id == first.run_id and path.stat().st_mtime_ns != mtime
 
 
@@ -141,7 +141,7 @@ def test_process_setting_refused_for_the_job_is_a_failed_record(tmp_path, monkey
         raise RuntimeError("set_num_threads: refused by this process")
 
     monkeypatch.setattr(torch, "set_num_threads", refuse)
-    record = run(cfg)
+    record = run_job(cfg)
     assert record.status == "failed"
     assert "set_num_threads: refused by this process" in record.error
     assert read_record(record_path(tmp_path, record.run_id)).status == "failed"
@@ -153,13 +153,13 @@ def test_settings_no_job_can_honour_are_refused_before_any_record(tmp_path):
     cfg = _cfg(tmp_path, "variant=softmax")
     cfg.threads = -1
     with pytest.raises(ConfigError, match="threads=-1 is negative"):
-        run(cfg)
+        run_job(cfg)
     assert not (tmp_path / "runs").exists()
 
 
 def test_run_id_depends_on_parameters_and_seed(tmp_path):
     ids = {
-        run(_cfg(tmp_path, "variant=softmax", *o)).run_id
+        run_job(_cfg(tmp_path, "variant=softmax", *o)).run_id
         for o in ([], ["seed=1"], ["variant.temperature=2.0"])
     }
     assert len(ids) == 3
@@ -177,7 +177,9 @@ def test_job_over_its_time_budget_is_recorded_as_timeout(tmp_path):
     store_configs()
     try:
         start = time.perf_counter()
-        record = run(_cfg(tmp_path, "variant=test_slow", "timeout_s=0.5", "task.min_samples=1000"))
+        record = run_job(
+            _cfg(tmp_path, "variant=test_slow", "timeout_s=0.5", "task.min_samples=1000")
+        )
         assert record.status == "timeout"
         assert "time budget of 0.5 s" in record.error
         assert time.perf_counter() - start < 5  # stopped, not run to completion
@@ -189,12 +191,12 @@ def test_job_over_its_time_budget_is_recorded_as_timeout(tmp_path):
 def test_thread_count_and_hardware_are_part_of_the_identity(tmp_path):
     from attnbench.harness.jobs.env import device_name
 
-    one = run(_cfg(tmp_path, "variant=softmax", "threads=1"))
-    two = run(_cfg(tmp_path, "variant=softmax", "threads=2"))
+    one = run_job(_cfg(tmp_path, "variant=softmax", "threads=1"))
+    two = run_job(_cfg(tmp_path, "variant=softmax", "threads=2"))
     assert one.run_id != two.run_id  # both ran: neither was skipped as the other
     assert (one.threads, two.threads) == (1, 2) and one.env["threads"] == 1
     assert one.hardware == device_name(torch.device("cpu"))
-    default = run(_cfg(tmp_path, "variant=softmax"))  # threads=0: torch's default, resolved
+    default = run_job(_cfg(tmp_path, "variant=softmax"))  # threads=0: torch's default, resolved
     assert default.threads >= 1
 
 
@@ -233,13 +235,13 @@ def test_editing_a_variant_module_reruns_exactly_its_jobs(tmp_path, monkeypatch)
     store_configs()
     try:
         results = tmp_path / "results"
-        first = {v: run(_cfg(results, f"variant={v}")) for v in ("softmax", "test_scratch")}
+        first = {v: run_job(_cfg(results, f"variant={v}")) for v in ("softmax", "test_scratch")}
         assert "scratch_variant_mod" in first["test_scratch"].code_modules
         assert "scratch_variant_mod" not in first["softmax"].code_modules
         stamps = {v: record_path(results, r.run_id).stat().st_mtime_ns for v, r in first.items()}
 
         module.write_text(SCRATCH + "\n# an edit that changes the source\n")
-        again = {v: run(_cfg(results, f"variant={v}")) for v in ("softmax", "test_scratch")}
+        again = {v: run_job(_cfg(results, f"variant={v}")) for v in ("softmax", "test_scratch")}
         assert again["softmax"].run_id == first["softmax"].run_id  # unrelated: still finished
         path = record_path(results, first["softmax"].run_id)
         assert path.stat().st_mtime_ns == stamps["softmax"]
@@ -264,13 +266,13 @@ def test_editing_a_variant_module_reruns_exactly_its_jobs(tmp_path, monkeypatch)
 def test_a_failed_overwrite_keeps_the_ok_record(tmp_path, monkeypatch):
     from attnbench.tasks.throughput import Throughput
 
-    ok = run(_cfg(tmp_path, "variant=softmax"))
+    ok = run_job(_cfg(tmp_path, "variant=softmax"))
 
     def broken(self, ctx):
         raise RuntimeError("the machine was busy")
 
     monkeypatch.setattr(Throughput, "run", broken)
-    failed = run(_cfg(tmp_path, "variant=softmax", "overwrite=true"))
+    failed = run_job(_cfg(tmp_path, "variant=softmax", "overwrite=true"))
     assert failed.status == "failed" and failed.run_id == ok.run_id
     assert find_finished_record(tmp_path, ok.run_id) == ok  # still in its place
     attempts = sorted((tmp_path / "runs").glob(f"{ok.run_id}.*.json"))
@@ -278,10 +280,10 @@ def test_a_failed_overwrite_keeps_the_ok_record(tmp_path, monkeypatch):
 
 
 def test_an_unsupported_job_is_not_rerun_but_a_failed_one_is(tmp_path):
-    unsupported = run(_cfg(tmp_path, "variant=test_faulty", "task.causal=true"))
-    assert run(_cfg(tmp_path, "variant=test_faulty", "task.causal=true")) == unsupported
-    failed = run(_cfg(tmp_path, "variant=test_faulty"))  # mode=raise
-    again = run(_cfg(tmp_path, "variant=test_faulty"))
+    unsupported = run_job(_cfg(tmp_path, "variant=test_faulty", "task.causal=true"))
+    assert run_job(_cfg(tmp_path, "variant=test_faulty", "task.causal=true")) == unsupported
+    failed = run_job(_cfg(tmp_path, "variant=test_faulty"))  # mode=raise
+    again = run_job(_cfg(tmp_path, "variant=test_faulty"))
     assert failed.status == again.status == "failed" and again.created_at > failed.created_at
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == sorted(
         [f"{unsupported.run_id}.json", f"{failed.run_id}.json"]
@@ -294,7 +296,7 @@ def test_a_plugin_constructor_that_raises_a_bug_is_the_job_s_failed_record(tmp_p
     """Anything but the ValueError/TypeError of a bad value, raised by a plugin's constructor,
     is that job's failed record naming the plugin, not a refusal of the whole sweep."""
     cfg = _cfg(tmp_path, "variant=test_faulty", "variant.mode=broken_init")
-    record = run(cfg)
+    record = run_job(cfg)
     assert record.status == "failed"
     origin = VARIANTS.entry("test_faulty").origin
     assert record.error == (
@@ -303,7 +305,7 @@ def test_a_plugin_constructor_that_raises_a_bug_is_the_job_s_failed_record(tmp_p
     )
     assert read_record(record_path(tmp_path, record.run_id)) == record
     assert record.task_info["name"] == "throughput"
-    again = run(cfg)  # a failed job is retried by the next sweep, and fails the same way
+    again = run_job(cfg)  # a failed job is retried by the next sweep, and fails the same way
     assert again.status == "failed" and again.run_id == record.run_id
 
 

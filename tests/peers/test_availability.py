@@ -9,7 +9,7 @@ from hydra import compose, initialize_config_dir
 from attnbench.harness.cli.app import CONF_DIR
 from attnbench.harness.cli.variants import variant_table
 from attnbench.harness.jobs.config import store_configs
-from attnbench.harness.jobs.job import run
+from attnbench.harness.jobs.job import run_job
 from attnbench.peers.availability import import_problem
 from attnbench.variant import VARIANTS, library_version
 
@@ -81,7 +81,7 @@ def test_an_unavailable_peer_is_an_unsupported_record(tmp_path, name):
                 "task.min_run_time=0.01",
             ],
         )
-    record = run(cfg)
+    record = run_job(cfg)
     assert record.status == "unsupported"
     assert record.error == VARIANTS.get(name).unavailable("cpu")
     assert record.details["peer_of"] == VARIANTS.get(name).peer_of

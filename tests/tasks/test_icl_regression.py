@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from attnbench.harness.jobs.validation import ConfigError, check_overrides
+from attnbench.harness.jobs.preflight import ConfigError, check_overrides
 from attnbench.task import JobContext, build_task
 from attnbench.tasks.icl_regression import (
     AttentionSystem,

@@ -279,8 +279,8 @@ def test_lambda_starts_at_lambda_init_for_every_value(lambda_init):
 
 @pytest.mark.parametrize("lambda_init", [8.6e37, 1e38, 3.4e38, 1e39])
 def test_a_lambda_init_whose_inverse_is_subnormal_is_refused(lambda_init):
-    """Round-6 finding S8: 1e38 up to float32's largest was accepted and the job failed (the
-    causal read non-finite where the job flushes denormals: the solve's first step is 1/λ)."""
+    """From 1/float32.tiny up, a job that flushes denormals would read non-finite values (the
+    solve's first step is 1/λ): such a value is refused before anything runs."""
     with pytest.raises(ValueError, match=r"is too large: .* give lambda_init below 8.51e\+37"):
         build_variant("mesa", {"lambda_init": lambda_init}, VariantShape(2, 8, 64))
 

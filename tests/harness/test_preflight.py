@@ -1,4 +1,4 @@
-"""harness.jobs.validation's job layer: resolving device and dtype (CLI refusals:
+"""harness.jobs.preflight's job layer: resolving device and dtype (CLI refusals:
 test_bad_input.py)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnbench.harness.jobs.validation import ConfigError, resolve_device, resolve_dtype
+from attnbench.harness.jobs.preflight import ConfigError, resolve_device, resolve_dtype
 
 
 def test_device_resolution():

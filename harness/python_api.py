@@ -3,9 +3,9 @@
 ``attnbench.run(variant, task, **overrides)`` is ``attnbench -m variant=… task=… key=value…``
 without a shell: the same checks of every job before the first (a bad value raises `ValueError` with
 the command line's one sentence), the same jobs, records and run ids (each job runs through
-`harness.jobs.job.run`, as a Hydra job does), the same collection. A keyword's list value sweeps, as
-a comma list does on the command line. What it returns is the results table's rows of the jobs it
-ran (a job finished earlier is not run again: its existing rows are returned).
+`harness.jobs.job.run_job`, as a Hydra job does), the same collection. A keyword's list value
+sweeps, as a comma list does on the command line. What it returns is the results table's rows of
+the jobs it ran (a job finished earlier is not run again: its existing rows are returned).
 
 A variant may be a registered name or an `AttentionVariant` subclass defined in the notebook: it
 is registered under its ``name`` attribute (or its class name in lower case). Its module has no
@@ -32,7 +32,7 @@ from typing import Any
 
 import pandas as pd
 
-from attnbench.harness.jobs.validation import ConfigError
+from attnbench.harness.jobs.preflight import ConfigError
 from attnbench.harness.results.collect import COLUMNS, TABLE_NAME, collect, uncollected
 from attnbench.harness.results.table_file import TableError, load
 from attnbench.registry import UnknownNameError
@@ -111,7 +111,7 @@ def _load_plugins_warning_here(stacklevel: int) -> None:
     """Load the plugins; a failed plugin's warning names the line that called the API.
 
     `load_plugins` warns from inside attnbench's installed code, so a notebook user read a path
-    into site-packages and a line of discovery.py before the sentence (round-8 finding W5). The
+    into site-packages and a line of discovery.py before the sentence. The
     warnings are caught and given again at the caller's line (``stacklevel`` as `warnings.warn`
     would take it in the function that calls this); any other warning keeps its own place.
     `attnbench.list_variants` still warns from discovery.py: that module is part of every job's
@@ -207,7 +207,7 @@ def _probe_knowing(classes: dict[str, type]) -> Iterator[None]:
 
 def _jobs(args: Sequence[str]) -> list[list[str]]:
     """The command line ``args`` (with comma sweeps) as one override list per job."""
-    from attnbench.harness.jobs.validation import parse_overrides
+    from attnbench.harness.jobs.preflight import parse_overrides
 
     choices = []
     for o in parse_overrides(list(args)):
@@ -244,10 +244,10 @@ def run(
     """
     from hydra import compose, initialize_config_dir
 
-    from attnbench.harness.cli.app import CONF_DIR, check_command_line
+    from attnbench.harness.jobs.command_line import CONF_DIR, check_command_line
     from attnbench.harness.jobs.config import store_configs
-    from attnbench.harness.jobs.job import run as run_job
-    from attnbench.harness.jobs.validation import check_results_dir, prepare_job
+    from attnbench.harness.jobs.job import run_job
+    from attnbench.harness.jobs.preflight import check_results_dir, prepare_job
 
     _load_plugins_warning_here(stacklevel=2)  # as warnings.warn in run: its caller
     if "sweep" in overrides:
@@ -294,7 +294,7 @@ def run(
 def _run_with_progress(configs: list, run_job: Any) -> list[str]:
     """Run the jobs one after the other behind one progress bar: jobs done of all, jobs failed
     so far, elapsed and time left (a notebook shows it too, with or without ipywidgets)."""
-    from attnbench.harness.jobs.outcome import FAILURES
+    from attnbench.harness.jobs.records import FAILURES
     from attnbench.toolkit.progress import progress
 
     run_ids, failed = [], 0

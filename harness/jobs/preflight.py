@@ -17,8 +17,8 @@ Three layers, cheapest first:
    process can use, a finite time budget, sizes ≥ 1, heads dividing the width, a device and dtype
    this machine can run). The ``attnbench`` command calls it for a single job before Hydra
    starts, the `grids` sweeper for every job of a sweep before launching the first one, and
-   `harness.jobs.job.run` for the job it runs — the one check all three share, kept here with the
-   other checks so that `harness.jobs.job` only runs jobs.
+   `harness.jobs.job.run_job` for the job it runs — the one check all three share, kept here with
+   the other checks so that `harness.jobs.job` only runs jobs.
 
 Resolving ``device=auto`` and ``dtype=auto`` belongs to the third layer: the resolved values are
 part of a job's identity (its run_id), and resolving is where an impossible device or dtype is

@@ -1,8 +1,8 @@
 """What a sweep prints: its progress, and per job only what went wrong.
 
-A sweep of 273 jobs used to print Hydra's launcher messages for every job ("Launching 1 jobs
-locally", "#N : overrides…") and a result line per job, and nowhere how many jobs were done or
-how long the rest would take. Now:
+Hydra's launchers print a message for every job ("Launching 1 jobs locally", "#N :
+overrides…"), and a job prints a result line, but nothing says how many jobs are done or how long
+the rest will take; in a sweep of hundreds of jobs the console would be those lines. So:
 
 * `SweepProgress` shows jobs done of all, jobs failed so far, the time elapsed and an estimate of
   the time left: a tqdm line on stderr where stderr is a terminal, and otherwise (a log file, CI,
@@ -40,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from attnbench.harness.jobs.outcome import FAILURES
+from attnbench.harness.jobs.records import FAILURES
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ class SweepProgress:
     """A sweep's progress: jobs done of ``total``, failed so far, elapsed, time left.
 
     On a terminal (``stream.isatty()``) a tqdm bar on ``stream``; otherwise a log line (logger
-    ``attnbench.harness.cli.sweep_progress``, INFO) each time the jobs done pass another tenth
+    ``attnbench.harness.sweep.progress``, INFO) each time the jobs done pass another tenth
     of the total, and at `close` if the last line did not already say it all. The time left is
     the mean time per job so far times the jobs left: jobs of different tasks differ, so it is
     an estimate, better as the sweep goes on.
@@ -325,7 +325,7 @@ class ReportingTask:
 def job_status(value: Any) -> str | None:
     """A job's status from what its task function returned: the status itself (the
     ``attnbench`` command's jobs) or a record's ``status``; None for anything else (a job the
-    sweep did not start returns a sentence, `harness.cli.interrupt.SKIPPED`)."""
+    sweep did not start returns a sentence, `harness.sweep.stop.SKIPPED`)."""
     status = value if isinstance(value, str) else getattr(value, "status", None)
     if not isinstance(status, str):
         return None

@@ -8,9 +8,9 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from attnbench.harness.jobs.outcome import OUTCOME, one_line
 from attnbench.harness.jobs.paths import write_failure
 from attnbench.harness.results.collect import MissingRunsError, collect
+from attnbench.harness.sweep.outcome import OUTCOME, one_line
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ class CollectResults(Callback):
     multirun.
 
     A failed collection is caught here, logged as one sentence and noted in
-    `harness.jobs.outcome.OUTCOME`, so that the ``attnbench`` command exits with status 1: Hydra
+    `harness.sweep.outcome.OUTCOME`, so that the ``attnbench`` command exits with status 1: Hydra
     itself would only turn the exception into a warning and exit 0. The records stay; collecting
     again (``attnbench-collect``) retries. A collection that would drop runs the table holds
     (their records gone: `MissingRunsError`) leaves the table as it is and is reported the same

@@ -8,7 +8,7 @@ with `SweepOutcome.exit_status`:
 * a job that raised instead of writing a record (`SweepOutcome.job_failed`, from the `grids`
   sweeper's check of every job's return value, or from a single run) → status 1, one line per
   job naming its overrides and the error;
-* a failed collection (`SweepOutcome.collection_failed`, from `harness.jobs.callbacks`) →
+* a failed collection (`SweepOutcome.collection_failed`, from `harness.sweep.callbacks`) →
   status 1;
 * a sweep whose jobs ran but none succeeded (`SweepOutcome.job_ended`, from the `grids` sweeper,
   with each job's record status): every one ``failed``, ``oom`` or ``timeout`` (or without a
@@ -17,7 +17,7 @@ with `SweepOutcome.exit_status`:
   `SweepOutcome.sweep_planned`) counts as succeeded. ``unsupported`` is neither: the variant
   cannot run here, the code did not fail, so a sweep of unsupported jobs only exits 0;
 * a sweep stopped by Ctrl-C (`SweepOutcome.stopped`, from the sweeper, see
-  `harness.cli.interrupt`) → status 130 (128 + SIGINT, the shell's convention), saying how many
+  `harness.sweep.stop`) → status 130 (128 + SIGINT, the shell's convention), saying how many
   jobs were not run.
 
 A sweep in which a job recorded a failure ends with one line counting the failed jobs by status
@@ -44,10 +44,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from attnbench.harness.jobs.records import STATUSES
+from attnbench.harness.jobs.records import FAILURES, STATUSES
 
-# record statuses of a job that failed (not `unsupported`: a declaration, not a crash)
-FAILURES = ("failed", "oom", "timeout")
 NO_RECORD = "without a record"  # how the count line names jobs that raised instead
 INTERRUPTED = 130  # 128 + SIGINT
 TERMINATED = 143  # 128 + SIGTERM
@@ -75,7 +73,7 @@ class SweepOutcome:
     collection_error: str | None = None
     interrupted: bool = False
     not_run: int | None = 0  # jobs a stop left unrun; None when a launcher could not say
-    stopped_by: str = "Ctrl-C"  # or "SIGTERM" (`harness.cli.interrupt.terminate_now`)
+    stopped_by: str = "Ctrl-C"  # or "SIGTERM" (`harness.sweep.stop.terminate_now`)
     abort_reason: str | None = None  # the sweep could not go on (Hydra could not set a job up)
     abort_not_run: int | None = 0
     statuses: Counter[str] = field(default_factory=Counter)  # launched jobs by record status
