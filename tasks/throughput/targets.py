@@ -1,44 +1,31 @@
-"""The ``attnbench-speed`` command: the speed targets of the fast variants, as ratios from one run.
+"""The speed targets of the fast variants, the throughput task's declaration for
+``attnbench-speed`` (entry-point group ``attnbench.speed_targets``: `all_targets`).
 
-Absolute times on a shared machine drift by tens of percent between minutes; ratios of two
-measurements taken back to back do not. So every case is timed once per round, rounds are repeated,
-each target's ratio is computed within a round, and the report gives the median ratio over rounds
-with its range. CPU, float32, B = 1, H = 4, D = 64, the job's thread count; peak memory is measured
-in the memory-probe process (`attnbench.toolkit.memory`), of a forward or of a forward+backward.
+Each target is a bound on a ratio of two calls' times or peak memories, or on one peak: the
+command times every case once per round and computes each ratio within a round, since ratios
+of measurements taken back to back hold still on a shared machine where absolute times drift.
+A case is one call, CPU, float32, B = 1, H = 4, D = 64: `Case.timed_call` builds its inputs and
+returns the call to time; `Case.peak_mib` measures its peak memory in the memory-probe process
+(`attnbench.toolkit.memory`), of a forward or of a forward+backward.
 
 Besides plain ratios, a target can scale its ratio (a sparse variant's speed-up times its density
 is the fraction of its ideal speed-up 1/density it reaches) or subtract a case (the marginal cost
-of one more Sinkhorn half-step); a target without a bound is reported, not judged.
-
-    attnbench-speed [--rounds 5] [--threads 2] [--json] [--strict]
-
-exits non-zero when a target is missed; with ``--strict``, 2 before measuring anything when a plugin
-failed to load (`attnbench.harness.cli.strict`). The same targets are asserted by the on-demand
-benchmarks in ``tests/benchmarks`` (``pytest -o addopts="" tests/benchmarks``).
-
-It lives beside the throughput task, not in the engine: the targets name built-in variants and
-reuse the throughput task's memory probe, and the engine names no variant or task.
+of one more Sinkhorn half-step); a target without a bound is reported, not judged. The same
+targets are asserted by the on-demand benchmarks in ``tests/benchmarks``
+(``pytest -o addopts="" tests/benchmarks``).
 """
 
 from __future__ import annotations
 
-import json
-import statistics
-import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
-from torch.utils import benchmark
 
 from attnbench import VariantShape, build_variant, load_plugins, random_gates
-from attnbench.harness.cli.interrupt import on_ctrl_c, quiet_when_the_reader_leaves
-from attnbench.harness.cli.parser import OneLineParser
-from attnbench.harness.cli.strict import add_strict_flag, refuse_broken_plugins
 from attnbench.tasks.throughput import forward_peak_mib
-from attnbench.toolkit.memory import isolated_cpu_peak, reuse_freed_memory
-from attnbench.toolkit.timing import usable_cores
+from attnbench.toolkit.memory import isolated_cpu_peak
 
 HEADS, HEAD_DIM = 4, 64
 
@@ -67,6 +54,58 @@ class Case:
     def __hash__(self) -> int:
         return hash(self.key)
 
+    def timed_call(self) -> Callable[[], object]:
+        """The call to time: its inputs are built here, outside the timed region."""
+        gen = torch.Generator().manual_seed(0)
+        q, k, v = (
+            torch.randn(1, HEADS, self.seq_len, HEAD_DIM, generator=gen).requires_grad_(
+                self.backward
+            )
+            for _ in range(3)
+        )
+        if self.variant == "sdpa":
+            module = None
+            forward = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)  # noqa: E731
+        else:
+            shape = VariantShape(HEADS, HEAD_DIM, self.seq_len)
+            module = build_variant(self.variant, self.params, shape)
+            # a gated mixer's raw gates, standard normal as q, k and v ({} for an ungated variant)
+            gates = random_gates(
+                module, 1, self.seq_len, head_dim=HEAD_DIM, kv_heads=HEADS, generator=gen
+            )
+            forward = lambda: module(q, k, v, causal=self.causal, gates=gates)  # noqa: E731
+        if not self.backward:
+
+            def forward_only():
+                with torch.no_grad():
+                    return forward()
+
+            return forward_only
+        grad = torch.randn(1, HEADS, self.seq_len, HEAD_DIM, generator=gen)
+        leaves = [q, k, v, *(module.parameters() if module is not None else ())]
+
+        def forward_backward():
+            forward().backward(grad)
+            for t in leaves:
+                t.grad = None
+
+        return forward_backward
+
+    def peak_mib(self) -> float | None:
+        """The call's peak memory in MiB, measured in the memory-probe process (None where
+        this platform gives no reading)."""
+        shape = (1, HEADS, self.seq_len, HEAD_DIM)
+        return isolated_cpu_peak(
+            forward_peak_mib,
+            self.variant,
+            self.params,
+            shape,
+            "float32",
+            0,
+            self.causal,
+            self.backward,
+        )
+
 
 @dataclass(frozen=True)
 class Target:
@@ -85,7 +124,7 @@ class Target:
     def cases(self) -> list[Case]:
         return [c for c in (self.numerator, self.denominator, self.minus) if c is not None]
 
-    def value(self, measured: dict[Case, float | None]) -> float | None:
+    def value(self, measured: Mapping[Case, float | None]) -> float | None:
         """The target's quantity from measured times or peaks (None where one is unknown)."""
         num = measured[self.numerator]
         if self.denominator is None:
@@ -226,8 +265,8 @@ def cliff_targets() -> list[Target]:
 
 
 def all_targets() -> list[Target]:
-    """Every target of `attnbench-speed` (a function: the sparse targets build their variants to
-    know their densities, which an import should not do)."""
+    """Every speed target of the throughput task, in the order of the report (a function: the
+    sparse targets build their variants to know their densities, which an import should not do)."""
     window = {n: _sized("window", n) for n in (8192, 16384, 32768)}
     window_bwd = {n: _sized("window", n, backward=True) for n in (8192, 16384)}
     softmax4k = _case("softmax", 4096, causal=False)
@@ -302,190 +341,3 @@ def all_targets() -> list[Target]:
         Target("topk / dense causal SDPA at 8k", _sized("topk", 8192), SDPA_C8, CLIFF_BOUND, False),
         *cliff_targets(),
     ]
-
-
-def _call(case: Case) -> Callable[[], object]:
-    """The timed call of ``case``: its inputs are built here, outside the timed region."""
-    gen = torch.Generator().manual_seed(0)
-    q, k, v = (
-        torch.randn(1, HEADS, case.seq_len, HEAD_DIM, generator=gen).requires_grad_(case.backward)
-        for _ in range(3)
-    )
-    if case.variant == "sdpa":
-        module = None
-        forward = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=case.causal)  # noqa: E731
-    else:
-        shape = VariantShape(HEADS, HEAD_DIM, case.seq_len)
-        module = build_variant(case.variant, case.params, shape)
-        # a gated mixer's raw gates, standard normal as q, k and v ({} for an ungated variant)
-        gates = random_gates(
-            module, 1, case.seq_len, head_dim=HEAD_DIM, kv_heads=HEADS, generator=gen
-        )
-        forward = lambda: module(q, k, v, causal=case.causal, gates=gates)  # noqa: E731
-    if not case.backward:
-
-        def forward_only():
-            with torch.no_grad():
-                return forward()
-
-        return forward_only
-    grad = torch.randn(1, HEADS, case.seq_len, HEAD_DIM, generator=gen)
-    leaves = [q, k, v, *(module.parameters() if module is not None else ())]
-
-    def forward_backward():
-        forward().backward(grad)
-        for t in leaves:
-            t.grad = None
-
-    return forward_backward
-
-
-def _peak_mib(case: Case) -> float | None:
-    shape = (1, HEADS, case.seq_len, HEAD_DIM)
-    return isolated_cpu_peak(
-        forward_peak_mib, case.variant, case.params, shape, "float32", 0, case.causal, case.backward
-    )
-
-
-@dataclass
-class SpeedVerdict:
-    """A target's measured value: median over rounds, with the range of the rounds."""
-
-    target: Target
-    median: float | None
-    low: float | None
-    high: float | None
-
-    @property
-    def met(self) -> bool:
-        """Within the bound (a reported quantity without a bound is always met)."""
-        if self.target.bound is None:
-            return True
-        if self.median is None:
-            return False
-        if self.target.at_least:
-            return self.median >= self.target.bound
-        return self.median <= self.target.bound
-
-
-def measure(
-    targets: list[Target] | None = None,
-    rounds: int = 5,
-    threads: int = 2,
-    min_run_time: float = 0.3,
-) -> tuple[list[SpeedVerdict], dict[str, float]]:
-    """Time every case of ``targets`` (default: `targets()`) once per round, interleaved, and
-    evaluate each target within each round.
-
-    Returns:
-        (one `SpeedVerdict` per target, median milliseconds per case key).
-    """
-    load_plugins()
-    targets = all_targets() if targets is None else targets
-    torch.set_num_threads(threads)
-    torch.set_flush_denormal(True)
-    reuse_freed_memory()
-    timed = {c for t in targets if t.quantity == "time" for c in t.cases()}
-    calls = {}
-    for case in sorted(timed, key=lambda c: c.key):
-        calls[case] = _call(case)
-        calls[case]()  # first call and lazy initialisation, outside every round
-    per_round: list[dict[Case, float]] = []
-    for _ in range(rounds):
-        times = {}
-        for case, fn in calls.items():
-            timer = benchmark.Timer("fn()", globals={"fn": fn}, num_threads=threads)
-            times[case] = timer.blocked_autorange(min_run_time=min_run_time).median
-        per_round.append(times)
-    peaks = {c: _peak_mib(c) for t in targets if t.quantity == "memory" for c in t.cases()}
-
-    outcomes = []
-    for t in targets:
-        values = [t.value(r) for r in per_round] if t.quantity == "time" else [t.value(peaks)]
-        known = [v for v in values if v is not None]
-        outcomes.append(
-            SpeedVerdict(
-                t,
-                statistics.median(known) if known else None,
-                min(known) if known else None,
-                max(known) if known else None,
-            )
-        )
-    medians = {c.key: 1e3 * statistics.median(r[c] for r in per_round) for c in calls}
-    return outcomes, medians
-
-
-def format_table(outcomes: list[SpeedVerdict], medians: dict[str, float], rounds: int) -> str:
-    """The Markdown report of `measure`: min, median and max of the rounds' values."""
-    lines = [
-        f"Ratios within each of {rounds} rounds (memory: one probe, so min = median = max).",
-        "",
-        "| target | min | median | max | bound | met |",
-        "|---|---|---|---|---|---|",
-    ]
-    for o in outcomes:
-        if o.target.bound is None:
-            bound, met = "(reported)", "—"
-        else:
-            bound = ("≥ " if o.target.at_least else "≤ ") + f"{o.target.bound:g}"
-            met = "yes" if o.met else "NO"
-        if o.median is None:
-            cells = "unknown (no measurement on this platform) | | "
-        else:
-            cells = f"{o.low:.3g} | {o.median:.3g} | {o.high:.3g}"
-        lines.append(f"| {o.target.label} | {cells} | {bound} | {met} |")
-    lines += ["", "Median ms per call (context only; compare ratios, not these):", ""]
-    lines += [f"- {key}: {ms:.1f} ms" for key, ms in sorted(medians.items())]
-    return "\n".join(lines)
-
-
-@quiet_when_the_reader_leaves
-@on_ctrl_c(
-    "attnbench-speed: interrupted by Ctrl-C before the report; nothing was written (run it "
-    "again to measure)."
-)
-def main(argv: list[str] | None = None) -> int:
-    """``attnbench-speed [--rounds N] [--threads N] [--json] [--strict]``: measure, print the
-    report, exit 0 when every target is met, else 1."""
-    parser = OneLineParser(prog="attnbench-speed", description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=5, help="timing rounds (default 5)")
-    parser.add_argument(
-        "--threads",
-        type=int,
-        default=min(2, usable_cores()),
-        help="CPU threads, at most the cores usable here (default 2, or 1 on one core)",
-    )
-    parser.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
-    add_strict_flag(parser, reads_records=False)
-    args = parser.parse_args(argv)
-    if args.rounds < 1 or args.threads < 1:
-        parser.error(f"--rounds and --threads must be >= 1, got {args.rounds}, {args.threads}.")
-    if args.threads > usable_cores():  # more threads than cores time the scheduler, not a kernel
-        parser.error(
-            f"--threads {args.threads} is more than the {usable_cores()} CPU cores usable here; "
-            f"use --threads {usable_cores()} or fewer."
-        )
-    if args.strict and (status := refuse_broken_plugins("attnbench-speed")):
-        return status
-    outcomes, medians = measure(rounds=args.rounds, threads=args.threads)
-    if args.json:
-        rows = [
-            {
-                "target": o.target.label,
-                "median": o.median,
-                "min": o.low,
-                "max": o.high,
-                "bound": o.target.bound,
-                "at_least": o.target.at_least,
-                "met": o.met,
-            }
-            for o in outcomes
-        ]
-        print(json.dumps({"targets": rows, "median_ms": medians}, indent=2))
-    else:
-        print(format_table(outcomes, medians, args.rounds))
-    return 0 if all(o.met for o in outcomes) else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -2,8 +2,8 @@
 
 Each timed call (a forward, or a forward+backward) is a pytest-benchmark case, so its
 statistics land in pytest-benchmark's table and JSON; `test_speed_targets_hold` measures every
-target as a ratio within interleaved rounds (`attnbench.tasks.throughput.targets`) and asserts the
-bounds. Run on demand:
+target as a ratio within interleaved rounds (`attnbench.harness.cli.speed`, the command
+``attnbench-speed`` runs) and asserts the bounds. Run on demand:
 
     pytest -o addopts="" tests/benchmarks
 """
@@ -13,7 +13,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnbench.tasks.throughput.targets import Case, _call, all_targets, format_table, measure
+from attnbench.harness.cli.speed import format_table, measure
+from attnbench.tasks.throughput.targets import Case, all_targets
 from attnbench.toolkit.memory import reuse_freed_memory
 
 CASES = sorted(
@@ -33,12 +34,12 @@ def _cpu_timing_settings():
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.key)
 def test_call_speed(benchmark, case: Case):
-    benchmark.pedantic(_call(case), rounds=5, warmup_rounds=1, iterations=1)
+    benchmark.pedantic(case.timed_call(), rounds=5, warmup_rounds=1, iterations=1)
 
 
 def test_speed_targets_hold(benchmark):
     outcomes, medians = benchmark.pedantic(
-        measure, kwargs={"rounds": 5, "threads": 2}, rounds=1, iterations=1
+        measure, args=(all_targets(),), kwargs={"rounds": 5, "threads": 2}, rounds=1, iterations=1
     )
     report = format_table(outcomes, medians, 5)
     print(report)

@@ -17,13 +17,12 @@ import pytest
 from conftest import FAST, make_record, run_cli
 
 from attnbench.harness import discovery
-from attnbench.harness.cli import app, collect, compare
+from attnbench.harness.cli import app, collect, compare, speed
 from attnbench.harness.cli import variants as listing
 from attnbench.harness.cli.strict import bad_records, take_strict_flag
 from attnbench.harness.discovery import PluginFailure
 from attnbench.harness.jobs.records import write_record
 from attnbench.harness.results.collect import collect as collect_table
-from attnbench.tasks.throughput import targets as speed_targets
 
 BROKEN = PluginFailure(
     "attnbench.variants", "broken", "broken_plugin_mod", "broken-plugin", "ImportError: xyz"
@@ -111,14 +110,15 @@ def test_variants_strict_passes_where_every_plugin_loaded(intact, capsys):
 
 
 def test_speed_strict_refuses_before_measuring(broken, monkeypatch, capsys):
-    monkeypatch.setattr(speed_targets, "measure", lambda **_: pytest.fail("measured"))
-    assert speed_targets.main(["--strict"]) == 2
+    monkeypatch.setattr(speed, "measure", lambda *_, **__: pytest.fail("measured"))
+    assert speed.main(["--strict"]) == 2
     assert capsys.readouterr().err == f"attnbench-speed: {NAMED}\n"
 
 
 def test_speed_strict_passes_where_every_plugin_loaded(intact, monkeypatch, capsys):
-    monkeypatch.setattr(speed_targets, "measure", lambda **_: ([], {}))
-    assert speed_targets.main(["--strict", "--json"]) == 0
+    monkeypatch.setattr(speed, "declared_targets", lambda: ([], []))
+    monkeypatch.setattr(speed, "measure", lambda *_, **__: ([], {}))
+    assert speed.main(["--strict", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == {"targets": [], "median_ms": {}}
 
 
