@@ -187,6 +187,27 @@ def test_moved_paths_have_no_file_and_their_targets_do():
         assert module_file(new) is not None, new
 
 
+def version_tuple(text: str) -> tuple[int, ...]:
+    """(0, 3, 0) for "0.3.0" (a pre- or dev-release suffix ignored: 0.4.0.dev1 is 0.4's)."""
+    return tuple(int(part) for part in re.findall(r"\d+", text.split("+")[0])[:3])
+
+
+def test_the_old_paths_are_gone_in_the_version_their_warning_names():
+    """The shims live until the release their DeprecationWarning names, and not past it: a
+    version bump to that release fails here until `_moved.MOVED` is emptied (and docs/migration.md
+    says so)."""
+    project = (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    version = re.search(r'^version = "([^"]+)"', project, flags=re.M).group(1)
+    assert version_tuple(_moved.REMOVED_IN) > version_tuple("0.3")
+    if version_tuple(version) >= version_tuple(_moved.REMOVED_IN):
+        assert not _moved.MOVED, f"attnbench {version} still serves {sorted(_moved.MOVED)}"
+
+
+def test_the_version_check_would_fail_at_the_removal_release():
+    assert version_tuple("0.4.0.dev1") >= version_tuple(_moved.REMOVED_IN)
+    assert version_tuple("0.3.9") < version_tuple(_moved.REMOVED_IN)
+
+
 def test_architecture_is_a_short_map_that_names_every_module():
     text = (REPO / "ARCHITECTURE.md").read_text(encoding="utf-8")
     assert len(text.encode()) <= 12 * 1024

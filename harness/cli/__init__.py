@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-INTERRUPTED = 130  # 128 + SIGINT, as `attnbench.harness.jobs.outcome.INTERRUPTED`
+INTERRUPTED = 130  # 128 + SIGINT, as `attnbench.harness.sweep.outcome.INTERRUPTED`
 
 
 _TORCH_LOCATION = re.compile(r"\s*\(Triggered internally at [^)]*\)\.?$")
@@ -105,8 +105,8 @@ def _remove_folders_of_dead_commands() -> None:
 @contextlib.contextmanager
 def _warnings_shared(prog: str) -> Iterator[None]:
     """While the command runs, the processes it starts print warnings as it does, each line
-    once in all: joblib's workers are fresh interpreters, which printed the command's warnings
-    again, raw and with code locations, once per worker (round-6 finding W3). The variables
+    once in all: joblib's workers are fresh interpreters, which would print the command's
+    warnings again, raw and with code locations, once per worker. The variables
     are the command's alone: removed, with the folder, when it ends."""
     _remove_folders_of_dead_commands()
     folder = tempfile.mkdtemp(prefix=f"{SHOWN_PREFIX}{os.getpid()}-")
