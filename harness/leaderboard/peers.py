@@ -19,8 +19,8 @@ Ratios across machines are never made. Only current rows count (records of the i
 collection's ``current``), and where a job has several (several sweeps, a record of unknown code
 beside a newer one), the newest record of each seed. Seeds are averaged on each side before the
 ratio.
-A value from a timing its run flagged unsteady (`TaskInfo.steadiness`) is marked, with a note,
-on either side of a pair.
+A value from a timing its run flagged unsteady, or of a kernel outside its tolerance
+(`harness.leaderboard.steadiness`), is marked, with a note, on either side of a pair.
 Variant parameters pair where they agree on the names both sides have (a parameter only one side
 has says nothing about the other); a side with several configurations in a task is labelled with
 its parameters.
@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from attnbench.harness.leaderboard.ranking import MACHINE, THREADS, machine_labels
+from attnbench.harness.leaderboard.steadiness import untrusted
 from attnbench.harness.leaderboard.tables import (
     UNSTEADY_MARK,
     Cell,
@@ -50,7 +51,6 @@ from attnbench.harness.leaderboard.tables import (
     key_columns,
     varying,
 )
-from attnbench.harness.results.metric_points import declared_steadiness, unsteady_rows
 from attnbench.task_info import TaskInfo
 
 PEER_OF = "peer_of"  # column: our variant with the same maths ("" for none)
@@ -134,8 +134,8 @@ def _compared(info: TaskInfo | None) -> tuple[list[str], bool]:
 
 def _newest_seed_means(rows: pd.DataFrame) -> pd.DataFrame:
     """One value per variant configuration and point: the newest record of each seed, then the
-    mean over seeds, with the versions it was measured with and whether a seed's timing was
-    unsteady (column ``unsteady`` of ``rows``)."""
+    mean over seeds, with the versions it was measured with and whether a seed's value is
+    untrusted (column ``unsteady`` of ``rows``)."""
     rows = rows.assign(
         **{
             HOST: _text(rows["hostname"]),
@@ -352,8 +352,9 @@ def _unavailable_table(frame: pd.DataFrame) -> Table | None:
 
 
 def peer_section(frame: pd.DataFrame, infos: dict[str, TaskInfo]) -> PeerSection | None:
-    """The "Ours vs theirs" section of a results table (the page's shown rows, with or without
-    their machine column); None when the table has no library variant at all."""
+    """The "Ours vs theirs" section of a results table (the page's shown rows, judged by
+    `steadiness.judge_steadiness`, with or without their machine column); None when the table
+    has no library variant at all."""
     if frame.empty or LIBRARY not in frame or not (_text(frame[LIBRARY]) != "").any():
         return None
     if MACHINE not in frame:
@@ -370,8 +371,8 @@ def peer_section(frame: pd.DataFrame, infos: dict[str, TaskInfo]) -> PeerSection
         info = infos.get(task)
         metrics, ratio = _compared(info)
         mine = runs[runs["task"] == task]
-        unsteady = unsteady_rows(mine, declared_steadiness({task: info} if info else {}))
-        rows = mine.assign(unsteady=unsteady)[mine["metric"].isin(metrics)]
+        rows = mine[mine["metric"].isin(metrics)]
+        rows = rows.assign(unsteady=untrusted(rows))
         if rows.empty:
             continue
         pairs = _pairs(_newest_seed_means(rows))

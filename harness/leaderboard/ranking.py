@@ -60,7 +60,9 @@ nor the entry's value, and the entry counts it (`Standings.unsteady`) so that th
 mark it. An entry left with no steady value in a task shows the mean of its unsteady ones,
 unranked. A run without the flag (an older record) is unknown, which is not unsteady. A value
 whose kernel computed outside its declared error (`TaskInfo.accuracy`, `Headline.accuracy_flag`)
-is left out the same way: the time of a wrong result is no time.
+is left out the same way: the time of a wrong result is no time. Which values those are is
+decided once for the page (`harness.leaderboard.steadiness`): the rows come judged, and this
+module reads their ``untrusted`` column.
 
 This module computes (`standings`); `harness.leaderboard.overview` turns the result into cells.
 """
@@ -72,7 +74,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from attnbench.harness.results.metric_points import POINT, point_stats, unsteady_rows
+from attnbench.harness.leaderboard.steadiness import untrusted
+from attnbench.harness.results.metric_points import POINT, point_stats
 
 TIE_RTOL = 1e-9
 TIE_Z = 2.0  # a difference within TIE_Z combined standard errors is a tie
@@ -217,9 +220,10 @@ def hardware_of(entry: tuple) -> tuple[str, str]:
 
 
 def standings(frame: pd.DataFrame, headlines: list[Headline]) -> Standings | None:
-    """Win rates and ranks of the ok run rows of ``frame`` (see the module docstring); None when
-    no headline has results."""
-    judged = _judged(frame, headlines)
+    """Win rates and ranks of the ok run rows of ``frame`` (judged by
+    `steadiness.judge_steadiness`; see the module docstring); None when no headline has
+    results."""
+    judged = _judged(frame)
     every = judged.every
     headlines = [
         h for h in headlines if ((every["task"] == h.task) & (every["metric"] == h.metric)).any()
@@ -253,7 +257,7 @@ class _Judged:
     Attributes:
         runs: The run rows (no derived rows).
         left_out: Per row of ``runs``, whether it is an unsteady timing, or one of a kernel
-            outside its error tolerance, of a headline that declares the flag.
+            outside its error tolerance (`steadiness.untrusted`).
         every: The points of every run row.
         stats: The points of the rows not left out: what competes.
     """
@@ -264,16 +268,10 @@ class _Judged:
     stats: pd.DataFrame
 
 
-def _judged(frame: pd.DataFrame, headlines: list[Headline]) -> _Judged:
-    """The run rows of ``frame`` and their points, judged by the flags the ``headlines`` name."""
+def _judged(frame: pd.DataFrame) -> _Judged:
+    """The run rows of ``frame`` and their points, the untrusted ones told apart."""
     runs = frame[~frame["derived"].astype(bool)]
-    flagged = [
-        (h.task, h.metric, flag)
-        for h in headlines
-        for flag in (h.steady_flag, h.accuracy_flag)
-        if flag
-    ]
-    left_out = unsteady_rows(runs, flagged)
+    left_out = untrusted(runs)
     every = point_stats(runs, MACHINE_POINT)
     stats = point_stats(runs[~left_out], MACHINE_POINT) if left_out.any() else every
     return _Judged(runs, left_out, every, stats)

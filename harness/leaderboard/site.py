@@ -42,6 +42,7 @@ from attnbench.harness.leaderboard.overview import overview
 from attnbench.harness.leaderboard.peers import labelled, peer_section, unavailable
 from attnbench.harness.leaderboard.publish import SITE_MARK, SiteError, check_paths, copy_records
 from attnbench.harness.leaderboard.ranking import MACHINE, with_machine
+from attnbench.harness.leaderboard.steadiness import count_unsteady, judge_steadiness
 from attnbench.harness.leaderboard.tables import (
     UNSTEADY_MARK,
     Table,
@@ -376,18 +377,6 @@ def readable_headers(table: Table, info: TaskInfo | None) -> Table:
     return table
 
 
-def _count_unsteady(frame: pd.DataFrame, infos: dict[str, TaskInfo]) -> int:
-    """How many timings of the ok runs of ``frame`` their task flagged unsteady: rows of a
-    declared steadiness flag (`TaskInfo.steadiness`; not the accuracy flags, whose values are
-    marked ✗ on their own) whose value is 0."""
-    flags = {(task, flag) for task, info in infos.items() for flag in info.steadiness.values()}
-    if not flags or frame.empty:
-        return 0
-    ok = frame[(frame["status"] == "ok") & ~frame["derived"].astype(bool)]
-    keys = pd.Series(list(zip(ok["task"], ok["metric"], strict=True)), index=ok.index)
-    return int((keys.isin(flags) & (ok["value"] == 0)).sum())
-
-
 def _provenance(frame: pd.DataFrame) -> dict[str, str]:
     def values(col: str) -> str:
         vals = sorted({str(v) for v in frame[col].dropna().unique()})
@@ -530,6 +519,7 @@ def build_site(
     infos: dict[str, TaskInfo] = {}
     for source in reversed(sources):  # the first folder's description of a task wins
         infos.update(source.infos)
+    frame = judge_steadiness(frame, infos)  # once: every view reads the verdicts
     html = (
         _environment()
         .get_template("index.html.j2")
@@ -609,7 +599,8 @@ def _publish_table(sources: list[Source], out: Path) -> None:
 
 
 def _page(frame: pd.DataFrame, infos: dict[str, TaskInfo], published: set[str]) -> dict:
-    """The template's values that come from the shown rows ``frame`` (see `_shown`)."""
+    """The template's values that come from the shown rows ``frame`` (see `_shown`), judged
+    for steadiness (`steadiness.judge_steadiness`)."""
     every_run = frame  # before tuning keeps only the winning values: failures of all are listed
     frame, choices = select_tuned(frame, infos) if not frame.empty else (frame, [])
     # ours vs theirs from the plain names; then every library variant is named with its library
@@ -628,7 +619,7 @@ def _page(frame: pd.DataFrame, infos: dict[str, TaskInfo], published: set[str]) 
             "unsupported": "",
             "provenance": None,
             "n_runs": 0,
-            "n_unsteady": _count_unsteady(frame, infos),
+            "n_unsteady": count_unsteady(frame),
             "n_tuned_out": 0,
         }
     return {**page, **_contents(frame, every_run, infos, published, choices)}
@@ -661,6 +652,6 @@ def _contents(
         "unsupported": unsupported_line(not_unavailable),
         "provenance": _provenance(frame),
         "n_runs": n_runs,
-        "n_unsteady": _count_unsteady(frame, infos),
+        "n_unsteady": count_unsteady(frame),
         "n_tuned_out": every_run.loc[~every_run["derived"], "run_id"].nunique() - n_runs,
     }

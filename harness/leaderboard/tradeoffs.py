@@ -25,8 +25,8 @@ import pandas as pd
 from attnbench.harness.leaderboard.charts import Chart, chart, scatter_figure, variant_colours
 from attnbench.harness.leaderboard.columns import Columns, position_text, stated_position
 from attnbench.harness.leaderboard.ranking import MACHINE, THREADS, Headline
+from attnbench.harness.leaderboard.steadiness import untrusted
 from attnbench.harness.leaderboard.tables import config_labels, size_params_of
-from attnbench.harness.results.metric_points import declared_steadiness, unsteady_rows
 from attnbench.task_info import TaskInfo
 
 DENSITY = "density"  # the scalar metric every task records (see the module docstring)
@@ -51,16 +51,16 @@ def _latency(
     ok: pd.DataFrame, infos: dict[str, TaskInfo]
 ) -> tuple[pd.Series, str, tuple, dict[str, str]] | None:
     """(cost per variant, x-axis title, (machine, dtype, threads), variant → note) of the
-    declared cost metric, or None. Timings flagged unsteady (`TaskInfo.steadiness`) are left
-    out of a variant's cost where it has steady ones; a variant with only unsteady ones keeps
-    them, and its note says so (its marker is drawn hollow)."""
+    declared cost metric, or None. Untrusted timings (`steadiness.untrusted`: flagged unsteady,
+    or of a kernel outside its tolerance) are left out of a variant's cost where it has others;
+    a variant with only untrusted ones keeps them, and its note says so (its marker is drawn
+    hollow)."""
     axis = _cost_axis(ok, infos)
     if axis is None:
         return None
     cost_task, cost_metric = axis
     mine = ok[ok["task"] == cost_task]
-    unsteady = unsteady_rows(mine, declared_steadiness({cost_task: infos[cost_task]}))
-    cost = mine[mine["metric"] == cost_metric].assign(unsteady=unsteady)
+    cost = mine[mine["metric"] == cost_metric]
     # one machine, dtype and thread count for every variant's cost; quality from that machine
     machine, dtype, threads = cost.groupby([MACHINE, "dtype", THREADS]).size().idxmax()
     cost = cost[(cost[MACHINE] == machine) & (cost["dtype"] == dtype) & (cost[THREADS] == threads)]
@@ -75,7 +75,7 @@ def _latency(
     unit = f" ({declared.unit})" if declared and declared.unit else ""
     named = info.metric_title(cost_metric)
     title = f"{named}{where}{unit}" if named != cost_metric else f"{cost_task} {named}{where}{unit}"
-    steady = cost[~cost["unsteady"]]
+    steady = cost[~untrusted(cost)]
     only_unsteady = cost[~cost["variant"].isin(set(steady["variant"]))]
     notes = {str(v): f"{cost_metric} from unsteady timings only" for v in only_unsteady["variant"]}
     cost = pd.concat([steady, only_unsteady])

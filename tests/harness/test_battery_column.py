@@ -7,7 +7,8 @@ import pandas as pd
 
 from attnbench.harness.leaderboard.columns import overview_columns
 from attnbench.harness.leaderboard.overview import overview
-from attnbench.harness.leaderboard.ranking import machine_labels
+from attnbench.harness.leaderboard.ranking import with_machine
+from attnbench.harness.leaderboard.steadiness import judge_steadiness
 from attnbench.harness.results.collect import COLUMNS
 from attnbench.metrics import Metric
 from attnbench.task_info import TaskInfo
@@ -42,7 +43,7 @@ def _row(task, variant, value, setting="s1", seed=0):
 
 def _overview(rows):
     frame = pd.DataFrame(rows, columns=COLUMNS)
-    columns = overview_columns(frame.assign(machine=machine_labels(frame)), INFOS)
+    columns = overview_columns(judge_steadiness(with_machine(frame), INFOS), INFOS)
     result = overview(columns.frame, columns.headlines, {})
     names = [c.key for c in result.table.columns]
     cells = {

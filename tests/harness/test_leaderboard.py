@@ -573,11 +573,12 @@ def _peer_record(tmp_path, name, variant, seq_len, fwd_ms, peer_of="", library="
 
 def _section(tmp_path):
     from attnbench.harness.leaderboard.peers import peer_section
+    from attnbench.harness.leaderboard.steadiness import judge_steadiness
     from attnbench.harness.results.collect import read_table
 
     collect(tmp_path)
     frame, infos = read_table(tmp_path / "results.parquet")
-    return peer_section(frame, infos)
+    return peer_section(judge_steadiness(frame, infos), infos)
 
 
 def _cells(table):

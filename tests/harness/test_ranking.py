@@ -11,13 +11,15 @@ from attnbench.harness.leaderboard.ranking import (
     SETTING,
     Headline,
     contest_scores,
-    machine_labels,
     standings,
     task_win_rates,
     uncertainty,
+    with_machine,
 )
+from attnbench.harness.leaderboard.steadiness import judge_steadiness
 from attnbench.harness.results.collect import COLUMNS
 from attnbench.harness.results.metric_points import POINT, point_stats
+from attnbench.task_info import TaskInfo
 
 HEADLINES = [
     Headline("t_up", "acc", True, "accuracy"),
@@ -25,6 +27,12 @@ HEADLINES = [
     Headline("t_none", "s", None, "a diagnostic"),
 ]
 FAMILIES = {"A": "softmax", "B": "linear", "C": "sparse"}
+
+
+def _shown(frame, infos=None):
+    """``frame`` as the board shows it: with its machine, judged for steadiness by the flags
+    ``infos`` (task → `TaskInfo`, default none) declare."""
+    return judge_steadiness(with_machine(frame), infos or {})
 
 
 def _row(task, metric, variant, value, setting="s1", seed=0, device="cpu"):
@@ -65,7 +73,7 @@ FRAME = pd.DataFrame(
     ],
     columns=COLUMNS,
 )
-FRAME = FRAME.assign(machine=machine_labels(FRAME))
+FRAME = _shown(FRAME)
 CPU, GPU = "Some CPU", "Some GPU"
 
 
@@ -138,7 +146,7 @@ def test_seed_spread_turns_a_small_lead_into_a_tie_in_the_overview():
         _row("t_up", "acc", "B", v, seed=s) for s, v in enumerate([0.85, 0.88, 0.91])
     ]
     frame = pd.DataFrame(rows, columns=COLUMNS)
-    frame = frame.assign(machine=machine_labels(frame))
+    frame = _shown(frame)
     computed = standings(frame, [HEADLINES[0]])
     # means 0.90 vs 0.88, standard errors 0.058 and 0.017: a tie, so both rank 1
     assert computed.task_ranks["t_up"].tolist() == [1, 1]
@@ -157,7 +165,7 @@ def test_a_variant_with_several_configurations_is_labelled_by_what_differs():
         _row("t_up", "acc", "A", 0.9),
     ]
     frame = pd.DataFrame(rows, columns=COLUMNS)
-    frame = frame.assign(machine=machine_labels(frame))
+    frame = _shown(frame)
     labels = {row[1].text for row in overview(frame, HEADLINES, FAMILIES).table.rows}
     assert labels == {"A", "W window=0.2", "W window=256"}
 
@@ -173,7 +181,11 @@ TIMED = [
 ]
 
 
-def _timed(rows=TIMED, flags=True):
+# the task's declaration: its run's "steady" metric says whether the timing behind "ms" settled
+DECLARED = {"t_down": TaskInfo("t_down", steadiness={"ms": "steady"})}
+
+
+def _timed(rows=TIMED, flags=True, declared=DECLARED):
     frame = pd.DataFrame(
         [
             {**_row("t_down", metric, v, value, setting=s), "run_id": f"{v}-{s}"}
@@ -182,7 +194,7 @@ def _timed(rows=TIMED, flags=True):
         ],
         columns=COLUMNS,
     )
-    return frame.assign(machine=machine_labels(frame))
+    return _shown(frame, declared)
 
 
 FLAGGED = Headline("t_down", "ms", False, "latency", steady_flag="steady")
@@ -197,7 +209,7 @@ def test_an_unsteady_point_enters_no_contest():
     # B's value is its steady one (8 ms at s2), not a mean with the unsteady 1 ms
     assert {k[0]: v for k, v in computed.values["t_down"][0].items()}["B"] == 8.0
     # the same table without the declaration: B's 1 ms at s1 competes and wins there
-    plain = standings(_timed(), [Headline("t_down", "ms", False, "latency")])
+    plain = standings(_timed(declared={}), [Headline("t_down", "ms", False, "latency")])
     assert {k[0]: v for k, v in plain.aggregate.items()}["B"] == 0.5
 
 
@@ -230,8 +242,7 @@ COST = Headline("speed", "ratio", False, cost=True)
 
 
 def _table(rows):
-    frame = pd.DataFrame([_row(*r) for r in rows], columns=COLUMNS)
-    return frame.assign(machine=machine_labels(frame))
+    return _shown(pd.DataFrame([_row(*r) for r in rows], columns=COLUMNS))
 
 
 def test_a_row_ranked_in_fewer_quality_columns_gets_no_quality_rank():
@@ -288,10 +299,7 @@ def test_a_row_outside_the_ranked_set_moves_no_ranked_row():
     ]
     ranked_only = pd.DataFrame(rows, columns=COLUMNS)
     with_plugin = pd.DataFrame([*rows, _row("q1", "acc", "D", 0.99)], columns=COLUMNS)
-    before, after = (
-        standings(f.assign(machine=machine_labels(f)), headlines)
-        for f in (ranked_only, with_plugin)
-    )
+    before, after = (standings(_shown(f), headlines) for f in (ranked_only, with_plugin))
 
     def by_variant(series):
         return {key[0]: value for key, value in series.items()}
@@ -317,7 +325,7 @@ def test_one_cpu_model_with_two_capabilities_is_two_machines():
         ],
         columns=COLUMNS,
     )
-    frame = frame.assign(machine=machine_labels(frame))
+    frame = _shown(frame)
     result = overview(frame, [HEADLINES[1]], FAMILIES)
     assert result.options["machine"] == [avx2, avx512]
     rows = _rows(result)

@@ -9,7 +9,7 @@ Built here as data (`chooser_data`), drawn by the page's static JavaScript: no s
 
 - **cost**: per configuration (variant and its parameters), machine and curve position, the
   median over runs of the budget metric; values its task flags unsteady or inaccurate
-  (`TaskInfo.steadiness`, `accuracy`) are left out, as in every contest;
+  (`harness.leaderboard.steadiness`) are left out, as in every contest;
 - **quality**: per configuration, the mean of a ranked quality column's headline over its runs
   (the overview's columns, `harness.leaderboard.columns`).
 
@@ -26,8 +26,8 @@ import pandas as pd
 
 from attnbench.harness.leaderboard.columns import Columns
 from attnbench.harness.leaderboard.ranking import MACHINE
+from attnbench.harness.leaderboard.steadiness import untrusted
 from attnbench.harness.leaderboard.tables import config_labels, size_params_of
-from attnbench.harness.results.metric_points import declared_steadiness, unsteady_rows
 from attnbench.task_info import TaskInfo
 
 CONFIG = ["variant", "variant_params"]
@@ -44,7 +44,7 @@ def _budgets(ok: pd.DataFrame, infos: dict[str, TaskInfo]) -> tuple[list[dict], 
     budgets, costs = [], []
     for task, info in sorted(infos.items()):
         mine = ok[ok["task"] == task]
-        trusted = mine[~unsteady_rows(mine, declared_steadiness({task: info}))]
+        trusted = mine[~untrusted(mine)]
         for metric in info.budgets:
             rows = trusted[(trusted["metric"] == metric) & trusted["x_value"].notna()]
             if rows.empty:
