@@ -350,9 +350,9 @@ def uncollected(results_dir: str | os.PathLike) -> int:
     """How many record files of ``results_dir/runs`` the table does not reflect: new or changed
     since the last collection, or gone from the folder. Reads only the table's metadata.
 
-    The leaderboard asks before building, so that records a sweep wrote after the table (a
-    sweep stopped before it collected, records copied in) are collected rather than shown as
-    "not valid records of the table's runs".
+    `harness.results.freshness` asks before a table is read, so that records a sweep wrote after
+    the table (a sweep stopped before it collected, records copied in) are collected rather than
+    shown as "not valid records of the table's runs".
     """
     results_dir = Path(results_dir)
     table = results_dir / TABLE_NAME
@@ -399,7 +399,7 @@ def unjudged(frame: pd.DataFrame, table: str | os.PathLike) -> int:
     """How many runs of ``frame`` (the table read from ``table``) are marked current though the
     table does not record their code (no metadata, or none for their fingerprint: a table not
     written by this collector, or altered). Nothing can judge them against the installed code;
-    the board says so rather than call them the installed code's (round-9 observation)."""
+    the reader says so rather than call them the installed code's."""
     code = _table_code(table) or {}
     runs = frame[~frame["derived"].astype(bool) & frame["current"].astype(bool)]
     return int(runs.loc[~runs["code_fingerprint"].isin(set(code)), "run_id"].nunique())
@@ -422,8 +422,8 @@ def judgement_due(results_dir: str | os.PathLike) -> tuple[int, int]:
     (`unjudged`), from the table's metadata and one read of a few of its columns; (0, 0) without
     a usable table (the caller's own checks say so).
 
-    The leaderboard asks before building, so that runs of older code are left out for the code
-    installed, not for the code that happened to collect them.
+    `harness.results.freshness` asks before a table is read, so that runs of older code are
+    left out for the code installed, not for the code that happened to collect them.
     """
     table = Path(results_dir) / TABLE_NAME
     runs = _judging_columns(table)
