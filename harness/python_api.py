@@ -33,7 +33,7 @@ from typing import Any
 import pandas as pd
 
 from attnbench.harness.jobs.preflight import ConfigError
-from attnbench.harness.results.collect import COLUMNS, TABLE_NAME, collect, uncollected
+from attnbench.harness.results.collect import COLUMNS
 from attnbench.harness.results.table_file import TableError, load
 from attnbench.registry import UnknownNameError
 
@@ -287,7 +287,7 @@ def run(
         warnings.warn(problem, stacklevel=2)
     with _probe_knowing(_defined_here(names)):
         run_ids = _run_with_progress(configs, run_job)
-    table = results(results_dir)
+    table = results(results_dir, every_run=True)
     return table[table["run_id"].isin(run_ids)].reset_index(drop=True)
 
 
@@ -308,19 +308,51 @@ def _run_with_progress(configs: list, run_job: Any) -> list[str]:
     return run_ids
 
 
-def results(path: str | os.PathLike = "results") -> pd.DataFrame:
+def results(path: str | os.PathLike = "results", *, every_run: bool = False) -> pd.DataFrame:
     """The results table of a results folder (or a table file) as a DataFrame, one row per
-    metric point (columns: docs/results.md). Records written since the table was collected are
-    collected first.
+    metric point (columns: docs/results.md), with a ``chosen`` column: the rows the board ranks.
+
+    By default only those rows: runs of the installed code (``current``), and, of a task that
+    tunes a parameter (`Tuning`, e.g. the learning rate), the value its validation picked per
+    variant and setting; so a plain mean over a variant's rows is the board's figure.
+    ``every_run=True`` returns every row (older code, the values that lost), ``chosen`` marking
+    the board's.
+
+    A folder's table is read as the board reads it (`harness.results.freshness.fresh_table`):
+    collected again first where records were written since, or where its runs were judged
+    against other code than the installed attnbench; where it cannot be (a read-only folder),
+    read as it is and judged for the installed code, with the board's line as a warning.
 
     Raises:
         ValueError: no results there, or a table that cannot be read; one sentence.
     """
-    folder = Path(path)
-    stale = not (folder / TABLE_NAME).exists() or uncollected(folder)
-    if folder.is_dir() and (folder / "runs").is_dir() and stale:
-        collect(folder)
+    from attnbench.harness.results.freshness import FreshnessError, fresh_table
+
+    source = Path(path)
     try:
-        return load(folder, COLUMNS)[0]
-    except TableError as exc:
+        fresh = None
+        if source.is_dir():
+            fresh = fresh_table(source, "attnbench.results", say=lambda line: None)
+            for line in fresh.notes:  # said at the caller's line, once the read is done
+                warnings.warn(line, stacklevel=2)
+        if fresh is not None and fresh.has_table:
+            frame, infos = fresh.frame, fresh.infos
+        else:  # a table file, or a folder without one (`load` says why)
+            frame, infos = load(source, COLUMNS)[:2]
+    except (FreshnessError, TableError) as exc:
         raise ValueError(str(exc)) from None
+    frame = frame.assign(chosen=_chosen(frame, infos))
+    return frame if every_run else frame[frame["chosen"]].reset_index(drop=True)
+
+
+def _chosen(frame: pd.DataFrame, infos: dict) -> pd.Series:
+    """Whether each row of ``frame`` is one the board ranks: of a current run, and of the tuned
+    value its task's validation picked (`harness.leaderboard.tuning.select_tuned`)."""
+    from attnbench.harness.leaderboard.ranking import with_machine
+    from attnbench.harness.leaderboard.tuning import select_tuned
+
+    current = frame["current"].astype(bool) if "current" in frame else pd.Series(True, frame.index)
+    if frame.empty or not current.any():
+        return current
+    kept, _ = select_tuned(with_machine(frame[current]), infos)
+    return pd.Series(frame.index.isin(kept.index), index=frame.index)

@@ -287,3 +287,52 @@ def test_a_broken_plugin_s_warning_names_the_line_that_called_run(tmp_path):
         "ImportError: missing dependency xyz\n"
     ), proc.stderr
     assert "discovery.py" not in proc.stderr
+
+
+def _board_values(table: pd.DataFrame, infos: dict, task: str) -> pd.Series:
+    """The overview's values of ``task``'s column per variant, computed as the board does from
+    the rows it shows (`harness.leaderboard.site`): tuned values picked, verdicts judged once."""
+    from attnbench.harness.leaderboard.columns import overview_columns
+    from attnbench.harness.leaderboard.peers import labelled
+    from attnbench.harness.leaderboard.ranking import standings, with_machine
+    from attnbench.harness.leaderboard.steadiness import judge_steadiness
+    from attnbench.harness.leaderboard.tuning import select_tuned
+
+    shown = judge_steadiness(with_machine(table[table["current"]]), infos)
+    shown = labelled(select_tuned(shown, infos)[0])
+    columns = overview_columns(shown, infos)
+    values = standings(columns.frame, columns.headlines).values[task][0]
+    return values.groupby(level="variant").first()
+
+
+def test_results_are_the_rows_the_board_ranks():
+    """`attnbench.results` returns the rows the board ranks (current runs, the learning rate
+    validation picked): the mean over settings of each setting's seed mean is the board's cell
+    (a plain mean where every setting has as many seeds). Every row, the losing learning rates
+    included, gives another figure (softmax's recall: 0.865 against the board's 0.997)."""
+    from attnbench.harness.results.collect import read_table
+
+    reference = REPO / "results" / "reference"
+    chosen = attnbench.results(reference)
+    every = attnbench.results(reference, every_run=True)
+    assert chosen["chosen"].all() and len(chosen) == every["chosen"].sum() < len(every)
+    infos = read_table(reference / "results.parquet")[1]
+    board = _board_values(every, infos, "recall")
+    headline = infos["recall"].headline
+
+    def rows(table: pd.DataFrame, variant: str) -> pd.DataFrame:
+        return table[
+            (table["task"] == "recall")
+            & (table["variant"] == variant)
+            & (table["metric"] == headline)
+            & (table["status"] == "ok")
+            & ~table["derived"]
+        ]
+
+    for variant in ("softmax", "linear", "delta_net"):
+        mine = rows(chosen, variant)
+        per_setting = mine.groupby("task_params")["value"].mean()
+        assert per_setting.mean() == pytest.approx(board[variant], abs=1e-12)
+        if mine.groupby("task_params")["seed"].nunique().nunique() == 1:
+            assert mine["value"].mean() == pytest.approx(board[variant], abs=1e-12)
+    assert rows(every, "softmax")["value"].mean() < board["softmax"] - 0.05
