@@ -148,17 +148,54 @@ def _deterministic():
     yield
 
 
-def _reference_state() -> dict[str, tuple[int, int]]:
-    folder = REPO / "results" / "reference"
-    return {
-        str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file()
-    }
+REFERENCE = REPO / "results" / "reference"
+
+
+def reference_files() -> list[Path]:
+    """The committed reference's files: what git tracks under ``results/reference`` (its records
+    and table) and any file there git does not ignore (a record a test would add); outside a git
+    checkout, the table and the records. Not the board that ``attnbench-leaderboard
+    results/reference`` builds beside them, which git ignores: a reader may build it while the
+    suite runs."""
+    try:
+        listed = subprocess.run(
+            [
+                "git",
+                "-C",
+                str(REPO),
+                "ls-files",
+                "-zco",
+                "--exclude-standard",
+                "--",
+                "results/reference",
+            ],
+            capture_output=True,
+            check=True,
+            timeout=30,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        listed = b""
+    if listed:
+        return [REPO / name for name in listed.decode().split("\0") if name]
+    return [REFERENCE / "results.parquet", *sorted((REFERENCE / "runs").glob("*.json"))]
+
+
+def _reference_state() -> dict[str, tuple[int, int] | None]:
+    def stamp(path: Path) -> tuple[int, int] | None:
+        try:
+            stat = path.stat()
+        except OSError:
+            return None
+        return stat.st_size, stat.st_mtime_ns
+
+    return {str(p): stamp(p) for p in reference_files()}
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _the_committed_reference_is_only_read():
-    """No test writes into the committed reference board (reading it must not re-collect it):
-    the run fails at its end, naming the files, if one did."""
+    """No test writes into the committed reference (reading it must not re-collect it): the run
+    fails at its end, naming the files, if one did. Only the committed files count
+    (`reference_files`)."""
     before = _reference_state()
     yield
     after = _reference_state()
