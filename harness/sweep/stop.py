@@ -99,8 +99,8 @@ def _workers_start_without_sigint() -> Callable | None:
     back (None where there is nothing to wrap).
 
     Jobs in workers ignore SIGINT (the sweeper's process decides, module docstring), but only
-    once the worker runs one: a terminal's Ctrl-C that reached a worker still importing printed
-    its ``KeyboardInterrupt`` traceback (20-57 lines, round-7 finding F5). A blocked signal
+    once the worker runs one: a terminal's Ctrl-C that reaches a worker still importing would
+    print its ``KeyboardInterrupt`` traceback (20-57 lines). A blocked signal
     survives fork and exec, and Python does not unblock it, so such a worker never sees SIGINT;
     joblib ends its workers itself (SIGTERM) when the sweeper stops."""
     module = _loky_spawn()

@@ -356,9 +356,9 @@ def test_runs_of_code_older_than_the_installed_one_are_left_out_though_the_table
     tmp_path,
 ):
     """A table collected before the code changed (a committed reference, read by a newer
-    checkout) said which runs were current for the code that collected it: the board showed a
-    FLA peer's runs, of code since changed, with a FLOP count 1.5× the GPU's peak (round-7
-    finding S11). The board judges again against the code installed, and collects first."""
+    checkout) says which runs were current for the code that collected it: shown as it was, a
+    FLA peer's runs of code since changed showed a FLOP count 1.5× the GPU's peak. The board
+    judges again against the code installed, and collects first."""
     table_file = _table_judged_for_other_code(tmp_path)
     results = table_file.parent
     proc = run_cli("attnbench-leaderboard", str(results))
@@ -373,9 +373,9 @@ def test_runs_of_code_older_than_the_installed_one_are_left_out_though_the_table
 
 
 def test_runs_of_older_code_are_left_out_where_the_table_cannot_be_collected_again(tmp_path):
-    """Round-8 finding S12: a table whose flags were judged for other code, with no records
-    beside it to collect again (also a record gone, a read-only folder), was shown as it was:
-    its runs of older code "of the installed code". The page judges them again."""
+    """A table whose flags were judged for other code, with no records beside it to collect
+    again (also a record gone, a read-only folder), shown as it was would call its runs of older
+    code "of the installed code". The page judges them again."""
     import shutil
 
     table_file = _table_judged_for_other_code(tmp_path)

@@ -78,7 +78,7 @@ def test_two_folders_make_one_board_with_both_machines_apart(tmp_path):
 
 
 def test_a_run_both_folders_hold_is_shown_once(tmp_path, caplog):
-    """...and its second copy is no fault: not "left out … not valid records" (round-6 R9)."""
+    """...and its second copy is no fault: not "left out … not valid records" """
     cpu, gpu = _two_folders(tmp_path)
     copy = tmp_path / "copy"
     _timing(copy, "c1", "softmax", 4.0, "AMD EPYC (AVX512)")  # the same record: same identity
