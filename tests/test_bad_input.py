@@ -20,6 +20,7 @@ from conftest import FAST, REPO, run_cli
 from attnbench.harness import discovery
 from attnbench.harness.cli import app
 from attnbench.harness.discovery import OLD_IMPORTS_HINT, PluginFailure
+from attnbench.harness.jobs import command_line
 from attnbench.harness.jobs.config import store_configs
 from attnbench.toolkit.timing import usable_cores
 
@@ -275,7 +276,7 @@ def test_refused_by_the_command(tmp_path, args, message):
 def test_a_preset_s_task_keys_are_checked_against_the_tasks_it_runs(tmp_path, args):
     """Every task of gqa (throughput, decode) has seq_len: the command line's value replaces
     its grids' values, and the command is accepted."""
-    app.check_command_line(["-m", *args, f"results_dir={tmp_path / 'r'}"])
+    command_line.check_command_line(["-m", *args, f"results_dir={tmp_path / 'r'}"])
     assert _entries(tmp_path) == []
 
 
@@ -365,8 +366,8 @@ def test_outcomes_that_are_records_not_refusals(tmp_path, args, expected, error,
 def test_informational_flags_accept_what_they_only_print():
     """``--cfg hydra sweep=quick`` shows a preset's grids (the alternative to ``-m --cfg``), and
     ``--cfg job`` a sweep value's config as Hydra does: neither is refused for lacking ``-m``."""
-    app.check_command_line(["--cfg", "hydra", "sweep=quick"])
-    app.check_command_line(["--cfg", "job", "sweep=quick", "task=recall"])
+    command_line.check_command_line(["--cfg", "hydra", "sweep=quick"])
+    command_line.check_command_line(["--cfg", "job", "sweep=quick", "task=recall"])
 
 
 @pytest.mark.parametrize(
@@ -387,12 +388,12 @@ def test_a_key_the_default_task_or_variant_lacks_is_accepted_in_a_sweep_of_those
     discovery.load_plugins()
     store_configs()
     given = ["-m", *args, f"results_dir={tmp_path / 'r'}"]
-    app.check_command_line(given)  # as typed (attnbench.run checks this way too)
-    line = app.group_keys_per_job(given)
+    command_line.check_command_line(given)  # as typed (attnbench.run checks this way too)
+    line = command_line.group_keys_per_job(given)
     assert [a for a in line if a.startswith(("task.", "variant."))] == [
         f"{a.split('=')[0]}=choice({a.split('=')[1]})" for a in args if "." in a.split("=")[0]
     ]
-    app.check_command_line(line)
+    command_line.check_command_line(line)
     assert _entries(tmp_path) == []
 
 
@@ -403,8 +404,9 @@ def test_a_key_the_base_task_has_is_left_as_typed(tmp_path):
         "-m", "variant=gla,mamba2", "task=throughput", "task.seq_len=32", "task.n_kv_heads=null",
         "variant.chunk_size=16", f"results_dir={tmp_path / 'r'}",
     ]  # fmt: skip
-    app.check_command_line(given)
-    assert app.group_keys_per_job(given) == [*given[:5], "variant.chunk_size=choice(16)", given[6]]
+    command_line.check_command_line(given)
+    expected = [*given[:5], "variant.chunk_size=choice(16)", given[6]]
+    assert command_line.group_keys_per_job(given) == expected
 
 
 def test_a_refusal_quotes_the_key_as_typed(tmp_path, monkeypatch, capsys):
@@ -427,9 +429,9 @@ def test_a_sweep_of_two_tasks_gives_each_job_the_key_they_share(tmp_path):
 
 def test_outside_a_sweep_the_command_line_is_left_as_it_is():
     args = ["task=memorization", "task.steps=5", "variant.temperature=2"]
-    assert app.group_keys_per_job(args) == args
+    assert command_line.group_keys_per_job(args) == args
     line = ["-m", "task=recall", "task.steps=5,6", "+task.x=1", "seed=1", "--cfg"]
-    assert app.group_keys_per_job(line) == line
+    assert command_line.group_keys_per_job(line) == line
 
 
 def test_a_tiny_value_is_refused_where_denormals_are_flushed(tmp_path, monkeypatch, capsys):

@@ -197,12 +197,12 @@ def bad_params_variant():
 def test_a_variant_skipped_for_its_params_is_refused_by_name_and_listed_as_unavailable(
     bad_params_variant, capsys
 ):
-    """Round-6 findings S10, R8: such a variant was listed as available (and `--strict` exited
-    0), and a command naming it got Hydra's "Could not find 'variant/…'"; both now give the
-    skip's sentence, and a glob leaves it out as the sweep does."""
+    """Such a variant is not listed as available (`--strict` exits 2), and a command naming it
+    gets the skip's sentence, not Hydra's "Could not find 'variant/…'"; a glob leaves it out as
+    the sweep does."""
     from attnbench.harness.cli import variants
-    from attnbench.harness.cli.app import check_command_line
     from attnbench.harness.cli.strict import PLUGINS_STATUS
+    from attnbench.harness.jobs.command_line import check_command_line
     from attnbench.harness.jobs.preflight import ConfigError
 
     sentence = (

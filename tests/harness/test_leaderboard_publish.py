@@ -401,8 +401,8 @@ def _without_code_memory(table_file: Path) -> None:
 
 
 def test_a_table_that_does_not_record_its_runs_code_is_collected_again_first(tmp_path):
-    """Round-9 observation: with its metadata gone, the flags could not be judged, and the page
-    called every run "of the installed code"."""
+    """With its metadata gone, the flags cannot be judged as they are: the page would call every
+    run "of the installed code". It is collected again first."""
     table_file = _table_judged_for_other_code(tmp_path)
     _without_code_memory(table_file)
     proc = run_cli("attnbench-leaderboard", str(table_file.parent))
