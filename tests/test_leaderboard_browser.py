@@ -617,11 +617,114 @@ def test_the_chooser_lists_the_variants_within_the_budget_best_first(chooser):
     rows = _choose(chooser, limit="1")
     assert [r[1] for r in rows] == ["linear", HOSTILE]
     note = chooser.eval("document.getElementById('chooser-note').textContent")
-    assert note.startswith("2 within the limit; 1 over it")
-    assert "1 configurations with a quality but no cost" in note  # window's other setting
+    # softmax over the limit, window timed as another configuration than it was trained
+    assert note == "2 within the limit; 2 not listed, each named below with the reason."
     # at a 1k context softmax is the fastest and the best: alone on the frontier
     rows = _choose(chooser, context=1024, limit="")
     assert [r[0] for r in rows] == ["★", "", ""]
+
+
+LEFT_OUT = (
+    "[...document.querySelectorAll('#chooser-left-out li')]"
+    ".map(li => [li.querySelector('strong').textContent, li.textContent])"
+)
+
+
+def _text(browser, element_id: str) -> str:
+    return browser.eval(f"document.getElementById('{element_id}').textContent")
+
+
+def test_the_chooser_names_every_variant_it_does_not_list_with_the_reason(chooser):
+    """#64 item 4: the count line counts what the list names, and the list names every
+    variant not listed: over the limit, or timed as another configuration than trained."""
+    rows = _choose(chooser, budget=0, context=32768, limit="")
+    assert len(rows) == 3
+    assert _text(chooser, "chooser-note") == (
+        "3 listed; 1 not listed, each named below with the reason."
+    )
+    assert chooser.eval(LEFT_OUT) == [
+        [
+            "window",
+            "window: timed here as \u201cwindow window=64\u201d, but its quality is of "
+            "\u201cwindow window=0.2\u201d: another configuration",
+        ]
+    ]
+    _choose(chooser, limit="1 ms")
+    assert [name for name, _ in chooser.eval(LEFT_OUT)] == ["softmax", "window"]
+    assert chooser.eval(LEFT_OUT)[0][1] == "softmax: over the limit: 2 ms"
+    assert chooser.eval("document.getElementById('chooser-busy').hidden")  # a quiet machine
+
+
+def test_the_chooser_opens_on_the_recall_column_and_states_its_settings(tmp_path_factory):
+    """#64 item 4: the default column is the one measured in the most settings among those
+    that list the most variants (recall over two widths, not the one-setting copying column
+    that comes first), and its settings are stated under the choices."""
+    from chooser_board import write_chooser_board
+
+    index = write_chooser_board(tmp_path_factory.mktemp("fresh") / "results")
+    browser = Browser(_chromium(), tmp_path_factory.mktemp("profile"), (WIDTH, HEIGHT))
+    try:
+        browser.open(index.as_uri())
+        quality = "document.getElementById('chooser-quality')"
+        assert browser.eval(f"{quality}.selectedOptions[0].textContent") == (
+            "Recall: recall accuracy \u2191"
+        )
+        assert _text(browser, "chooser-setting") == (
+            "Quality: Recall: recall accuracy, mean over 2 settings: model width 32, 64."
+        )
+        _choose(browser, quality=0)
+        assert _text(browser, "chooser-setting").endswith("Copying: copy accuracy, one setting.")
+    finally:
+        browser.close()
+
+
+def test_the_chooser_offers_a_training_budget_at_a_sequence_length(chooser):
+    """#64 item 4: a task that declares no budget offers its timings (a training step)."""
+    budgets = chooser.eval(
+        "[...document.getElementById('chooser-budget').options].map(o => o.textContent)"
+    )
+    assert budgets[2] == "Training: step time (ms)"
+    rows = _choose(chooser, budget=2, context=4096, limit="5 ms")
+    assert [r[1] for r in rows] == ["linear"] and rows[0][3] == "3 ms"
+    assert _text(chooser, "chooser-axis") == "sequence length (tokens)"
+    assert [name for name, _ in chooser.eval(LEFT_OUT)] == ["softmax", HOSTILE, "window"]
+    assert chooser.eval("document.querySelectorAll('#chooser img').length") == 0  # as text
+
+
+@pytest.fixture(scope="module")
+def busy(tmp_path_factory):
+    """The chooser's board where a busy machine made softmax's 32k timing and every training
+    step unsteady."""
+    from chooser_board import write_chooser_board
+
+    folder = tmp_path_factory.mktemp("busy") / "results"
+    index = write_chooser_board(folder, unsteady_softmax_at_32k=True, busy_training=True)
+    browser = Browser(_chromium(), tmp_path_factory.mktemp("profile"), (WIDTH, HEIGHT))
+    browser.open(index.as_uri())
+    yield browser
+    browser.close()
+
+
+def test_the_chooser_says_when_a_busy_machine_removed_a_variant(busy):
+    rows = _choose(busy, budget=0, context=32768, limit="")
+    assert [r[1] for r in rows] == ["linear", HOSTILE]
+    assert not busy.eval("document.getElementById('chooser-busy').hidden")
+    assert _text(busy, "chooser-busy").startswith("A busy machine removed 1 variant here: softmax")
+    assert [name for name, _ in busy.eval(LEFT_OUT)] == ["softmax", "window"]
+    _choose(busy, context=1024)  # steady there
+    assert busy.eval("document.getElementById('chooser-busy').hidden")
+
+
+def test_the_chooser_says_when_a_busy_machine_removed_a_whole_budget(busy):
+    option = "document.getElementById('chooser-budget').options[2].textContent"
+    assert busy.eval(option) == "Training: step time (ms) \u2014 every timing unsteady"
+    assert _choose(busy, budget=2, context=4096, limit="") == []
+    assert _text(busy, "chooser-busy").startswith(
+        "Every timing of Training: step time on this machine was unsteady"
+    )
+    assert (
+        _text(busy, "chooser-note") == "0 listed; 4 not listed, each named below with the reason."
+    )
 
 
 def test_the_chooser_takes_a_state_budget_in_binary_units(chooser):

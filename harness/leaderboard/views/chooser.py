@@ -1,21 +1,31 @@
-""" "Which attention for my case": the reader picks a machine, a cost to budget (a task's declared
-`TaskInfo.budgets`, e.g. the time per generated token or the state a sequence holds), a position
-on its curve axis (e.g. the context length), a limit and a quality column; the page lists the
-variants within the limit, best quality first, and marks those on the quality–cost frontier
-(no other listed variant is at least as good for at most the cost).
+""" "Which attention for my case": the reader picks a machine, a cost to budget, a position on its
+curve axis (e.g. the context length), a limit and a quality column; the page lists the variants
+within the limit, best quality first, marks those on the quality–cost frontier (no other listed
+variant is at least as good for at most the cost), and names every variant it does not list,
+with the reason.
 
 Built here as data (`chooser_data`), drawn by the page's static JavaScript: no server, works from
-``file://``. Every value comes from the rows the rest of the page shows:
+``file://``. Every value comes from the rows the rest of the page shows and the tasks'
+declarations:
 
-- **cost**: per configuration (variant and its parameters), machine and curve position, the
-  median over runs of the budget metric; values its task flags unsteady or inaccurate
-  (`harness.leaderboard.steadiness`) are left out, as in every contest;
-- **quality**: per configuration, the mean of a ranked quality column's headline over its runs
-  (the overview's columns, `harness.leaderboard.columns`).
+- **budgets** (`budget_metrics`): the metrics a task declares a reader may budget
+  (`TaskInfo.budgets`: decode's time per generated token and the state a sequence holds); a task
+  that declares none offers its timings: the lower-is-better metrics it declares timed
+  (`TaskInfo.steadiness`) in milliseconds, along its curve axis (throughput's forward and
+  forward+backward time per call: a throughput and a training budget at a sequence length);
+- **cost**: per budget, configuration (variant and its parameters), machine and curve position,
+  the median over runs of the budget metric. Values its task flags unsteady or inaccurate
+  (`harness.leaderboard.steadiness`) are left out, as in every contest, but not forgotten: a
+  position or a budget whose every timing was unsteady is still offered, and the panel says that
+  a busy machine removed them;
+- **quality** (`views.chooser_quality`): per ranked quality column, each configuration's mean
+  over the column's common settings, which the panel states beside the column; it opens on the
+  column that lists the most variants (`default_column`);
+- **left out** (`views.chooser_reasons`): why each variant it does not list is not listed.
 
 A configuration is listed only where both were measured *for that configuration* (the same
 variant parameters): a quality of one setting is never paired with the cost of another under one
-name. The panel says how many configurations it leaves out for want of one or the other.
+name.
 """
 
 from __future__ import annotations
@@ -28,89 +38,127 @@ from attnbench.harness.leaderboard.columns import Columns
 from attnbench.harness.leaderboard.ranking import MACHINE
 from attnbench.harness.leaderboard.steadiness import untrusted
 from attnbench.harness.leaderboard.tables import config_labels, size_params_of
+from attnbench.harness.leaderboard.views.chooser_quality import (
+    QualityColumn,
+    default_column,
+    quality_columns,
+)
+from attnbench.harness.leaderboard.views.chooser_reasons import OK, BudgetWords, left_out
+from attnbench.harness.results.metric_points import steadiness_flags
 from attnbench.task_info import TaskInfo
 
 CONFIG = ["variant", "variant_params"]
+POINT = [*CONFIG, MACHINE, "x_value"]
+TIME_UNIT = "ms"  # the unit a timing must have to be offered as a budget (the page reads s, µs)
+
+
+def budget_metrics(info: TaskInfo) -> list[str]:
+    """The metrics of ``info`` a reader may budget: those it declares (`TaskInfo.budgets`), else
+    its timings: the lower-is-better metrics it declares timed (keys of `TaskInfo.steadiness`)
+    in milliseconds, in its declared order. A time relative to another kernel's is no budget: it
+    says nothing of how long a call takes on the reader's machine."""
+    if info.budgets:
+        return list(info.budgets)
+    return [
+        m.name
+        for m in info.metrics
+        if m.name in info.steadiness and m.higher_is_better is False and m.unit == TIME_UNIT
+    ]
 
 
 def _ok(frame: pd.DataFrame) -> pd.DataFrame:
     done = (frame["status"] == "ok") & ~frame["derived"].astype(bool)
-    return frame[done & frame["metric"].notna()]
+    return frame[done & frame["metric"].notna() & frame["value"].notna()]
 
 
-def _budgets(ok: pd.DataFrame, infos: dict[str, TaskInfo]) -> tuple[list[dict], pd.DataFrame]:
-    """The budget metrics with results (label, unit, axis) and their cost rows: one per budget,
-    configuration, machine and curve position, the median of its trusted values."""
-    budgets, costs = [], []
+def _verdicts(mine: pd.DataFrame, task: str, info: TaskInfo) -> pd.Series:
+    """Per row of ``mine`` (one task's ok rows), `OK`, ``"unsteady"`` (its timing's steadiness
+    flag is 0: the machine was busy) or ``"inaccurate"`` (else untrusted: its kernel erred)."""
+    bad = untrusted(mine)
+    verdict = pd.Series(OK, index=mine.index, dtype=object)
+    if not bad.any():
+        return verdict
+    pairs = [(task, metric, flag) for metric, flag in info.steadiness.items()]
+    busy = steadiness_flags(mine, pairs) == 0.0
+    verdict[bad] = "inaccurate"
+    verdict[bad & busy] = "unsteady"
+    return verdict
+
+
+def _budget_points(ok: pd.DataFrame, infos: dict[str, TaskInfo]):
+    """The budgets with rows ({label, unit, axis, position, busy}), how reasons name them, and
+    their points: one row per budget, configuration, machine and curve position, with ``value``
+    the median of its trusted values (NaN: none) and ``verdict`` (`OK`, else why none is)."""
+    budgets, words, points = [], [], []
     for task, info in sorted(infos.items()):
         mine = ok[ok["task"] == task]
-        trusted = mine[~untrusted(mine)]
-        for metric in info.budgets:
-            rows = trusted[(trusted["metric"] == metric) & trusted["x_value"].notna()]
+        if mine.empty:
+            continue
+        verdicts = _verdicts(mine, task, info)
+        for metric in budget_metrics(info):
+            rows = mine[(mine["metric"] == metric) & mine["x_value"].notna()]
             if rows.empty:
                 continue
             x_name = rows["x_name"].iloc[0]
-            rows = rows[rows["x_name"] == x_name]
-            declared = info.metric(metric)
+            rows = rows[rows["x_name"] == x_name].assign(verdict=verdicts)
+            budgets.append(_budget(info, metric, x_name))
             axis = next((a for a in info.axes if a.name == x_name), None)
-            budgets.append(
-                {
-                    "label": f"{info.title}: {info.metric_title(metric)}",
-                    "unit": declared.unit if declared else "",
-                    "axis": info.axis_title(x_name),
-                    "position": [axis.title, axis.unit] if axis else [x_name, ""],
-                }
-            )
-            median = rows.groupby([*CONFIG, MACHINE, "x_value"])["value"].median()
-            costs.append(median.reset_index().assign(budget=len(budgets) - 1))
-    return budgets, pd.concat(costs, ignore_index=True) if costs else pd.DataFrame()
+            words.append(BudgetWords(info.metric_title(metric), axis.unit if axis else ""))
+            points.append(_points(rows).assign(budget=len(budgets) - 1))
+    frame = pd.concat(points, ignore_index=True) if points else pd.DataFrame()
+    for b, budget in enumerate(budgets):
+        budget["busy"] = _busy(frame.loc[frame["budget"] == b, "verdict"])
+    return budgets, words, frame
 
 
-def _qualities(columns: Columns) -> tuple[list[dict], pd.DataFrame]:
-    """The ranked quality columns (label, direction) and each configuration's mean headline."""
-    ok = _ok(columns.frame)
-    qualities, values = [], []
-    for h in columns.headlines:
-        if h.cost or h.higher_is_better is None:
-            continue
-        rows = ok[(ok["task"] == h.task) & (ok["metric"] == h.metric)]
-        if rows.empty:
-            continue
-        qualities.append(
-            {"label": h.label or f"{h.task}: {h.metric}", "higher": h.higher_is_better}
-        )
-        mean = rows.groupby(CONFIG)["value"].mean().reset_index()
-        values.append(mean.assign(quality=len(qualities) - 1))
-    return qualities, pd.concat(values, ignore_index=True) if values else pd.DataFrame()
+def _budget(info: TaskInfo, metric: str, x_name: str) -> dict:
+    declared = info.metric(metric)
+    axis = next((a for a in info.axes if a.name == x_name), None)
+    return {
+        "label": f"{info.title}: {info.metric_title(metric)}",
+        "unit": declared.unit if declared else "",
+        "axis": info.axis_title(x_name),
+        "position": [axis.title, axis.unit] if axis else [x_name, ""],
+    }
+
+
+def _points(rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per `POINT` of ``rows`` (one budget's): the median of its trusted values, and its
+    verdict: `OK` where it has one, else unsteady where any of its timings was, else
+    inaccurate."""
+    trusted = rows[rows["verdict"] == OK].groupby(POINT)["value"].median()
+    worst = rows.groupby(POINT)["verdict"].agg(
+        lambda v: OK if (v == OK).any() else ("unsteady" if (v == "unsteady").any() else v.iloc[0])
+    )
+    return pd.DataFrame({"value": trusted, "verdict": worst}).reset_index()
 
 
 def chooser_data(frame: pd.DataFrame, columns: Columns, infos: dict[str, TaskInfo]) -> dict | None:
-    """The panel's data (see the module docstring); None where no configuration has both a
-    budget metric and a quality value."""
+    """The panel's data (see the module docstring); None where no budget metric or no quality
+    column has a value."""
     if frame.empty:
         return None
-    budgets, costs = _budgets(_ok(frame), infos)
-    qualities, values = _qualities(columns)
-    if costs.empty or values.empty:
+    budgets, words, points = _budget_points(_ok(frame), infos)
+    qualities = quality_columns(columns, infos)
+    if points.empty or not qualities:
         return None
-    both = set(map(tuple, costs[CONFIG].values)) & set(map(tuple, values[CONFIG].values))
-    if not both:
-        return None
-    configs = sorted(both)
+    configs = _configs(points, qualities)
     labels = config_labels(pd.DataFrame(configs, columns=CONFIG), size_params_of(frame))
     index = {c: i for i, c in enumerate(configs)}
-    left_out = {"no_cost": _count(values, both), "no_quality": _count(costs, both)}
-    costs = costs[[tuple(c) in index for c in costs[CONFIG].values]]
-    quality: list[dict[str, float]] = [{} for _ in qualities]
-    for row in values.itertuples(index=False):
-        if (row.variant, row.variant_params) in index:
-            quality[row.quality][str(index[(row.variant, row.variant_params)])] = float(row.value)
+    costs = points[points["verdict"] == OK]
+    costed = set(map(tuple, costs[CONFIG].values))
+    # the costs the page can list: of configurations with a quality (the others' variants are
+    # named with their reason), which the summary's cheapest and dearest are chosen among too
+    rated = {c for q in qualities for c in q.values}
+    costs = costs[[tuple(c) in rated for c in costs[CONFIG].values]]
     return {
         "budgets": budgets,
-        "qualities": qualities,
+        "qualities": [q.entry() for q in qualities],
+        "default_quality": default_column(qualities, costed),
         "configs": [labels[c] for c in configs],
-        "quality": quality,
-        "machines": sorted(costs[MACHINE].unique().tolist()),
+        "quality": [{str(index[c]): v for c, v in q.values.items()} for q in qualities],
+        "machines": sorted(points[MACHINE].astype(str).unique().tolist()),
+        "positions": _positions(points),
         "cost": [
             [
                 int(r.budget),
@@ -121,13 +169,32 @@ def chooser_data(frame: pd.DataFrame, columns: Columns, infos: dict[str, TaskInf
             ]
             for r in costs.itertuples(index=False)
         ],
-        "left_out": left_out,
+        "left_out": left_out(points, qualities, words, labels),
     }
 
 
-def _count(rows: pd.DataFrame, both: set) -> int:
-    """How many configurations of ``rows`` are not among ``both``."""
-    return len(set(map(tuple, rows[CONFIG].values)) - both)
+def _configs(points: pd.DataFrame, qualities: list[QualityColumn]) -> list[tuple[str, str]]:
+    """Every configuration with a budget point or a quality, sorted."""
+    found = set(map(tuple, points[CONFIG].values))
+    for q in qualities:
+        found |= set(q.values) | set(q.partial)
+    return sorted(found)
+
+
+def _positions(points: pd.DataFrame) -> list[list]:
+    """[budget, machine, [positions], busy]: where each budget was measured on each machine,
+    trusted or not (a position whose every timing was unsteady is still offered, and says so),
+    and whether a busy machine left it no trusted value there at all."""
+    out = []
+    for (b, machine), rows in points.groupby(["budget", MACHINE]):
+        xs = sorted(float(x) for x in rows["x_value"].unique())
+        out.append([int(b), str(machine), xs, _busy(rows["verdict"])])
+    return out
+
+
+def _busy(verdicts: pd.Series) -> bool:
+    """Whether these points' timings were unsteady and none is trusted."""
+    return bool((verdicts == "unsteady").any() and not (verdicts == OK).any())
 
 
 def embeddable(data: dict) -> str:

@@ -1,9 +1,9 @@
 """The summary at the top of the page: the best variant of each overview column (per machine), and
-per declared budget (`TaskInfo.budgets`: e.g. the time per generated token) the cheapest and the
-dearest variant at the smallest and the largest size measured, with the ratio between them: the
-answer of a decode table ("at 32k of context, linear state decodes 100× cheaper per token than a
-KV cache") in one line per regime. Read off the overview and the chooser's data, so it says
-nothing they do not.
+per budget the chooser offers (`views.chooser.budget_metrics`: those a task declares, e.g. the
+time per generated token, else its timings) the cheapest and the dearest variant at the smallest
+and the largest size measured, with the ratio between them: the answer of a decode table ("at
+32k of context, linear state decodes 100× cheaper per token than a KV cache") in one line per
+regime. Read off the overview and the chooser's data, so it says nothing they do not.
 """
 
 from __future__ import annotations
