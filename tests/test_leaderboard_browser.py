@@ -658,7 +658,8 @@ def test_the_chooser_names_every_variant_it_does_not_list_with_the_reason(choose
 def test_the_chooser_opens_on_the_recall_column_and_states_its_settings(tmp_path_factory):
     """#64 item 4: the default column is the one measured in the most settings among those
     that list the most variants (recall over two widths, not the one-setting copying column
-    that comes first), and its settings are stated under the choices."""
+    that comes first), and its settings are stated under the choices; the size a fresh page
+    opens at is the largest measured."""
     from chooser_board import write_chooser_board
 
     index = write_chooser_board(tmp_path_factory.mktemp("fresh") / "results")
@@ -672,6 +673,8 @@ def test_the_chooser_opens_on_the_recall_column_and_states_its_settings(tmp_path
         assert _text(browser, "chooser-setting") == (
             "Quality: Recall: recall accuracy, mean over 2 settings: model width 32, 64."
         )
+        # at the largest context measured, where the budgets part most
+        assert browser.eval("document.getElementById('chooser-context').value") == "32768"
         _choose(browser, quality=0)
         assert _text(browser, "chooser-setting").endswith("Copying: copy accuracy, one setting.")
     finally:
