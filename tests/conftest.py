@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -87,7 +88,7 @@ def wait_for_ci_services(timeout: float = 900) -> None:
 SERVICE_MODULES = ("test_leaderboard_browser.py", "test_slurm.py")  # they wait for them
 
 
-def pytest_collection_modifyitems(config, items):
+def _services_last(items: list) -> None:
     """The modules that wait for `.ci/run`'s background services (`wait_for_ci_services`) run
     last: the apt-get of Chromium and the Slurm start-up overlap the rest of the suite instead of
     holding it up part-way (the browser tests, alphabetically at a third, waited 20 s there)."""
@@ -215,6 +216,23 @@ def chart_view(figure: dict, label: str) -> list[dict]:
 
 
 AVX2_RERUN = "test_theory_on_avx2.py::test_every_theory_claim_holds_on_avx2_kernels_too"
+
+
+SLOW_TESTS = Path(__file__).with_name("slow_tests.json")  # scripts/slow-tests.py writes it
+
+
+def _mark_measured_slow(items: list) -> None:
+    """Mark ``slow`` the tests measured over a second (`SLOW_TESTS`), besides those marked in
+    their files, so that ``pytest -m "not slow"`` is the quick subset (docs/index.md)."""
+    measured = json.loads(SLOW_TESTS.read_text(encoding="utf-8"))
+    for item in items:
+        if item.nodeid in measured:
+            item.add_marker(pytest.mark.slow)
+
+
+def pytest_collection_modifyitems(config, items):
+    _mark_measured_slow(items)  # before -m deselects (pytest's own hook runs after conftest's)
+    _services_last(items)
 
 
 def pytest_collection_finish(session):
