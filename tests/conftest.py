@@ -226,8 +226,8 @@ def _mark_measured_slow(items: list) -> None:
     their files, so that ``pytest -m "not slow"`` is the quick subset (docs/index.md)."""
     measured = json.loads(SLOW_TESTS.read_text(encoding="utf-8"))
     for item in items:
-        if item.nodeid in measured:
-            item.add_marker(pytest.mark.slow)
+        if item.nodeid in measured or item.path.name in SERVICE_MODULES:
+            item.add_marker(pytest.mark.slow)  # SERVICE_MODULES: a browser, a cluster
 
 
 def pytest_collection_modifyitems(config, items):

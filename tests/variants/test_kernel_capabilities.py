@@ -24,6 +24,7 @@ import torch
 from attnbench.toolkit.kernel_path import recording
 from attnbench.variants.kernels import compiled, tile, topk
 
+pytestmark = pytest.mark.slow  # each capability builds the kernels in a subprocess (seconds each)
 HAS_COMPILER = bool(shutil.which("c++") or shutil.which("g++"))
 HERE = Path(__file__).parent
 # the kernel tests a lowered capability runs: their float64 definitions and what a record says
