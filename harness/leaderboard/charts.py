@@ -26,7 +26,17 @@ import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from attnbench.harness.leaderboard.tables import expand_params, key_columns, param_text, varying
+from attnbench.harness.leaderboard.tables import (
+    SIZE_PARAMS,
+    Words,
+    config_labels,
+    expand_params,
+    key_columns,
+    param_text,
+    size_params_of,
+    spelled,
+    varying,
+)
 
 REFERENCE_DASHES = ("dash", "dot", "dashdot", "longdash")  # one style per reference line
 REFERENCE_COLOUR = "#444"
@@ -317,32 +327,79 @@ def _missing(value: object) -> bool:
     return value is None or value != value or value == "–"
 
 
-def _part(key: str, value: object) -> str:
-    """One part of a legend entry or subtitle: a parameter as name=value, anything else (a
-    variant, machine, dtype) as its value."""
-    text = param_text(value)
-    for prefix in ("variant.", "task."):
-        if key.startswith(prefix):
-            return f"{key[len(prefix) :]}={text}"
-    return text
+def _number(value: object) -> object:
+    """``value``, a number where it is one written as text (a grouping key made text by
+    `key_columns`: "0.3333333333333333"), so that labels round it."""
+    if not isinstance(value, str):
+        return value
+    try:
+        number = float(value)
+    except ValueError:
+        return value
+    return int(number) if number.is_integer() else number
 
 
-def split_keys(keys: list[str], entries: list[tuple]) -> tuple[list[int], str]:
+def _part(key: str, value: object, words: Words | None = None) -> str:
+    """One part of a legend entry or subtitle: a task parameter as the task names it
+    (`Words.setting`: "model width 16"), a variant parameter as name=value (its value rounded,
+    "1/3"), anything else (a variant, machine, dtype) as its value."""
+    value = _number(value)
+    if key.startswith("task."):
+        return (words or Words()).setting(key.removeprefix("task."), value)
+    if key.startswith("variant."):
+        return f"{spelled(key.removeprefix('variant.'))}={param_text(value)}"
+    return param_text(value)
+
+
+def split_keys(
+    keys: list[str], entries: list[tuple], words: Words | None = None
+) -> tuple[list[int], str]:
     """(positions of the keys whose values differ between ``entries``, the first key always;
     the constant rest as text for the subtitle, missing values left out)."""
     shown = [0] + [i for i in range(1, len(keys)) if len({repr(e[i]) for e in entries}) > 1]
     constant = [
-        _part(keys[i], entries[0][i])
+        _part(keys[i], entries[0][i], words)
         for i in range(1, len(keys))
         if i not in shown and entries and not _missing(entries[0][i])
     ]
     return shown, " · ".join(constant)
 
 
-def entry_label(keys: list[str], entry: tuple, shown: list[int]) -> str:
+def entry_label(keys: list[str], entry: tuple, shown: list[int], words: Words | None = None) -> str:
     """A legend entry: the parts of ``entry`` at ``shown`` positions, missing values left out
     (a parameter another variant has)."""
-    return " · ".join(_part(keys[i], entry[i]) for i in shown if not _missing(entry[i]))
+    return " · ".join(_part(keys[i], entry[i], words) for i in shown if not _missing(entry[i]))
+
+
+def entry_labels(
+    keys: list[str],
+    groups: list[tuple[tuple, pd.DataFrame]],
+    shown: list[int],
+    words: Words | None = None,
+) -> dict[tuple, str]:
+    """Each group's legend entry (a line's, a bar's): its configuration as `config_labels`
+    names it among the groups' configurations ("window window=0.2n", the variant alone where
+    it has one), then the other parts at ``shown`` positions (`entry_label`): the one
+    labelling of configurations, rounded, in every legend."""
+    if not groups:
+        return {}
+    rows = pd.concat([group for _, group in groups])
+    configs = config_labels(_configurations(rows), size_params_of(rows))
+    others = [i for i in shown if i and not keys[i].startswith("variant.")]
+    labels = {}
+    for key, group in groups:
+        first = group.iloc[0]
+        config = configs.get((first["variant"], first["variant_params"]), str(key[0]))
+        rest = entry_label(keys, key, others, words) if others else ""
+        labels[key] = " · ".join(part for part in (config, rest) if part)
+    return labels
+
+
+def _configurations(rows: pd.DataFrame) -> pd.DataFrame:
+    """The distinct configurations of ``rows``: variant, parameters (and the names of its
+    pattern sizes, where the table has them)."""
+    columns = [c for c in ("variant", "variant_params", SIZE_PARAMS) if c in rows.columns]
+    return rows[columns].drop_duplicates()
 
 
 def config_styles(entries: list[tuple]) -> dict[tuple, int]:
@@ -406,8 +463,10 @@ class CurveExtras:
             and its hover says so. Empty: nothing is judged.
         accuracy_flag: The 0/1 metric saying whether the timed kernel computed within its
             declared error (`TaskInfo.accuracy`): drawn hollow too, with its own hover line.
-        x_title, y_title: The axes' titles, as a reader names them (`TaskInfo.axis_title`);
+        x_title, y_title: The axes' titles, as a reader names them (`Words.axis`);
             "": the axis's name, and the metric with its unit.
+        words: How the task names its metrics and parameters (`Words`): legends, the
+            subtitle and the hover name them so.
     """
 
     notes: dict[str, str] = field(default_factory=dict)
@@ -419,6 +478,7 @@ class CurveExtras:
     accuracy_flag: str = ""
     x_title: str = ""
     y_title: str = ""
+    words: Words = field(default_factory=Words)
 
 
 def curve_figure(
@@ -447,7 +507,7 @@ def curve_figure(
     if rows.empty:
         return None
     colours = colours or variant_colours(rows["variant"])
-    lines = _curve_lines(rows)
+    lines = _curve_lines(rows, extras.words)
     fig = go.Figure()
     drawn = _Drawn()
     # what the lines' bands, companions, flags and references read: five columns, not the
@@ -526,7 +586,7 @@ class _CurveLines:
         keys: The columns that tell lines apart.
         along: Parameters that move along the axis (`along_axis`): named in the hover instead.
         groups: (key, rows) of each line, sorted by key.
-        shown: The positions of ``keys`` a legend entry names (`split_keys`).
+        labels: line key → its legend entry (`entry_labels`).
         constant: The keys that are the same on every line, as text for the subtitle.
         styles: line key → its style among its variant's lines (`config_styles`).
     """
@@ -536,12 +596,12 @@ class _CurveLines:
     keys: list[str]
     along: list[str]
     groups: list[tuple[tuple, pd.DataFrame]]
-    shown: list[int]
+    labels: dict[tuple, str]
     constant: str
     styles: dict[tuple, int]
 
 
-def _curve_lines(rows: pd.DataFrame) -> _CurveLines:
+def _curve_lines(rows: pd.DataFrame, words: Words | None = None) -> _CurveLines:
     """``rows`` (one metric's curve points) on their first curve axis, split into lines: one per
     variant, varying variant and task parameters, machine and dtype, but not per value of a
     parameter that moves along the axis."""
@@ -559,9 +619,10 @@ def _curve_lines(rows: pd.DataFrame) -> _CurveLines:
         (key if isinstance(key, tuple) else (key,), group)
         for key, group in rows.groupby(keys, sort=True)
     ]
-    shown, constant = split_keys(keys, [key for key, _ in groups])
+    shown, constant = split_keys(keys, [key for key, _ in groups], words)
+    labels = entry_labels(keys, groups, shown, words)
     styles = config_styles([key for key, _ in groups])
-    return _CurveLines(rows, x_name, keys, along, groups, shown, constant, styles)
+    return _CurveLines(rows, x_name, keys, along, groups, labels, constant, styles)
 
 
 @dataclass
@@ -587,16 +648,16 @@ def _draw_line(
     key, group = line
     mean = group.groupby("x_value")["value"].mean().sort_index()
     drawn.ys += mean.tolist()
-    label = entry_label(lines.keys, key, lines.shown) + extras.notes.get(str(key[0]), "")
+    label = lines.labels[key] + extras.notes.get(str(key[0]), "")
     colour = _colour(colours, str(key[0]))
     unsteady = _unsteady_xs(everything, group, (extras.steady_flag, lines.x_name))
     inaccurate = _unsteady_xs(everything, group, (extras.accuracy_flag, lines.x_name))
-    texts = _point_texts(group, lines.along, list(mean.index), (unsteady, inaccurate))
+    texts = _point_texts(group, lines.along, list(mean.index), (unsteady, inaccurate), extras.words)
     trace = _line_trace(mean, label, colour, lines.styles[key], unsteady | inaccurate, texts)
     drawn.hollow = drawn.hollow or bool(unsteady | inaccurate)
     fig.add_trace(trace)
     if extras.band is not None:
-        _add_band(fig, everything, group, extras.band, (label, colour))
+        _add_band(fig, everything, group, extras.band, (label, colour), extras.words)
     for companion, companion_label in extras.companions.items():
         pair = (companion, lines.x_name)
         ys = _add_companion(fig, everything, group, pair, label, companion_label, colour)
@@ -628,12 +689,17 @@ def _line_trace(
 
 
 def _point_texts(
-    line: pd.DataFrame, along: list[str], xs: list[float], flagged: tuple[set, set]
+    line: pd.DataFrame,
+    along: list[str],
+    xs: list[float],
+    flagged: tuple[set, set],
+    words: Words | None = None,
 ) -> list[str]:
-    """Each point's hover text: the `along_axis` parameters there, and whether its timing is
-    unsteady or its kernel inaccurate (``flagged``: the x values of each), so not ranked."""
+    """Each point's hover text: the `along_axis` parameters there (as the task names them),
+    and whether its timing is unsteady or its kernel inaccurate (``flagged``: the x values of
+    each), so not ranked."""
     unsteady, inaccurate = flagged
-    along_at = _along_texts(line, along)
+    along_at = _along_texts(line, along, words or Words())
     notes: dict = {}
     if "annotation" in line:  # what the task declares beside the value (TaskInfo.annotations)
         noted = line[line["annotation"].fillna("").astype(str) != ""]
@@ -781,13 +847,14 @@ def axis_parameters(rows: pd.DataFrame, x_name: str) -> list[str]:
     return [c.removeprefix("task.") for c in along_axis(framed, others, keys)]
 
 
-def _along_texts(line: pd.DataFrame, along: list[str]) -> dict[float, list[str]]:
-    """x → "d_model=32"-style lines naming the `along_axis` parameters at curve position x."""
+def _along_texts(line: pd.DataFrame, along: list[str], words: Words) -> dict[float, list[str]]:
+    """x → "model width 32"-style lines naming the `along_axis` parameters at curve position x
+    (`Words.setting`)."""
     if not along:
         return {}
     first = line.drop_duplicates("x_value")
     return {
-        x: [f"{c.split('.', 1)[-1]}={row[c]}" for c in along]
+        x: [_part(c, row[c], words) for c in along]
         for x, row in zip(first["x_value"], first[along].to_dict("records"), strict=True)
     }
 
@@ -841,8 +908,10 @@ def _add_band(
     line: pd.DataFrame,
     band: tuple[str, str],
     label_colour: tuple[str, str],
+    words: Words,
 ) -> None:
-    """Shade between the band metrics of the runs behind one line, in its colour."""
+    """Shade between the band metrics of the runs behind one line, in its colour (named, for
+    Plotly's data, by the band's ends in words)."""
     label, colour = label_colour
     runs = everything[everything["run_id"].isin(set(line["run_id"]))]
     low = runs[runs["metric"] == band[0]].groupby("x_value")["value"].mean().sort_index()
@@ -860,7 +929,7 @@ def _add_band(
             line={"width": 0, "color": colour},
             fillcolor=colour,
             opacity=0.12,
-            name=f"{label} ({band[0]}–{band[1]})",
+            name=f"{label} (from {words.metric(band[0])} to {words.metric(band[1])})",
             legendgroup=label,
             showlegend=False,
             hoverinfo="skip",
@@ -953,6 +1022,7 @@ def bar_figure(
     colours: dict[str, str] | None = None,
     subtitle: str = "",
     y_title: str = "",
+    words: Words | None = None,
 ) -> go.Figure | None:
     """``metric``'s single values (points without a curve coordinate) as one bar per variant (and
     its varying parameters, machine, dtype): the mean over the runs behind it, in the variant's
@@ -965,18 +1035,20 @@ def bar_figure(
     is logarithmic where bars and levels span decades (`axis_type`). Bars are named by what
     differs between them; what is the same for all goes into the subtitle after ``subtitle``.
     Returns None when ``ok`` has no such values of ``metric``. ``y_title``: the value axis's
-    title as a reader names it ("": the metric with its unit).
+    title as a reader names it ("": the metric with its unit); ``words``: how the task names
+    its metrics and parameters (`Words`).
     """
     scalar = ok[ok["x_value"].isna()]
     rows = scalar[scalar["metric"] == metric]
     if rows.empty:
         return None
-    bars, constant = _bars(rows, colours or variant_colours(rows["variant"]))
+    words = words or Words()
+    bars, constant = _bars(rows, colours or variant_colours(rows["variant"]), words)
     fig = go.Figure(
         go.Bar(
             x=bars.labels,
             y=bars.means,
-            name=f"{metric} (mean over runs)",
+            name=f"{words.metric(metric)} (mean over runs)",
             marker={"color": bars.colours},
             opacity=0.85,
         )
@@ -1015,9 +1087,10 @@ class _Bars:
     run_text: list[str] = field(default_factory=list)
 
 
-def _bars(rows: pd.DataFrame, colours: dict[str, str]) -> tuple[_Bars, str]:
+def _bars(rows: pd.DataFrame, colours: dict[str, str], words: Words) -> tuple[_Bars, str]:
     """One bar per variant, varying variant parameters, machine and dtype of ``rows``, named by
-    what differs between the bars; and what is the same for all of them, as text."""
+    what differs between the bars (`entry_labels`); and what is the same for all of them, as
+    text."""
     vparams = expand_params(rows, "variant_params", "variant")
     vothers = varying(vparams, within=rows["variant"])
     keys = ["variant", *vothers, "machine", "dtype"]
@@ -1026,10 +1099,11 @@ def _bars(rows: pd.DataFrame, colours: dict[str, str]) -> tuple[_Bars, str]:
         (key if isinstance(key, tuple) else (key,), group)
         for key, group in rows.groupby(keys, sort=True)
     ]
-    shown, constant = split_keys(keys, [key for key, _ in groups])
+    shown, constant = split_keys(keys, [key for key, _ in groups], words)
+    labels = entry_labels(keys, groups, shown, words)
     bars = _Bars()
     for key, group in groups:
-        label = entry_label(keys, key, shown)
+        label = labels[key]
         bars.labels.append(label)
         bars.colours.append(_colour(colours, str(key[0])))
         bars.means.append(float(group["value"].mean()))

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from attnbench.harness.leaderboard.ranking import Headline, Standings
+from attnbench.harness.leaderboard.tables import Words
 from attnbench.task_info import TaskInfo
 
 
@@ -73,11 +74,8 @@ def stated_position(rows: pd.DataFrame) -> tuple[str, float] | None:
 
 def position_text(info: TaskInfo, x_name: str, x_value: float) -> str:
     """A curve position as the task names its axis: "context length 4096 tokens" where it
-    declares the axis (`TaskInfo.axes`), else "seq_len=4096"."""
-    axis = next((a for a in info.axes if a.name == x_name), None)
-    if axis is None or not axis.label:
-        return f"{x_name}={x_value:g}"
-    return f"{axis.label} {x_value:g}" + (f" {axis.unit}" if axis.unit else "")
+    declares the axis (`TaskInfo.axes`), else the axis in words, "sequence length 4096"."""
+    return Words(info).setting(x_name, x_value)
 
 
 def _at_stated_position(
@@ -112,7 +110,7 @@ def _headline(
         accuracy_flag=info.accuracy.get(metric_name, ""),
         cost=bool(info.cost_metric) and metric_name == info.cost_metric,
         group=group,
-        label=f"{title}: {info.metric_title(metric_name)}",
+        label=f"{title}: {Words(info).metric(metric_name)}",
         battery=info.battery,
     )
 
@@ -180,15 +178,21 @@ def with_batteries(computed: Standings, ordered: list[Headline]) -> list[Headlin
         table = pd.concat([computed.values[h.task][0] for h in group], axis=1)
         computed.values[name] = (table.mean(axis=1, skipna=False), pd.Series(dtype=float))
         metrics = "/".join(sorted({h.metric for h in group}))
+        named = "/".join(sorted({_metric_words(h) for h in group}))
         column = Headline(
             name,
             metrics,
             group[0].higher_is_better,
             f"Mean of the {battery} battery's {len(group)} columns' {metrics} (each the mean "
             f"over its settings), where a row has all of them: " + ", ".join(h.task for h in group),
-            label=f"{battery.upper()}: mean {metrics} of {len(group)} tasks",
+            label=f"{battery.upper()}: mean {named} of {len(group)} tasks",
             battery=battery,
             members=tuple(h.task for h in group),
         )
         out.insert(out.index(group[-1]) + 1, column)
     return out
+
+
+def _metric_words(h: Headline) -> str:
+    """The metric of a column as its label names it (`_headline`: "<task title>: <metric>")."""
+    return h.label.partition(": ")[2] or h.metric

@@ -21,6 +21,7 @@ from attnbench.harness.leaderboard.tables import (
     Column,
     Table,
     config_labels,
+    distinct_headers,
     size_params_of,
 )
 
@@ -67,8 +68,9 @@ def _column_order(headlines: list[Headline]) -> list[Headline]:
 
 def _columns(ordered: list[Headline]) -> list[Column]:
     """The overview's columns: rank, variant and win rate, a column per headline (in the order
-    of ``ordered``), then the row's attributes."""
-    return [
+    of ``ordered``), then the row's attributes; no two of one title (a clash names the
+    columns' tasks, `distinct_headers`)."""
+    columns = [
         Column("rank", "quality rank", _RANK_HELP, True),
         Column("variant", "variant"),
         Column(
@@ -87,6 +89,8 @@ def _columns(ordered: list[Headline]) -> list[Column]:
         ),
         Column("dtype", "dtype"),
     ]
+    distinct_headers(columns, lambda col: [f" ({col.key})"])
+    return columns
 
 
 def _headline_column(h: Headline) -> Column:

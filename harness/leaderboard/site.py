@@ -44,11 +44,16 @@ from attnbench.harness.leaderboard.publish import SITE_MARK, SiteError, check_pa
 from attnbench.harness.leaderboard.ranking import MACHINE, with_machine
 from attnbench.harness.leaderboard.steadiness import count_unsteady, judge_steadiness
 from attnbench.harness.leaderboard.tables import (
+    IDENTIFIER,
     UNSTEADY_MARK,
+    Column,
     Table,
+    Words,
     differing_keys,
+    distinct_headers,
     map_distinct,
     setting_label,
+    spelled,
     task_table,
     unfinished_table,
     unsupported_line,
@@ -92,18 +97,19 @@ def _metric_info(info: TaskInfo | None) -> dict[str, tuple[str, bool | None]]:
     low, high = EXPONENT_RANGE
     for fit in info.scaling_fits:
         described[fit.name + RELIABLE_SUFFIX] = (
-            f"1: the exponent is believable (its 95% interval meets [{low:g}, {high:g}] and is "
-            f"within ±{MAX_HALF_WIDTH:g}, steady points only); 0: unreliable, shown in no legend",
+            f"yes: the exponent is believable (its 95% interval meets [{low:g}, {high:g}] and is "
+            f"within ±{MAX_HALF_WIDTH:g}, steady points only); no: unreliable, shown in no legend",
             None,
         )
     return described
 
 
 def _fit_notes(rows: pd.DataFrame, info: TaskInfo | None, metric: str, x_name: str) -> dict:
-    """variant → " · ∝ x^1.02": the fitted exponent of ``metric`` along ``x_name``, for the legend
-    of its curve chart (only where a variant has one such fit), or " · fit unreliable" where
-    `harness.results.fit_quality` marked it so: a legend never states an exponent nobody should
-    believe."""
+    """variant → " · ∝ sequence length^1.02": the fitted exponent of ``metric`` along ``x_name``
+    (the axis in words), for the legend of its curve chart (only where a variant has one such
+    fit), or " · fit unreliable" where `harness.results.fit_quality` marked it so: a legend
+    never states an exponent nobody should believe."""
+    axis = Words(info).axis(x_name, unit=False)
     notes: dict[str, str] = {}
     for fit in info.scaling_fits if info else []:
         if (fit.metric, fit.axis) != (metric, x_name):
@@ -118,7 +124,7 @@ def _fit_notes(rows: pd.DataFrame, info: TaskInfo | None, metric: str, x_name: s
                 note = (
                     " · fit unreliable"
                     if r["run_id"] in unreliable
-                    else f" · ∝ {x_name}^{round(r['value'], 2) + 0.0:.2f}"  # no "-0.00"
+                    else f" · ∝ {axis}^{round(r['value'], 2) + 0.0:.2f}"  # no "-0.00"
                 )
                 notes[str(r["variant"])] = note
     return notes
@@ -137,11 +143,11 @@ def _setting_key(task_params: pd.Series, x_name: str, along: tuple[str, ...] = (
 
 
 def _settings(
-    rows: pd.DataFrame, x_name: str, along: tuple[str, ...] = ()
+    rows: pd.DataFrame, x_name: str, along: tuple[str, ...] = (), words: Words | None = None
 ) -> list[tuple[str, str, pd.DataFrame]]:
     """``rows`` split by task setting (parameters other than ``x_name`` and ``along``): (setting
-    key, label of the parameters that differ between settings, rows); the label is empty when
-    there is one."""
+    key, label of the parameters that differ between settings, in ``words``, rows); the label
+    is empty when there is one."""
     keys = _setting_key(rows["task_params"], x_name, along)
     groups = list(rows.groupby(keys, sort=True))
     params = [json.loads(key) for key, _ in groups]
@@ -149,7 +155,7 @@ def _settings(
 
     def label(p: dict) -> str:
         named = [k for k in differing if p.get(k) is not None]
-        text = setting_label(p, named[:MAX_LABEL_PARAMS])
+        text = setting_label(p, named[:MAX_LABEL_PARAMS], words or Words())
         return text + (", …" if len(named) > MAX_LABEL_PARAMS else "")
 
     return [(key, label(p), group) for (key, group), p in zip(groups, params, strict=True)]
@@ -202,7 +208,8 @@ def _task_charts(
     runs = rows[~rows["derived"]]
     headline = (info.headline if info else "") or runs["metric"].iloc[0]
     views: dict[tuple[str, int, str], list[tuple[str, str, go.Figure]]] = {}
-    info = info or TaskInfo(task)  # undeclared names are shown as they are
+    info = info or TaskInfo(task)  # undeclared names are spelled out in words
+    words = Words(info)
     for metric in info.charts or [headline]:
         declared = info.metric(metric)
         unit = declared.unit if declared else ""
@@ -211,12 +218,13 @@ def _task_charts(
             on_axis = runs[runs["x_name"] == x_name]
             value = _constant(on_axis[on_axis["metric"] == metric])
             if value is not None:
-                where = f" against {info.axis_title(x_name)}"
-                notes.append(_constant_note(info.metric_title(metric), where, value))
+                where = f" against {words.axis(x_name)}"
+                notes.append(_constant_note(words.metric(metric), where, value))
                 continue
             along = tuple(axis_parameters(curve[curve["x_name"] == x_name], x_name))
             failures = _failures(frame, task, x_name, along)
-            for i, (setting, label, group) in enumerate(_settings(on_axis, x_name, along)):
+            settings = _settings(on_axis, x_name, along, words)
+            for i, (setting, label, group) in enumerate(settings):
                 points = group[(group["metric"] == metric) & group["x_value"].notna()]
                 if points["x_value"].nunique() < 2:
                     continue  # a curve over one x value says nothing the task table does not
@@ -228,14 +236,15 @@ def _task_charts(
                     companions=info.chart_companions.get(metric, {}),
                     steady_flag=info.steadiness.get(metric, ""),
                     accuracy_flag=info.accuracy.get(metric, ""),
-                    x_title=info.axis_title(x_name),
-                    y_title=info.metric_title(metric, unit=True),
+                    x_title=words.axis(x_name),
+                    y_title=words.metric_unit(metric),
+                    words=words,
                 )
-                title = f"{info.title}: {info.metric_title(metric)} against {extras.x_title}"
+                title = f"{info.title}: {words.metric(metric)} against {extras.x_title}"
                 fig = curve_figure(group, metric, title, unit, extras, colours, label)
                 if fig is not None:
                     chart_id = f"chart-{task}-{metric}-{x_name}" + (f"-{i}" if label else "")
-                    menu = info.metric_title(metric)
+                    menu = words.metric(metric)
                     views.setdefault((x_name, i, label), []).append((menu, chart_id, fig))
     charts = []
     for found in views.values():
@@ -244,16 +253,17 @@ def _task_charts(
     return charts
 
 
-def _bar_settings(rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
-    """``rows`` split by task setting, each with a label naming *every* parameter that differs
-    between the settings (a bar chart is one setting: its title must say which, and the
-    parameter that tells two charts apart may sort late, e.g. an input distribution)."""
+def _bar_settings(rows: pd.DataFrame, words: Words) -> list[tuple[str, pd.DataFrame]]:
+    """``rows`` split by task setting, each with a label naming, in ``words``, *every* parameter
+    that differs between the settings (a bar chart is one setting: its title must say which,
+    and the parameter that tells two charts apart may sort late, e.g. an input distribution)."""
     keys = _setting_key(rows["task_params"], "")
     groups = list(rows.groupby(keys, sort=True))
     params = [json.loads(key) for key, _ in groups]
     differing = differing_keys(params)
     return [
-        (setting_label(p, differing), group) for (_, group), p in zip(groups, params, strict=True)
+        (setting_label(p, differing, words), group)
+        for (_, group), p in zip(groups, params, strict=True)
     ]
 
 
@@ -266,6 +276,7 @@ def _bar_charts(
     runs = rows[~rows["derived"] & rows["x_value"].isna()]
     charts = []
     info = info or TaskInfo(task)
+    words = Words(info)
     for metric, references in info.bar_charts.items():
         declared = info.metric(metric)
         unit = declared.unit if declared else ""
@@ -275,12 +286,12 @@ def _bar_charts(
             continue
         value = _constant(mine[mine["metric"] == metric])
         if value is not None:
-            notes.append(_constant_note(info.metric_title(metric), "", value))
+            notes.append(_constant_note(words.metric(metric), "", value))
             continue
-        for i, (label, group) in enumerate(_bar_settings(mine)):
-            title = f"{info.title}: {info.metric_title(metric)} per variant"
-            y_title = info.metric_title(metric, unit=True)
-            fig = bar_figure(group, metric, title, unit, references, colours, label, y_title)
+        for i, (label, group) in enumerate(_bar_settings(mine, words)):
+            title = f"{info.title}: {words.metric(metric)} per variant"
+            y_title = words.metric_unit(metric)
+            fig = bar_figure(group, metric, title, unit, references, colours, label, y_title, words)
             if fig is not None:
                 chart_id = f"chart-{task}-{metric}-bars" + (f"-{i}" if label else "")
                 charts.append(chart(chart_id, fig))
@@ -288,14 +299,17 @@ def _bar_charts(
 
 
 def _fits_note(info: TaskInfo | None) -> str:
-    """One line saying what a task's scaling fits are, from its declarations."""
+    """One line saying what a task's scaling fits are, from its declarations, in words."""
     parts = []
+    words = Words(info)
     for fit in info.scaling_fits if info else []:
+        believable = words.metric(fit.name + RELIABLE_SUFFIX)
         text = (
-            f"log({fit.metric}) against log({fit.axis}), per variant and setting (95% CI), "
-            f"steady points only; an exponent whose interval lies outside [{EXPONENT_RANGE[0]:g}, "
+            f"the log of {words.metric(fit.metric)} against the log of "
+            f"{words.axis(fit.axis, unit=False)}, per variant and setting (95% CI), steady "
+            f"points only; an exponent whose interval lies outside [{EXPONENT_RANGE[0]:g}, "
             f"{EXPONENT_RANGE[1]:g}] or is wider than ±{MAX_HALF_WIDTH:g} is unreliable "
-            f"({fit.name}{RELIABLE_SUFFIX} = 0) and stated in no legend"
+            f"(“{believable}” no) and stated in no legend"
         )
         if fit.reference_variant:
             text += f"; crossover: where the fitted line meets {fit.reference_variant}'s"
@@ -325,56 +339,97 @@ def _sections(
                 name=task,
                 title=info.label if info else "",
                 description=info.description if info else "",
-                table=readable_headers(
-                    task_table(
-                        rows[~derived],
-                        _metric_info(info),
-                        RUN_LINK,
-                        published,
-                        steadiness=info.steadiness if info else None,
-                        accuracy=info.accuracy if info else None,
-                        annotations=_annotation_headers(info),
-                    ),
-                    info,
-                ),
+                table=_runs_table(rows[~derived], info, published),
                 charts=charts,
                 n_runs=rows.loc[~derived, "run_id"].nunique(),
-                fits=task_table(rows[derived], _metric_info(info)) if derived.any() else None,
+                fits=_fits_table(rows[derived], info) if derived.any() else None,
                 fits_note=_fits_note(info),
-                tuned=tuning_table(choices or [], task),
+                tuned=_tuned_table(choices or [], task, info),
                 notes=notes,
             )
         )
     return sections
 
 
+def _runs_table(rows: pd.DataFrame, info: TaskInfo | None, published: set[str]) -> Table:
+    """A task's table of its runs' values (`task_table`), headers in words, its timings' 0/1
+    steadiness and accuracy flags as yes and no."""
+    flags = {*info.steadiness.values(), *info.accuracy.values()} if info else set()
+    table = task_table(
+        rows,
+        _metric_info(info),
+        RUN_LINK,
+        published,
+        steadiness=info.steadiness if info else None,
+        accuracy=info.accuracy if info else None,
+        annotations=_annotation_headers(info),
+        flags=flags,
+    )
+    return readable_headers(table, info)
+
+
+def _fits_table(rows: pd.DataFrame, info: TaskInfo | None) -> Table:
+    """A task's table of scaling fits, headers in words, believability as yes and no."""
+    flags = {fit.name + RELIABLE_SUFFIX for fit in info.scaling_fits} if info else set()
+    return readable_headers(task_table(rows, _metric_info(info), flags=flags), info)
+
+
+def _tuned_table(choices: list[Choice], task: str, info: TaskInfo | None) -> Table | None:
+    """The values each variant's validation picked (`tuning_table`), headers in words."""
+    table = tuning_table(choices, task)
+    return readable_headers(table, info) if table is not None else None
+
+
 def _annotation_headers(info: TaskInfo | None) -> dict[str, str]:
     """metric → the header of the column of its annotation (`TaskInfo.annotations`): the
-    detail key's label where the task names it in ``axes``, else the key."""
-    return {m: info.axis_title(key) for m, key in info.annotations.items()} if info else {}
+    detail key's label where the task names it in ``axes``, else the key in words."""
+    words = Words(info)
+    return {m: words.axis(key) for m, key in info.annotations.items()} if info else {}
 
 
 def readable_headers(table: Table, info: TaskInfo | None) -> Table:
-    """``table`` (a task table) with the headers of its metric and parameter columns as the
-    task names them (`TaskInfo.metric_title`, `axis_title`), each identifier kept in the
-    header's hover; columns the task does not name keep their identifier."""
-    if info is None:
-        return table
+    """``table`` (a task's table, its fits or its comparison with peers) with the headers of its
+    metric and parameter columns in words (`tables.Words`: what the task declares, else words
+    for the identifier), each identifier kept in the header's hover; no two columns share a
+    header (`distinct_headers`: a value at the row's own curve position says which axis)."""
+    words = Words(info)
     for col in table.columns:
-        metric, _, over = col.key.partition(" (mean over ")
-        name = col.key.removeprefix("task.")
-        if info.metric(metric) is not None:
-            header = info.metric_title(metric)
-            if over:
-                header += f" (mean over {info.axis_title(over.removesuffix(')'))})"
-        elif col.key.startswith("task.") and any(a.name == name for a in info.axes):
-            header = info.axis_title(name)
-        else:
-            continue
-        if header != col.key:
+        header = _header_words(col.key, words) if col.header == col.key else None
+        if header is None:  # its own text, a metric it names in words ("<metric> per value")
+            header = IDENTIFIER.sub(lambda m: words.metric(m.group()), col.header)
+        if header != col.header:
             col.description = f"{col.key}: {col.description}" if col.description else col.key
             col.header = header
+    distinct_headers(table.columns, lambda col: _told_apart(col, words))
     return table
+
+
+def _header_words(key: str, words: Words) -> str | None:
+    """The header of a task table's column ``key`` in words: a metric ("metric (mean over
+    x)" too), a task parameter ("task.x") or a variant parameter ("variant.x"); None for the
+    rest (variant, machine, dtype, runs), whose headers are words already."""
+    metric, _, over = key.partition(" (mean over ")
+    if key.startswith("task."):
+        return words.axis(key.removeprefix("task."))
+    if key.startswith("variant."):
+        return spelled(key.removeprefix("variant."))
+    if key in _PLAIN_KEYS:
+        return None
+    header = words.metric(metric)
+    if over:
+        header += f" (mean over {words.axis(over.removesuffix(')'), unit=False)})"
+    return header
+
+
+_PLAIN_KEYS = {"variant", "machine", "dtype", "runs"}
+
+
+def _told_apart(col: Column, words: Words) -> list[str]:
+    """What tells a column apart from another of the same header: the curve axis its values
+    sit at (the row's own setting of it), then its identifier in words."""
+    at = f" at the row's {words.axis(col.axis, unit=False)}" if col.axis else ""
+    metric = col.key.partition(" (mean over ")[0]
+    return [at, f" ({spelled(metric.split('.', 1)[-1])})"]
 
 
 def _provenance(frame: pd.DataFrame) -> dict[str, str]:
@@ -605,6 +660,8 @@ def _page(frame: pd.DataFrame, infos: dict[str, TaskInfo], published: set[str]) 
     frame, choices = select_tuned(frame, infos) if not frame.empty else (frame, [])
     # ours vs theirs from the plain names; then every library variant is named with its library
     peers = peer_section(frame, infos) if not frame.empty else None
+    for pair_table in peers.tables if peers else []:
+        readable_headers(pair_table.table, infos.get(pair_table.task))
     frame = labelled(frame)
     page = {"empty": frame.empty, "peers": peers}
     if frame.empty:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+from collections import Counter
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,18 +17,22 @@ from typing import Any
 import pandas as pd
 
 from attnbench.harness.jobs.records import is_run_id
+from attnbench.harness.results.fit_quality import RELIABLE_SUFFIX
+from attnbench.task_info import TaskInfo
 
 ARROWS = {True: "↑", False: "↓"}
 
 
 @dataclass
 class Column:
-    """A table column: key, header text, hover description, direction."""
+    """A table column: key, header text, hover description, direction, and the curve axis of
+    its points where they lie on one (a value at the row's own setting of that axis)."""
 
     key: str
     header: str
     description: str = ""
     higher_is_better: bool | None = None
+    axis: str = ""
 
     @property
     def arrow(self) -> str:
@@ -69,26 +75,39 @@ def format_value(value: float) -> str:
 
 
 MAX_DENOMINATOR = 1024  # a parameter 1/k up to this k is written as the fraction
+LABEL_DIGITS = 4  # significant figures of a float in a label ("0.1235", not "0.123456789")
 
 
 def param_text(value: object) -> str:
     """A parameter's value as a label shows it: a float with more than three significant
     figures that is 1/k for a whole k written as "1/k" (a stride of n/3 stored as 0.333333 reads
-    "1/3", a block of n/32 "1/32"), any other float in ``g`` format, anything else as text.
+    "1/3", a block of n/32 "1/32"), a whole float as an integer, any other float to
+    `LABEL_DIGITS` significant figures, anything else as text.
 
     Example:
-        >>> [param_text(v) for v in (0.333333, 0.03125, 0.2, 64)]
-        ['1/3', '1/32', '0.2', '64']
+        >>> [param_text(v) for v in (0.333333, 0.03125, 0.2, 64, 65536.0, 0.123456789)]
+        ['1/3', '1/32', '0.2', '64', '65536', '0.1235']
     """
-    if not isinstance(value, float):
+    if not isinstance(value, float) or not math.isfinite(value):
         return str(value)
-    text = f"{value:g}"
-    digits = len(text.lstrip("-0.").replace(".", "").split("e")[0])
+    if value.is_integer():
+        return str(int(value))
+    digits = len(f"{value:g}".lstrip("-0.").replace(".", "").split("e")[0])
     if 0 < value < 1 and digits > 3:
         k = round(1 / value)
         if 1 < k <= MAX_DENOMINATOR and abs(k * value - 1) < 1e-4:
             return f"1/{k}"
-    return text
+    return _rounded(value)
+
+
+def _rounded(value: float) -> str:
+    """``value`` to `LABEL_DIGITS` significant figures, in plain notation from 0.001 to a
+    million ("1234", "0.1235"), else in ``g`` format."""
+    if not 1e-3 <= abs(value) < 1e6:
+        return f"{value:.{LABEL_DIGITS}g}"
+    decimals = max(0, LABEL_DIGITS - 1 - math.floor(math.log10(abs(value))))
+    text = f"{value:.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 SIZE_PARAMS = "variant_size_params"  # the table's column: a variant's pattern-size parameters
@@ -120,16 +139,194 @@ def size_params_of(frame: pd.DataFrame) -> dict[str, set[str]]:
     return found
 
 
+# Words for identifiers. A task names what the page shows (`Metric.label`, `TaskInfo.axes`);
+# where it names nothing, the page still reads in words: a short lead of the metric's declared
+# description, else the identifier spelled out (`spelled`). The identifier itself stays in hovers.
+
+IDENTIFIER = re.compile(r"\b[A-Za-z][A-Za-z0-9]*(?:[_.][A-Za-z0-9]+)+\b")  # snake_case, a.b
+UNIT_TOKENS = {"ms": "ms", "us": "µs", "ns": "ns", "mib": "MiB", "gib": "GiB", "kib": "KiB"}
+ABBREVIATIONS = {  # measurement vocabulary, not any task's or variant's names
+    "abs": "absolute",
+    "avg": "average",
+    "bwd": "backward",
+    "ci": "CI",
+    "cpu": "CPU",
+    "dist": "distribution",
+    "fwd": "forward",
+    "gd": "GD",
+    "gflops": "GFLOP/s",
+    "gpu": "GPU",
+    "iqr": "IQR",
+    "kv": "key-value",
+    "len": "length",
+    "lr": "learning rate",
+    "ls": "least squares",
+    "mem": "memory",
+    "mse": "MSE",
+    "ref": "reference",
+    "rel": "relative",
+    "rms": "RMS",
+    "se": "standard error",
+    "seq": "sequence",
+    "val": "validation",
+    "wd": "weight decay",
+}
+DESCRIPTION_CHARS = 100  # a description's lead longer than this is no header
+
+
+def spelled(identifier: str) -> str:
+    """An identifier spelled out in words, for what no declaration names: the parts between
+    underscores and dots, common abbreviations written out (`ABBREVIATIONS`), a unit part as a
+    trailing "(unit)", "0p5" as 0.5, "q05" as a 5% quantile, a leading "n" before a plural as
+    "number of".
+
+    Example:
+        >>> [spelled(n) for n in ("fwd_ms_iqr", "tokens_per_s", "n_kv_pairs", "mse_x_scale_0p5")]
+        ['forward IQR (ms)', 'tokens per second', 'number of key-value pairs', 'MSE x scale 0.5']
+    """
+    parts = [p for p in re.split(r"[_.]", identifier) if p]
+    unit = ""
+    out: list[str] = []
+    for i, part in enumerate(parts):
+        lower = part.lower()
+        if lower in UNIT_TOKENS and (i == 0 or parts[i - 1] != "per") and len(parts) > 1:
+            unit = UNIT_TOKENS[lower]
+        elif lower == "s" and i > 0 and parts[i - 1] == "per":
+            out.append("second")
+        elif lower == "n" and i == 0 and len(parts) > 1 and parts[-1].endswith("s"):
+            out.append("number of")
+        elif re.fullmatch(r"\d+p\d+", lower):
+            out.append(lower.replace("p", "."))
+        elif re.fullmatch(r"q\d\d", lower):
+            out.append(f"{int(lower[1:])}% quantile")
+        else:
+            out.append(ABBREVIATIONS.get(lower, part))
+    return " ".join(out) + (f" ({unit})" if unit else "")
+
+
+def value_words(value: object) -> str:
+    """A setting's value as a label shows it: a number through `param_text`, text with its
+    underscores as spaces ("one_layer" reads "one layer")."""
+    if isinstance(value, str):
+        return value.replace("_", " ")
+    return param_text(value)
+
+
+def description_title(description: str) -> str:
+    """A short title from a metric's declared description: its lead (before "; " or " — ",
+    asides in parentheses dropped), lower-cased where it does not start with an acronym; ""
+    where that lead is long, names an identifier, or states a 0/1 flag ("1: …")."""
+    text = re.sub(r"\s+\([^()]*\)(?=[\s,;:.]|$)", "", description)
+    text = re.split(r"; | — |\. ", text)[0].strip().rstrip(".")
+    if not text or len(text) > DESCRIPTION_CHARS or IDENTIFIER.search(text):
+        return ""
+    if re.match(r"[01]:", text):
+        return ""
+    return text if text[:2].isupper() else text[0].lower() + text[1:]
+
+
+def flag_title(description: str) -> str:
+    """A 0/1 flag's title as a question from its description ("1: the samples settled" reads
+    "samples settled?"); "" where the description states no flag or its words will not do."""
+    found = re.match(r"1:\s*(?:the\s+)?(.*)", description)
+    if not found:
+        return ""
+    text = description_title(found.group(1))
+    return f"{text}?" if text else ""
+
+
+@dataclass(frozen=True)
+class Words:
+    """How the page names one task's metrics, axes and settings: what the task declares
+    (`TaskInfo`), else words for the identifiers (`description_title`, `spelled`).
+
+    Attributes:
+        info: The task's declarations (None: a task the table does not describe).
+    """
+
+    info: TaskInfo | None = None
+
+    def metric(self, name: str) -> str:
+        """A metric's title: its label; a scaling fit's in words; a name that is one word as
+        it is; its description's lead (a flag's as a question); a labelled metric's name with
+        a part before or after it in words ("val_mse_mean" as "validation" and the label of
+        "mse_mean"); else its identifier spelled out (`spelled`)."""
+        declared = self.info.metric(name) if self.info else None
+        if declared is not None and declared.label:
+            return declared.label
+        fit = self._fit_title(name)
+        if fit or not IDENTIFIER.fullmatch(name):
+            return fit or name
+        described = declared.description if declared is not None else ""
+        flag = described.startswith("1:")
+        title = flag_title(described) or description_title(described) or self._compound(name)
+        return title or spelled(name) + "?" * flag
+
+    def _compound(self, name: str) -> str:
+        """ "<label> <words>" where ``name`` is a labelled metric's name and a suffix (or a
+        prefix and the name), the longest such; "" where none is."""
+        labelled = [m for m in self.info.all_metrics() if m.label] if self.info else []
+        for m in sorted(labelled, key=lambda m: -len(m.name)):
+            if name.startswith(m.name + "_"):
+                return f"{m.label} {spelled(name[len(m.name) + 1 :])}"
+            if name.endswith("_" + m.name):
+                return f"{spelled(name[: -len(m.name) - 1])} {m.label}"
+        return ""
+
+    def metric_unit(self, name: str) -> str:
+        """The metric's title with its declared unit: "state per sequence (bytes)"."""
+        declared = self.info.metric(name) if self.info else None
+        title = self.metric(name)
+        unit = declared.unit if declared else ""
+        return f"{title} ({unit})" if unit and f"({unit})" not in title else title
+
+    def axis(self, name: str, unit: bool = True) -> str:
+        """A curve axis or task parameter: its declared label (`TaskInfo.axes`), else a metric
+        of that name (an axis may be a measured quantity), else the name in words; with its
+        unit if ``unit``."""
+        declared = next((a for a in self.info.axes if a.name == name), None) if self.info else None
+        if declared is not None and declared.label:
+            return declared.axis_title if unit else declared.label
+        if self.info is not None and self.info.metric(name) is not None:
+            return self.metric_unit(name) if unit else self.metric(name)
+        return spelled(name)
+
+    def setting(self, name: str, value: object) -> str:
+        """One parameter of a setting: "model width 16", "sequence length 128 tokens",
+        "mode one layer"."""
+        declared = next((a for a in self.info.axes if a.name == name), None) if self.info else None
+        unit = f" {declared.unit}" if declared is not None and declared.unit else ""
+        return f"{self.axis(name, unit=False)} {value_words(value)}{unit}"
+
+    def _fit_title(self, name: str) -> str:
+        """The title of a metric a scaling fit adds (`ScalingFit.metrics`), "" for others."""
+        for fit in self.info.scaling_fits if self.info else []:
+            exponent = f"exponent of {self.metric(fit.metric)} against {self.axis(fit.axis, False)}"
+            titles = {
+                fit.name: exponent,
+                f"{fit.name}_ci_low": f"{exponent}, 95% CI low end",
+                f"{fit.name}_ci_high": f"{exponent}, 95% CI high end",
+                fit.name + RELIABLE_SUFFIX: "fit believable?",
+            }
+            if fit.reference_variant:
+                titles[fit.crossover_name] = (
+                    f"{self.axis(fit.axis)} where it overtakes {fit.reference_variant}"
+                )
+            if name in titles:
+                return titles[name]
+        return ""
+
+
 def config_labels(
     entries: pd.DataFrame, sizes: dict[str, set[str]] | None = None
 ) -> dict[tuple[str, str], str]:
     """(variant, params JSON) → its label: the name alone where a variant has one configuration,
     else the name and only the parameters that differ between its configurations (those whose
-    value is None left out), a pattern size as a fraction of n where ``sizes``
-    (`size_params_of`) names it: `window window=0.2n` beside `window window=256`, quality at
-    matched density beside timing at the paper's size, so that a label says what sets the rows
-    apart. The one labelling of configurations: the overview's rows, the chooser and the charts
-    of quality against cost and density."""
+    value is None left out; each name in words, "n random"), a pattern size as a fraction of n
+    where ``sizes`` (`size_params_of`) names it: `window window=0.2n` beside `window
+    window=256`, quality at matched density beside timing at the paper's size, so that a label
+    says what sets the rows apart. The one labelling of configurations: the overview's rows,
+    the chooser, every chart's legend."""
     sizes = sizes or {}
     labels = {}
     for variant, group in entries.groupby("variant"):
@@ -139,7 +336,7 @@ def config_labels(
         own = sizes.get(str(variant), set())
         for text, p in params.items():
             shown = [
-                f"{k}={size_text(p[k]) if k in own else param_text(p[k])}"
+                f"{spelled(k)}={size_text(p[k]) if k in own else param_text(p[k])}"
                 for k in differing
                 if p.get(k) is not None
             ]
@@ -147,10 +344,35 @@ def config_labels(
     return labels
 
 
-def setting_label(params: dict, names: list[str]) -> str:
+def setting_label(params: dict, names: list[str], words: Words | None = None) -> str:
     """ "mode=prompt, n_dims=8": the parameters ``names`` of a setting, those whose value is
-    None (a parameter this setting does not use) left out."""
-    return ", ".join(f"{k}={param_text(params[k])}" for k in names if params.get(k) is not None)
+    None (a parameter this setting does not use) left out; with ``words``, each as the task
+    names it ("mode prompt, number of dims 8", `Words.setting`)."""
+    shown = [k for k in names if params.get(k) is not None]
+    if words is not None:
+        return ", ".join(words.setting(k, params[k]) for k in shown)
+    return ", ".join(f"{k}={param_text(params[k])}" for k in shown)
+
+
+def distinct_headers(columns: list[Column], told: Callable[[Column], list[str]]) -> None:
+    """Headers that no two of ``columns`` share: in each round, every column whose header
+    another has gets the next of its texts ``told(column)`` appended (an empty text: none this
+    round), e.g. first the curve axis its value sits at, then the metric's name in words; a
+    clash left after them gets its position among the clashing, " (2)"."""
+    rounds = max((len(told(c)) for c in columns), default=0)
+    for step in range(rounds + 1):
+        counts = Counter(c.header for c in columns)
+        clashing = [c for c in columns if counts[c.header] > 1]
+        if not clashing:
+            return
+        seen: Counter[str] = Counter()
+        for col in clashing:
+            texts = told(col)
+            if step < rounds:
+                col.header += texts[step] if step < len(texts) else ""
+            else:
+                seen[col.header] += 1
+                col.header += f" ({seen[col.header]})" if seen[col.header] > 1 else ""
 
 
 def differing_keys(params: list[dict]) -> list[str]:
@@ -237,6 +459,7 @@ def task_table(
     steadiness: dict[str, str] | None = None,
     accuracy: dict[str, str] | None = None,
     annotations: dict[str, str] | None = None,
+    flags: Collection[str] = (),
 ) -> Table:
     """One row per (variant, its parameters, machine, dtype, task setting); one column per metric.
 
@@ -264,11 +487,16 @@ def task_table(
         annotations: metric → the header of a text column showing the text its points carry
             (`TaskInfo.annotations`, e.g. "kernel path"); the text is also in the hover of
             each of the metric's cells. Metrics sharing a header share the column.
+        flags: 0/1 metrics (a timing's steadiness, a fit's believability) whose cells read
+            "yes" and "no" (a mean over seeds between them: the share of yes).
     """
     wide = _wide(ok)
     annotations = annotations or {}
     metrics = _metric_order(wide.metric_columns, metric_info)
     table = Table(columns=_task_columns(wide.keys, metrics, metric_info, run_link is not None))
+    for col in table.columns:
+        col.axis = wide.axes.get(col.key, "")
+    sizes = size_params_of(ok)
     headers = list(dict.fromkeys(annotations[_base(m)] for m in metrics if _base(m) in annotations))
     at = len(table.columns) - (run_link is not None)
     table.columns[at:at] = [Column(f"annotation:{h}", h) for h in headers]
@@ -278,7 +506,8 @@ def task_table(
     group_keys = ["machine", "dtype", *wide.settings]
     best = _best_rows(means, metrics, metric_info, group_keys, (steady, accurate))
     for i, row in means.iterrows():
-        cells = [Cell(str(row[k]), _sortable(row[k])) for k in wide.keys]
+        own = sizes.get(str(row["variant"]), set())
+        cells = [Cell(_key_text_of(k, row[k], own), _sortable(row[k])) for k in wide.keys]
         key = tuple(row[k] for k in wide.keys)
         notes = {m: wide.annotations.get((*key, m), "") for m in metrics}
         cells += [
@@ -287,6 +516,9 @@ def task_table(
             )
             for m in metrics
         ]
+        for cell, m in zip(cells[len(wide.keys) :], metrics, strict=True):
+            if _base(m) in flags:
+                cell.text = _yes_no(row[m])
         for header in headers:
             text = next(
                 (notes[m] for m in metrics if annotations.get(_base(m)) == header and notes[m]), ""
@@ -316,6 +548,7 @@ class _Wide:
     settings: list[str]
     runs: pd.Series
     annotations: dict[tuple, str] = field(default_factory=dict)  # (*key, column) → its text
+    axes: dict[str, str] = field(default_factory=dict)  # metric column → its points' curve axis
 
 
 def _wide(ok: pd.DataFrame) -> _Wide:
@@ -332,9 +565,41 @@ def _wide(ok: pd.DataFrame) -> _Wide:
     wide = frame.pivot_table(index=keys, columns="metric", values="value", aggfunc="mean")
     runs = frame.groupby(keys)["run_id"].unique()
     means = wide.reset_index().sort_values(keys, key=_numbers_first, ignore_index=True)
+    on_curve = frame[frame["x_name"].notna()].groupby("metric")["x_name"].first()
     return _Wide(
-        means, list(wide.columns), keys, setting_cols, runs, _annotation_texts(frame, keys)
+        means,
+        list(wide.columns),
+        keys,
+        setting_cols,
+        runs,
+        _annotation_texts(frame, keys),
+        {str(c): str(x) for c, x in on_curve.items() if c == _base(str(c))},
     )
+
+
+def _key_text_of(key: str, value: object, sizes: Collection[str]) -> str:
+    """A key cell's text: a parameter's number as labels write it (a pattern size of the row's
+    variant, ``sizes``, as a fraction of n: "n/3", not 0.3333333333333333), anything else as
+    it is."""
+    if not key.startswith(("variant.", "task.")):
+        return str(value)
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return str(value)
+    if math.isnan(number) or isinstance(value, bool):
+        return str(value)
+    number = int(number) if number.is_integer() else number
+    name = key.split(".", 1)[1]
+    return size_text(number) if key.startswith("variant.") and name in sizes else param_text(number)
+
+
+def _yes_no(value: object) -> str:
+    """A 0/1 flag's mean over seeds in words: "yes", "no", or "yes in 67%"."""
+    if pd.isna(value):
+        return "–"
+    share = float(value)  # type: ignore[arg-type]
+    return "yes" if share == 1 else "no" if share == 0 else f"yes in {share:.0%}"
 
 
 def _annotation_texts(frame: pd.DataFrame, keys: list[str]) -> dict[tuple, str]:

@@ -26,7 +26,7 @@ from attnbench.harness.leaderboard.charts import Chart, chart, scatter_figure, v
 from attnbench.harness.leaderboard.columns import Columns, position_text, stated_position
 from attnbench.harness.leaderboard.ranking import MACHINE, THREADS, Headline
 from attnbench.harness.leaderboard.steadiness import untrusted
-from attnbench.harness.leaderboard.tables import config_labels, size_params_of
+from attnbench.harness.leaderboard.tables import Words, config_labels, size_params_of
 from attnbench.task_info import TaskInfo
 
 DENSITY = "density"  # the scalar metric every task records (see the module docstring)
@@ -73,11 +73,15 @@ def _latency(
         where = f" at {position_text(info, x_name, length)}"
     declared = info.metric(cost_metric)
     unit = f" ({declared.unit})" if declared and declared.unit else ""
-    named = info.metric_title(cost_metric)
-    title = f"{named}{where}{unit}" if named != cost_metric else f"{cost_task} {named}{where}{unit}"
+    named = Words(info).metric(cost_metric)
+    title = (
+        f"{named}{where}{unit}"
+        if declared and declared.label
+        else f"{info.title} {named}{where}{unit}"
+    )
     steady = cost[~untrusted(cost)]
     only_unsteady = cost[~cost["variant"].isin(set(steady["variant"]))]
-    notes = {str(v): f"{cost_metric} from unsteady timings only" for v in only_unsteady["variant"]}
+    notes = {str(v): f"{named} from unsteady timings only" for v in only_unsteady["variant"]}
     cost = pd.concat([steady, only_unsteady])
     per_config = cost.groupby(CONFIG)["value"].median()
     return per_config, title, (machine, dtype, threads), notes
@@ -186,7 +190,7 @@ def tradeoff_charts(
         fig = scatter_figure(
             points,
             x_title,
-            f"{info.metric_title(h.metric, unit=True)} {arrow}",
+            f"{Words(info).metric_unit(h.metric)} {arrow}",
             f"{h.label or f'{h.task}: {h.metric}'} against {against}",
             colours=colours,
             x_range=x_range,

@@ -116,10 +116,11 @@ def test_a_variant_has_one_colour_and_its_configurations_differ_by_dash():
     colours = variant_colours(["softmax", "window", "decay"])
     fig = curve_figure(frame, "mse", "t: mse", colours=colours, subtitle="mode=a")
     by_name = {t.name: t for t in fig.data}
-    # the legend names what differs; machine and dtype are said once, in the subtitle
-    assert set(by_name) == {"softmax", "window · window=16", "window · window=32"}
+    # the legend names what differs, a configuration as the overview labels it; machine and
+    # dtype are said once, in the subtitle
+    assert set(by_name) == {"softmax", "window window=16", "window window=32"}
     assert fig.layout.title.subtitle.text == "mode=a · cpu0 · float32"
-    windows = [by_name["window · window=16"], by_name["window · window=32"]]
+    windows = [by_name["window window=16"], by_name["window window=32"]]
     assert {t.line.color for t in windows} == {colours["window"]}
     assert len({t.line.dash for t in windows}) == 2
     assert by_name["softmax"].line.color == colours["softmax"]
@@ -247,7 +248,8 @@ def test_a_parameter_that_sets_the_axis_runs_along_one_line_per_variant():
     assert sorted(t.name for t in fig.data) == ["linear", "softmax"]
     softmax = next(t for t in fig.data if t.name == "softmax")
     assert list(softmax.x) == [16384, 32768, 65536] and list(softmax.y) == [0.02, 0.99, 1.0]
-    assert list(softmax.text) == ["d_model=16", "d_model=32", "d_model=64"]
+    # the width in words (no task declares it here: its name spelled out)
+    assert list(softmax.text) == ["d model 16", "d model 32", "d model 64"]
     assert fig.layout.xaxis.type == "log"  # 1 KB to 64 KB
 
 
@@ -261,7 +263,7 @@ def test_a_parameter_with_several_positions_per_value_still_splits_lines():
         ]
     )
     fig = curve_figure(frame, "accuracy_by_state_bytes", "recall")
-    assert sorted(t.name for t in fig.data) == ["softmax · d_model=16", "softmax · d_model=32"]
+    assert sorted(t.name for t in fig.data) == ["softmax · d model 16", "softmax · d model 32"]
 
 
 def test_a_merged_chart_shows_one_view_at_a_time_and_escapes_its_menu():

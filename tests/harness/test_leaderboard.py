@@ -210,8 +210,9 @@ def test_throughput_chart_marks_oom_and_shows_the_fitted_exponent(tmp_path):
     (figure,) = [f for cid, f in figures.items() if cid.startswith("chart-throughput-")]
     latency = chart_view(figure, "forward latency")  # one view of the chart's menu
     names = [t["name"] for t in latency]
-    assert any(n.startswith("softmax") and "seq_len^2.00" in n for n in names)
-    assert any(n.startswith("linear") and "seq_len^1.00" in n for n in names)
+    # the exponent is stated against the axis as the task names it, not its identifier
+    assert any(n.startswith("softmax") and "∝ sequence length^2.00" in n for n in names)
+    assert any(n.startswith("linear") and "∝ sequence length^1.00" in n for n in names)
     (marks,) = [t for t in latency if "oom" in t["name"]]
     assert marks["x"] == [512] and marks["text"] == ["linear: oom"]  # unsupported: not marked
 
@@ -502,12 +503,12 @@ def test_bar_chart_compares_each_variant_with_the_reference_level_per_setting(tm
     assert {f["layout"]["title"]["text"] for f in bar_figures} == {"bars_task: mse per variant"}
     by_subtitle = {f["layout"]["title"]["subtitle"]["text"]: f for f in bar_figures}
     # the setting, then what all bars share, said once
-    assert sorted(by_subtitle) == [
-        "n_points=100 · cpu0 · float32",
-        "n_points=1000 · cpu0 · float32",
+    assert sorted(by_subtitle) == [  # the setting in words: the task declares no label
+        "number of points 100 · cpu0 · float32",
+        "number of points 1000 · cpu0 · float32",
     ]
-    small = by_subtitle["n_points=100 · cpu0 · float32"]
-    large = by_subtitle["n_points=1000 · cpu0 · float32"]
+    small = by_subtitle["number of points 100 · cpu0 · float32"]
+    large = by_subtitle["number of points 1000 · cpu0 · float32"]
     bars = small["data"][0]
     assert bars["type"] == "bar"
     means = dict(zip(bars["x"], bars["y"], strict=True))
@@ -807,7 +808,7 @@ def test_widths_along_the_state_axis_are_one_chart_with_a_line_per_variant(tmp_p
     lines = {t["name"]: t for t in state["data"]}
     assert set(lines) == {"softmax", "linear"}
     assert lines["linear"]["x"] == [17 * 16, 17 * 32, 17 * 64]
-    assert lines["linear"]["text"] == ["d_model=16", "d_model=32", "d_model=64"]
+    assert lines["linear"]["text"] == ["model width 16", "model width 32", "model width 64"]
 
 
 def _curve_rows(x_name, xs, variants=("softmax",)):
@@ -1256,7 +1257,9 @@ def test_the_cost_axis_leaves_unsteady_timings_out_or_draws_them_hollow(tmp_path
     # the cost is throughput's fwd_ratio: 1 ms / REFERENCE_MS
     assert traces["linear"]["x"] == [0.25] and traces["linear"]["marker"]["symbol"] == "circle"
     assert traces["window"]["marker"]["symbol"].endswith("-open")
-    assert traces["window"]["hovertext"][0].endswith("fwd_ratio from unsteady timings only")
+    assert traces["window"]["hovertext"][0].endswith(
+        "forward time relative to dense SDPA from unsteady timings only"
+    )
 
 
 def test_records_without_the_flag_are_unknown_not_unsteady(tmp_path):

@@ -91,17 +91,27 @@ def test_titles_axes_and_headers_come_from_the_tasks_labels_and_units(tmp_path):
     assert re.search(r'<th title="acc: Accuracy"[^>]*>recall accuracy ↑</th>', section)
 
 
-def test_a_task_that_declares_no_labels_shows_its_identifiers(tmp_path):
+def test_a_task_that_declares_no_labels_still_reads_in_words(tmp_path):
+    """Without labels, a metric is titled by its description's lead, an undeclared axis by its
+    name spelled out; the identifiers stay in the headers' hover."""
     bare = TaskInfo(
         name="bare_task",
         headline="acc",
         charts=["acc_by_state"],
-        metrics=[Metric("acc", True, "Accuracy"), Metric("acc_by_state", True, "By state")],
+        metrics=[
+            Metric("acc", True, "Accuracy"),
+            Metric("acc_by_state", True, "Accuracy by state size (one line per variant)"),
+        ],
     )
     html = _write(tmp_path, bare, ROWS)
     (fig,) = _figures(html).values()
-    assert fig["layout"]["title"]["text"] == "bare_task: acc_by_state against state_bytes"
-    assert fig["layout"]["xaxis"]["title"]["text"] == "state_bytes"
+    title = "bare_task: accuracy by state size against state bytes"
+    assert fig["layout"]["title"]["text"] == title
+    assert fig["layout"]["xaxis"]["title"]["text"] == "state bytes"
+    section = html.split('id="task-bare_task"')[1]
+    header = r"accuracy by state size \(mean over state bytes\) ↑"
+    hover = r"acc_by_state \(mean over state_bytes\): [^\"]*"
+    assert re.search(rf'<th title="{hover}"[^>]*>{header}</th>', section)
 
 
 def test_a_log_axis_is_labelled_with_whole_numbers_not_mantissas(tmp_path):
