@@ -13,7 +13,6 @@ markers of one variant's configurations differ by dash and marker symbol, not co
 
 from __future__ import annotations
 
-import colorsys
 import functools
 import html
 import itertools
@@ -47,9 +46,10 @@ CHART_HEIGHT = 460  # px of the plot with a short legend; a legend below adds it
 CHART_WIDTH = 1150  # px a chart is about wide on the page (for laying out legend rows)
 TITLE_CHARS = 90  # a title wraps at this many characters (clear of Plotly's toolbar)
 SUBTITLE_CHARS = 140
-# one colour per variant: Plotly's ten first, then fourteen chosen for the largest least
-# distance (CIE76 ΔE, at least 25 between any two; `tests/harness/test_charts.py`) to those
-# before them, none too light for a white page; more variants get generated hues
+# one colour per variant: Plotly's ten first, then each chosen for the largest least distance
+# (CIE76 ΔE, at least 25 between any two; `tests/harness/test_charts.py`) to those before it,
+# none too light for a white page (L* at most 80); more variants get colours chosen the same
+# way (`_generated_colours`)
 PALETTE = (
     "#1f77b4",  # blue
     "#d62728",  # red
@@ -75,7 +75,24 @@ PALETTE = (
     "#cab2d6",  # lavender
     "#d2b48c",  # tan
     "#7a0019",  # maroon
+    "#0000ff",  # blue
+    "#00dd00",  # bright green
+    "#9955ff",  # violet
+    "#0077ff",  # azure
+    "#440033",  # aubergine
+    "#00dd99",  # jade
+    "#556600",  # dark olive
+    "#004455",  # dark teal
+    "#443300",  # dark brown
+    "#ee77ff",  # orchid
+    "#eeaa00",  # amber
+    "#88cc00",  # lime
+    "#99aaff",  # periwinkle
+    "#ee8855",  # coral
+    "#ff0000",  # pure red
+    "#ff22cc",  # hot pink
 )
+MAX_LIGHTNESS = 80  # L* of the lightest colour a line on a white page may have
 
 
 @dataclass
@@ -134,29 +151,60 @@ def embeddable_json(fig: go.Figure) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def _generated_colour(i: int) -> str:
-    """The ``i``-th colour beyond the palette: hues a golden angle apart, alternately dark and
-    mid lightness (never two the same)."""
-    hue = (i * 0.381966 + 0.13) % 1.0
-    lightness = (0.32, 0.48)[i % 2]
-    r, g, b = colorsys.hls_to_rgb(hue, lightness, 0.75)
-    return f"#{round(r * 255):02x}{round(g * 255):02x}{round(b * 255):02x}"
+def lab(colour: str) -> tuple[float, float, float]:
+    """CIE L*a*b* (D65) of a "#rrggbb" colour: where distances match how far apart colours
+    look (CIE76 ΔE is the plain distance)."""
+
+    def linear(c: float) -> float:
+        return c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
+
+    def f(t: float) -> float:
+        return t ** (1 / 3) if t > 0.008856 else 7.787 * t + 16 / 116
+
+    r, g, b = (linear(int(colour[i : i + 2], 16) / 255) for i in (1, 3, 5))
+    x = (0.4124 * r + 0.3576 * g + 0.1805 * b) / 0.95047
+    y = 0.2126 * r + 0.7152 * g + 0.0722 * b
+    z = (0.0193 * r + 0.1192 * g + 0.9505 * b) / 1.08883
+    return 116 * f(y) - 16, 500 * (f(x) - f(y)), 200 * (f(y) - f(z))
+
+
+@functools.cache
+def _generated_colours(n: int) -> tuple[str, ...]:
+    """``n`` colours beyond the palette, each the one of a grid of 4096 (none lighter than
+    `MAX_LIGHTNESS`) farthest from the palette and those generated before it: however many
+    variants a page draws, no two share a colour or look alike where avoidable."""
+    grid = [
+        f"#{r:02x}{g:02x}{b:02x}"
+        for r in range(0, 256, 17)
+        for g in range(0, 256, 17)
+        for b in range(0, 256, 17)
+    ]
+    labs = {c: lab(c) for c in grid}
+    candidates = [c for c in grid if labs[c][0] <= MAX_LIGHTNESS and c not in PALETTE]
+    nearest = {c: min(math.dist(labs[c], lab(p)) for p in PALETTE) for c in candidates}
+    chosen: list[str] = []
+    for _ in range(n):
+        best = max(candidates, key=lambda c: (nearest[c], c))
+        chosen.append(best)
+        candidates.remove(best)
+        for c in candidates:
+            nearest[c] = min(nearest[c], math.dist(labs[c], labs[best]))
+    return tuple(chosen)
 
 
 def variant_colours(names: Iterable[object]) -> dict[str, str]:
-    """variant → its colour, for every distinct name of ``names`` (a page's variants): the
-    sorted names take the palette in order, then generated colours. Build it once per page, so
-    that a variant has the same colour on every chart.
+    """variant → its colour, for every distinct name of ``names`` (the variants a page draws:
+    one never drawn, such as a library not installed, takes no colour): the sorted names take
+    the palette in order, then generated colours (`_generated_colours`), so every one has its
+    own. Build it once per page, so that a variant has the same colour on every chart.
 
     Example:
         >>> variant_colours(["window", "softmax", "window"])
         {'softmax': '#1f77b4', 'window': '#d62728'}
     """
     distinct = sorted({str(n) for n in names})
-    return {
-        name: PALETTE[i] if i < len(PALETTE) else _generated_colour(i - len(PALETTE))
-        for i, name in enumerate(distinct)
-    }
+    extra = _generated_colours(max(0, len(distinct) - len(PALETTE)))
+    return dict(zip(distinct, (*PALETTE, *extra), strict=False))
 
 
 def _colour(colours: dict[str, str], variant: str) -> str:

@@ -324,7 +324,7 @@ def _sections(
     choices: list[Choice] | None = None,
     colours: dict[str, str] | None = None,
 ) -> list[TaskSection]:
-    colours = colours or variant_colours(frame["variant"])
+    colours = colours or variant_colours(_drawn(frame))
     sections = []
     ok = frame[(frame["status"] == "ok") & frame["metric"].notna()]
     for task in sorted(ok["task"].unique()):
@@ -430,6 +430,12 @@ def _told_apart(col: Column, words: Words) -> list[str]:
     at = f" at the row's {words.axis(col.axis, unit=False)}" if col.axis else ""
     metric = col.key.partition(" (mean over ")[0]
     return [at, f" ({spelled(metric.split('.', 1)[-1])})"]
+
+
+def _drawn(frame: pd.DataFrame) -> pd.Series:
+    """The variants a chart may draw: those with a finished run's value (a library that could
+    not run here, listed with the peers, takes no colour from those drawn)."""
+    return frame.loc[(frame["status"] == "ok") & frame["metric"].notna(), "variant"]
 
 
 def _provenance(frame: pd.DataFrame) -> dict[str, str]:
@@ -691,7 +697,7 @@ def _contents(
 ) -> dict:
     """The template's values of a page with results: ``frame`` the rows shown after tuning,
     ``every_run`` the rows before it."""
-    colours = variant_colours(frame["variant"])  # one per variant
+    colours = variant_colours(_drawn(frame))  # one per variant a chart may draw
     columns = overview_columns(frame, infos)
     families = frame.groupby("variant")["variant_family"].first().dropna().to_dict()
     # a library that cannot run here is listed with the peers as unavailable, not here

@@ -131,7 +131,7 @@ def test_colours_are_distinct_and_the_same_on_every_chart():
     colours = variant_colours(names + names[:3])
     assert len(colours) == 30 and len(set(colours.values())) == 30
     assert variant_colours(reversed(names)) == colours  # by sorted name, not order of arrival
-    assert [colours[n] for n in names[: len(PALETTE)]] == list(PALETTE)
+    assert [colours[n] for n in names] == list(PALETTE[:30])
 
     def lab(colour: str) -> tuple[float, float, float]:
         def linear(c: float) -> float:
@@ -147,9 +147,15 @@ def test_colours_are_distinct_and_the_same_on_every_chart():
 
         return 116 * f(y) - 16, 500 * (f(x) - f(y)), 200 * (f(y) - f(z))
 
-    # every registered variant (about 19 with the peers) gets a colour told apart at a glance
+    # every variant of the reference board (about 30 with the peers) gets a colour of its own,
+    # told apart at a glance
     closest = min(math.dist(lab(a), lab(b)) for a, b in itertools.combinations(PALETTE, 2))
-    assert len(PALETTE) >= 20 and closest >= 25
+    assert len(PALETTE) >= 36 and closest >= 25
+    # beyond the palette, colours are chosen as far from those before as the grid allows: none
+    # repeats, none is a near twin (the golden-angle hues once gave strided linear's cyan)
+    many = list(variant_colours(f"v{i:02d}" for i in range(len(PALETTE) + 20)).values())
+    assert len(set(many)) == len(many)
+    assert min(math.dist(lab(a), lab(b)) for a, b in itertools.combinations(many, 2)) >= 20
 
 
 def test_a_reference_far_off_the_variants_does_not_squash_them():
