@@ -75,6 +75,7 @@ def format_value(value: float) -> str:
 
 
 MAX_DENOMINATOR = 1024  # a parameter 1/k up to this k is written as the fraction
+FRACTION_TOLERANCE = 1e-5  # 1/k to six figures (0.333333) is 1/k; 0.0012345 is not 1/810
 LABEL_DIGITS = 4  # significant figures of a float in a label ("0.1235", not "0.123456789")
 
 
@@ -95,7 +96,7 @@ def param_text(value: object) -> str:
     digits = len(f"{value:g}".lstrip("-0.").replace(".", "").split("e")[0])
     if 0 < value < 1 and digits > 3:
         k = round(1 / value)
-        if 1 < k <= MAX_DENOMINATOR and abs(k * value - 1) < 1e-4:
+        if 1 < k <= MAX_DENOMINATOR and abs(k * value - 1) < FRACTION_TOLERANCE:
             return f"1/{k}"
     return _rounded(value)
 
