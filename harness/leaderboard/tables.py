@@ -302,19 +302,19 @@ class Words:
     def _fit_title(self, name: str) -> str:
         """The title of a metric a scaling fit adds (`ScalingFit.metrics`), "" for others."""
         for fit in self.info.scaling_fits if self.info else []:
+            added = [fit.name, f"{fit.name}_ci_low", f"{fit.name}_ci_high"]
+            added += [fit.name + RELIABLE_SUFFIX, fit.crossover_name * bool(fit.reference_variant)]
+            if name not in added or name == fit.metric:
+                continue
             exponent = f"exponent of {self.metric(fit.metric)} against {self.axis(fit.axis, False)}"
-            titles = {
+            crossover = f"{self.axis(fit.axis)} where it overtakes {fit.reference_variant}"
+            return {
                 fit.name: exponent,
                 f"{fit.name}_ci_low": f"{exponent}, 95% CI low end",
                 f"{fit.name}_ci_high": f"{exponent}, 95% CI high end",
                 fit.name + RELIABLE_SUFFIX: "fit believable?",
-            }
-            if fit.reference_variant:
-                titles[fit.crossover_name] = (
-                    f"{self.axis(fit.axis)} where it overtakes {fit.reference_variant}"
-                )
-            if name in titles:
-                return titles[name]
+                fit.crossover_name: crossover,
+            }[name]
         return ""
 
 

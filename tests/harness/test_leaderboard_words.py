@@ -161,6 +161,17 @@ def test_a_name_no_declaration_labels_still_reads_in_words():
     assert bare.setting("lr", 0.0012345) == "learning rate 0.001234"  # near 1/810, not it
 
 
+def test_a_fit_of_a_metric_without_a_label_is_titled_without_end():
+    """A fit's titles name the fitted metric, which may itself have only a description."""
+    info = TaskInfo(
+        name="t",
+        metrics=[Metric("fwd_ms", False, "Forward latency", "ms")],
+        scaling_fits=[ScalingFit("fwd_ms", "n")],
+    )
+    assert Words(info).metric("scaling_exponent") == "exponent of forward latency against n"
+    assert Words(info).metric("scaling_exponent_ci_low").endswith(", 95% CI low end")
+
+
 def test_a_task_table_s_identifier_headers_read_in_words_with_the_identifier_in_the_hover():
     keys = ["variant", "variant.n_random", "task.seq_len", "fwd_ms", "fwd_ms_iqr", "load_avg"]
     keys += ["scaling_exponent_reliable", "fwd_ms (mean over seq_len)", "runs"]

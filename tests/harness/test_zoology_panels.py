@@ -68,7 +68,8 @@ def test_one_panel_per_length_with_the_best_learning_rate_on_validation(tmp_path
     seen = set()
     for panel in panels:
         text = json.dumps(panel["layout"])
-        ((length, _),) = [s for s in SETTINGS if f"seq_len={s[0]}" in text]
+        # the panel's setting as the task names it (Recall declares seq_len's label and unit)
+        ((length, _),) = [s for s in SETTINGS if f"sequence length {s[0]} tokens" in text]
         seen.add(length)
         lines = {t["name"]: t for t in panel["data"] if t.get("name") in ("softmax", "linear")}
         assert set(lines) == {"softmax", "linear"}
