@@ -560,7 +560,7 @@ def test_hostile_strings_are_shown_as_text(hostile):
     by_id = dict(texts)
     curve = next(v for k, v in by_id.items() if k.startswith("chart-speed-fwd_ms"))
     assert LINK in curve and IMG_TAG in curve  # variant names and a parameter, in the legend
-    assert f"flavour={IMG_TAG}" in curve or f"flavour={LINK}" in curve  # the setting
+    assert f"flavour {IMG_TAG}" in curve or f"flavour {LINK}" in curve  # the setting
     assert HOSTILE_DTYPE in curve and LINK in curve  # machine and dtype, in the subtitle
     bars = next(v for k, v in by_id.items() if k.startswith("chart-levels-mse-bars"))
     assert f"least squares {LINK}" in bars and f"mode={IMG_TAG}" in bars

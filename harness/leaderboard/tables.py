@@ -206,10 +206,10 @@ def spelled(identifier: str) -> str:
 
 
 def value_words(value: object) -> str:
-    """A setting's value as a label shows it: a number through `param_text`, text with its
-    underscores as spaces ("one_layer" reads "one layer")."""
+    """A setting's value as a label shows it: a number through `param_text`, an identifier with
+    its underscores as spaces ("one_layer" reads "one layer"), any other text as it is."""
     if isinstance(value, str):
-        return value.replace("_", " ")
+        return value.replace("_", " ") if re.fullmatch(r"\w+", value) else value
     return param_text(value)
 
 
