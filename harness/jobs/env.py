@@ -11,7 +11,6 @@ import platform
 import socket
 import subprocess
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 
 import torch
@@ -23,11 +22,11 @@ SOURCE_DIR = Path(__file__).resolve().parents[2]
 
 
 def attnbench_version() -> str:
-    """The installed attnbench version ("unknown" when run from an uninstalled checkout)."""
-    try:
-        return metadata.version("attnbench")
-    except metadata.PackageNotFoundError:
-        return "unknown"
+    """The installed attnbench version ("unknown" when run from an uninstalled checkout), as
+    ``attnbench.__version__`` reads it."""
+    import attnbench
+
+    return attnbench.__version__
 
 
 def _git(*args: str) -> str:
