@@ -242,6 +242,7 @@ class Decode(Task):
         with torch.no_grad(), kernel_path.recording() as prefill_paths:
             check_finite("prefill output", decoder.prefill(*context))
         details["prefill_kernel_path"] = kernel_path.described(prefill_paths)
+        details["prefill_tuned"] = dict(prefill_paths.tuned)
         if n <= p.prefill_max_len:
             timing = time_against(
                 prefill,

@@ -23,6 +23,13 @@ from attnbench.testing import random_qkv  # noqa: F401  (one helper: the tests i
 
 load_plugins()
 
+# kernels tune themselves into a folder of this session's own (inherited by the commands the
+# tests run), not into the user's cache beside torch's extensions
+if "ATTNBENCH_TUNING_CACHE" not in os.environ:
+    import tempfile
+
+    os.environ["ATTNBENCH_TUNING_CACHE"] = tempfile.mkdtemp(prefix="attnbench-test-tuning-")
+
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 # a throughput job quick on a busy machine too, for tests where its timing is not the point: at

@@ -12,6 +12,10 @@ output is the plain sum of its key tiles' W·V products. Without autograd the we
 computed in place in the score tile and each product is accumulated into the output with
 `baddbmm_`; with autograd the same tiles are computed out of place. The tile sizes were picked
 on 2 CPU cores at N = 8192 (256 × 512 keeps a tile of 4 heads in 2 MiB, within cache).
+
+Without autograd on the CPU in float32 the forward is the compiled kernel
+(`variants.kernels.pointwise`: the same tiles, fused, with sizes tuned on the machine) where it
+is built; the torch path above serves every other call and is the kernel's reference.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import torch.nn.functional as F
 from attnbench import AttentionVariant, register_variant
 from attnbench.masks import causal_pattern, future_keys
 from attnbench.variants import incremental  # noqa: F401  registers this module's incremental forms
+from attnbench.variants.kernels.pointwise import compiled_pointwise
 
 QUERY_TILE, KEY_TILE = 256, 512
 
@@ -118,9 +123,20 @@ class PointwiseAttention(AttentionVariant):
         """`fused` in place in ``scores`` (returned)."""
         return self.weight_(scores, m)
 
+    def kernel_form(self, m: int) -> tuple[str, float, float] | None:
+        """(f, a, b) such that the weights are f(a·s + b) for s = q·k/√d, f one of the compiled
+        kernel's functions (`variants.kernels.pointwise.KINDS`); None (a subclass with another
+        weight): the torch path only."""
+        return None
+
     def forward(self, q, k, v, causal=False):
         self.check_inputs(q, k, v, causal)
         m = k.shape[-2]
+        if (form := self.kernel_form(m)) is not None:
+            kind, a, b = form
+            out = compiled_pointwise(q, k, v, kind, a / math.sqrt(q.shape[-1]), b, causal)
+            if out is not None:
+                return out
         a, b = self.affine(m)
         return pointwise_attention(
             q,
@@ -167,6 +183,9 @@ class Relu2Attention(PointwiseAttention):
     def affine(self, m):
         return 1 / math.sqrt(m), self.params.bias / math.sqrt(m)
 
+    def kernel_form(self, m):
+        return ("relu2", *self.affine(m))
+
     def fused(self, scores, m):
         return F.relu(scores).square()
 
@@ -196,6 +215,9 @@ class SigmoidAttention(PointwiseAttention):
 
     def weight_(self, scores, m):
         return scores.add_(self._bias(m)).sigmoid_()
+
+    def kernel_form(self, m):
+        return "sigmoid", 1.0, self._bias(m)
 
     # (its bias stays a pass of its own: as the GEMM's addend (`baddbmm`) it is copied into the
     # output before the product, the same pass, measured no faster)

@@ -34,7 +34,7 @@ from attnbench import AttentionVariant, VariantShape, register_variant
 from attnbench.masks import apply_pattern, causal_pattern, future_keys
 from attnbench.variants import incremental  # noqa: F401  registers this module's incremental forms
 from attnbench.variants.kernels.blocksparse import block_sparse_attention, listed_pairs
-from attnbench.variants.kernels.topk import compiled_topk_softmax
+from attnbench.variants.kernels.topk import compiled_topk_attention, compiled_topk_softmax
 
 
 @dataclass
@@ -210,6 +210,9 @@ class TopKAttention(AttentionVariant):
         keep = self.keep(m)
         # the picks do not depend on a positive scale, so the scale is applied after picking
         scale = 1 / math.sqrt(q.shape[-1])
+        fused = compiled_topk_attention(q, k, v, keep, scale, causal)
+        if fused is not None:
+            return fused
         # scores and softmax in float32 from half-precision inputs (as flash kernels keep them):
         # rounded to 8 bits of mantissa, scores tie at the k-th and the picks become arbitrary
         work = torch.promote_types(q.dtype, torch.float32)

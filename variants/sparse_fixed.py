@@ -44,7 +44,11 @@ from attnbench.variants.kernels.blocksparse import (
     local_key_blocks,
     merge_partials,
 )
-from attnbench.variants.kernels.tile import compiled_banded, compiled_blocks
+from attnbench.variants.kernels.tile import (
+    compiled_banded,
+    compiled_blocks,
+    compiled_dilated_merge_,
+)
 
 # Default sizes, as fractions of the sequence: each keeps the pattern at density <= 0.5 at every
 # length from 8 to 100k, causal and not (bigbird from 11 / 14 tokens: below, its window, global
@@ -291,7 +295,10 @@ def _strided_fused(q, k, v, local: int, s: int, causal: bool, scale: float) -> t
 
     Where a query has at most SHIFTED_MAX_OFFSETS dilated keys a side, in float32 on any
     CPU, the whole pattern is one pass of the compiled tile kernel (`tile_kernel.compiled_banded`
-    with a stride: the band and one diagonal span per dilated offset, no merge). Otherwise the
+    with a stride: the band and one diagonal span per dilated offset, no merge); with more,
+    where the kernel serves the call, the band by the kernel and then its residue classes merged
+    into it in place (`tile_kernel.compiled_dilated_merge_`: tiles of one class read in place,
+    no regrouping copy and no merge pass; 0.45 of its ideal at 8k became 0.6+). Otherwise the
     local part is the banded engine's, and the dilated part, with few offsets,
     `_dilated_by_shifts`; with many, it regroups positions a·s + r by residue r as strided views
     ((B, H, s, ⌈N/s⌉, D); a copy only where N is no multiple of s and the sequence is padded),
@@ -311,6 +318,10 @@ def _strided_fused(q, k, v, local: int, s: int, causal: bool, scale: float) -> t
         )
         if one_pass is not None:
             return one_pass[0]
+    # many dilated keys: the band, then the residue classes merged into it in place
+    band = compiled_banded(q, k, v, local - 1, after, scale, causal=causal)
+    if band is not None and compiled_dilated_merge_(*band, q, k, v, s, gap, causal, scale):
+        return band[0]
     local_out, local_lse = banded_attention(q, k, v, local - 1, after, scale, with_lse=True)
     if rows - gap <= SHIFTED_MAX_OFFSETS:
         far = _dilated_by_shifts(q, k, v, s, gap, causal, scale)

@@ -3,7 +3,8 @@
 1. The caller builds the inputs, outside the timed region.
 2. The first call is timed on its own (``first_call_ms``: initialisation, kernel selection,
    compilation) and never mixed into the samples.
-3. Warm-up: a few more untimed calls.
+3. Warm-up: a few more untimed calls (where a kernel tunes itself on first use: the first call
+   and the samples run inside `timed_region`, which no tuning enters).
 4. Samples: `torch.utils.benchmark.Timer` rounds (`blocked_autorange`, the job's thread count,
    CUDA synchronised around each block) of at least ``min_run_time`` seconds.
 5. Steadiness (`Steadiness`, `sample_until_steady`): rounds go on until the window of samples
@@ -23,10 +24,11 @@ behind the defaults: docs/design-notes.md.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -340,6 +342,26 @@ class Timing:
     load_avg: float = math.nan
 
 
+_timed_depth = 0  # how many `timed_region` blocks are open (nested timings count once each)
+
+
+@contextlib.contextmanager
+def timed_region() -> Iterator[None]:
+    """Mark the block as timed: a kernel that would tune itself here (`attnbench.variants.kernels.
+    autotune`) runs its default configuration instead, so a measurement never times a tuning."""
+    global _timed_depth
+    _timed_depth += 1
+    try:
+        yield
+    finally:
+        _timed_depth -= 1
+
+
+def in_timed_region() -> bool:
+    """Whether a `timed_region` block is open (in this process)."""
+    return _timed_depth > 0
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -409,11 +431,12 @@ def time_call(
     """
     rule = Steadiness(rtol=rtol, max_rel_iqr=max_rel_iqr, min_samples=min_samples)
     _sync(device)
-    start = time.perf_counter()
-    fn()
-    _sync(device)
-    first_call_ms = (time.perf_counter() - start) * 1e3
-    for _ in range(warmup):
+    with timed_region():  # a kernel not tuned yet runs its default here, and tunes in warm-up
+        start = time.perf_counter()
+        fn()
+        _sync(device)
+        first_call_ms = (time.perf_counter() - start) * 1e3
+    for _ in range(max(warmup, 1)):
         fn()
         if reference is not None:
             reference()
@@ -427,7 +450,8 @@ def time_call(
     rounds = _Interleaved(timer(fn), timer(reference) if reference else None, min_run_time)
     probe_before = calibration_probe(device, num_threads) if machine else math.nan
     before = cpu_snapshot() if machine else None
-    found = sample_until_steady(rounds, rule, max_time_s)
+    with timed_region():
+        found = sample_until_steady(rounds, rule, max_time_s)
     after = cpu_snapshot() if machine else None
     probe_after = calibration_probe(device, num_threads) if machine else math.nan
     foreign = foreign_cpu_share(before, after)

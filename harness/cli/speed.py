@@ -40,9 +40,10 @@ from attnbench.harness.cli.strict import (
 )
 from attnbench.harness.discovery import PluginFailure, PluginLoadWarning, load_plugins
 from attnbench.toolkit.memory import reuse_freed_memory
-from attnbench.toolkit.timing import usable_cores
+from attnbench.toolkit.timing import timed_region, usable_cores
 
 PROG = "attnbench-speed"
+THIN_MARGIN = 0.2  # the margin the developers' host keeps on every target (issue #57)
 TARGETS_GROUP = "attnbench.speed_targets"
 
 
@@ -120,6 +121,24 @@ class SpeedVerdict:
     high: float | None
 
     @property
+    def margin(self) -> float | None:
+        """How far the median is inside its bound, as a fraction of the bound's side (0.2: a
+        ≥ 4 met at 4.8, a ≤ 1.3 at 1.083); negative when missed; None without a bound or a
+        median."""
+        if self.target.bound is None or not self.median:
+            return None
+        if self.target.at_least:
+            return self.median / self.target.bound - 1.0
+        return self.target.bound / self.median - 1.0
+
+    @property
+    def thin(self) -> bool:
+        """Met with less than `THIN_MARGIN` to spare, on a target another host may move (its
+        ``host_sensitive``, True where a target does not say)."""
+        sensitive = getattr(self.target, "host_sensitive", True)
+        return sensitive and self.margin is not None and self.margin < THIN_MARGIN
+
+    @property
     def met(self) -> bool:
         """Within the bound (a reported quantity without a bound is always met)."""
         if self.target.bound is None:
@@ -153,12 +172,8 @@ def measure(
         calls[case] = case.timed_call()
         calls[case]()  # first call and lazy initialisation, outside every round
     per_round: list[dict[SpeedCase, float]] = []
-    for _ in range(rounds):
-        times = {}
-        for case, fn in calls.items():
-            timer = benchmark.Timer("fn()", globals={"fn": fn}, num_threads=threads)
-            times[case] = timer.blocked_autorange(min_run_time=min_run_time).median
-        per_round.append(times)
+    with timed_region():  # (every kernel tuned itself at the first calls above)
+        per_round += [_one_round(calls, threads, min_run_time) for _ in range(rounds)]
     peaks = {c: c.peak_mib() for t in targets if t.quantity == "memory" for c in t.cases()}
 
     outcomes = []
@@ -177,13 +192,22 @@ def measure(
     return outcomes, medians
 
 
+def _one_round(calls: dict, threads: int, min_run_time: float) -> dict:
+    """Each case's median seconds per call in one `blocked_autorange` round."""
+    times = {}
+    for case, fn in calls.items():
+        timer = benchmark.Timer("fn()", globals={"fn": fn}, num_threads=threads)
+        times[case] = timer.blocked_autorange(min_run_time=min_run_time).median
+    return times
+
+
 def format_table(outcomes: list[SpeedVerdict], medians: dict[str, float], rounds: int) -> str:
     """The Markdown report of `measure`: min, median and max of the rounds' values."""
     lines = [
         f"Ratios within each of {rounds} rounds (memory: one probe, so min = median = max).",
         "",
-        "| target | min | median | max | bound | met |",
-        "|---|---|---|---|---|---|",
+        "| target | min | median | max | bound | met | margin |",
+        "|---|---|---|---|---|---|---|",
     ]
     for o in outcomes:
         if o.target.bound is None:
@@ -195,7 +219,17 @@ def format_table(outcomes: list[SpeedVerdict], medians: dict[str, float], rounds
             cells = "unknown (no measurement on this platform) | | "
         else:
             cells = f"{o.low:.3g} | {o.median:.3g} | {o.high:.3g}"
-        lines.append(f"| {o.target.label} | {cells} | {bound} | {met} |")
+        margin = "" if o.margin is None else f"{o.margin:+.0%}"
+        lines.append(f"| {o.target.label} | {cells} | {bound} | {met} | {margin} |")
+    thin = [o for o in outcomes if o.met and o.thin]
+    if thin:
+        lines += [
+            "",
+            f"Met with less than {THIN_MARGIN:.0%} margin (a host {THIN_MARGIN:.0%} slower at "
+            "these kernels than at the reference's may miss them): "
+            + "; ".join(o.target.label for o in thin)
+            + ".",
+        ]
     lines += ["", "Median ms per call (context only; compare ratios, not these):", ""]
     lines += [f"- {key}: {ms:.1f} ms" for key, ms in sorted(medians.items())]
     return "\n".join(lines)
@@ -211,6 +245,8 @@ def _as_json(outcomes: list[SpeedVerdict], medians: dict[str, float]) -> str:
             "bound": o.target.bound,
             "at_least": o.target.at_least,
             "met": o.met,
+            "margin": o.margin,
+            "thin": o.thin,
         }
         for o in outcomes
     ]

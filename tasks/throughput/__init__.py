@@ -335,6 +335,7 @@ class Throughput(Task):
         }
         details = {
             "fwd_kernel_path": kernel_path.described(paths),
+            "fwd_tuned": dict(paths.tuned),  # the configurations chosen on this machine
             "fwd_samples_ms": list(fwd.samples_ms),
             "fwd_timing": timing_details(fwd),
             "forward_flops": flops,

@@ -60,18 +60,18 @@ inline void keep_seen(const Vec* acc, int64_t p, int64_t r0, int64_t rows, int64
 // out rows [0, rows) (G W-column groups from column c0) = inverse-scaled sum over the spans'
 // keys of weight (key-major, R lanes a key) times value row
 template <int G>
-void mix_values(const float* P, const Span* spans, int64_t nspans, const float* V, int64_t c0,
-                float* o, int64_t rows, int64_t dv, const float* inverse) {
+void mix_values(const float* P, const Span* spans, int64_t nspans, const float* V, int64_t vs,
+                int64_t c0, float* o, int64_t os, int64_t rows, const float* inverse) {
   for (int64_t rg = 0; rg < rows; rg += 4) {
     Vec acc[4][G];
     for (int a = 0; a < 4; ++a)
       for (int c = 0; c < G; ++c) acc[a][c] = Vec(0.f);
     const float* pj = P + rg;
     for (int64_t s = 0; s < nspans; ++s) {
-      const float* v = V + spans[s].start * dv + c0;
+      const float* v = V + spans[s].start * vs + c0;
       for (int64_t j = 0; j < spans[s].len; ++j, pj += R) {
         Vec vv[G];
-        for (int c = 0; c < G; ++c) vv[c] = Vec::loadu(v + j * dv + W * c);
+        for (int c = 0; c < G; ++c) vv[c] = Vec::loadu(v + j * vs + W * c);
         for (int a = 0; a < 4; ++a) {
           const Vec pa(pj[a]);
           for (int c = 0; c < G; ++c) acc[a][c] = at::vec::fmadd(pa, vv[c], acc[a][c]);
@@ -80,7 +80,7 @@ void mix_values(const float* P, const Span* spans, int64_t nspans, const float* 
     }
     for (int64_t a = 0; a < 4 && rg + a < rows; ++a) {
       const Vec s(inverse[rg + a]);
-      for (int c = 0; c < G; ++c) (acc[a][c] * s).store(o + (rg + a) * dv + c0 + W * c);
+      for (int c = 0; c < G; ++c) (acc[a][c] * s).store(o + (rg + a) * os + c0 + W * c);
     }
   }
 }
@@ -98,10 +98,18 @@ struct Scratch {
   }
 };
 
+// One head's rows, each `stride` floats after the previous (a head's rows are contiguous, a
+// residue class's rows `s` positions apart)
+struct Rows {
+  const float* base;
+  int64_t stride;
+  const float* row(int64_t p) const { return base + p * stride; }
+};
+
 // softmax attention of query rows r0 .. r0 + rows - 1 (rows <= R) of one head over `spans`
-// of its keys (w.spans); writes the rows of O and LSE
-void attend_tile(const float* Q, const float* K, const float* V, int64_t D, int64_t DV,
-                 int64_t r0, int64_t rows, float scale, Scratch& w, float* O, float* LSE) {
+// of its keys (w.spans); writes the tile's rows of O (row r at O + r * os) and LSE (LSE[r])
+void attend_tile(Rows Q, Rows K, Rows V, int64_t D, int64_t DV, int64_t r0, int64_t rows,
+                 float scale, Scratch& w, float* O, int64_t os, float* LSE) {
   // keep the parts of spans some row can see: p in [r0 + lo, r0 + rows - 1 + hi]
   int64_t total = 0, kept = 0;
   for (const Span& s : w.spans) {
@@ -114,9 +122,10 @@ void attend_tile(const float* Q, const float* K, const float* V, int64_t D, int6
   }
   if (int64_t(w.S.size()) < total * R) w.S.resize(total * R);
   float* S = w.S.data();
-  const float* q0 = Q + r0 * D;
-  for (int64_t r = 0; r < R; ++r)
-    for (int64_t d = 0; d < D; ++d) w.qt[d * R + r] = r < rows ? q0[r * D + d] * scale : 0.f;
+  for (int64_t r = 0; r < R; ++r) {
+    const float* qr = r < rows ? Q.row(r0 + r) : nullptr;
+    for (int64_t d = 0; d < D; ++d) w.qt[d * R + r] = qr ? qr[d] * scale : 0.f;
+  }
   const float inf = std::numeric_limits<float>::infinity();
   Vec mx[NV];
   for (int64_t v = 0; v < NV; ++v) mx[v] = Vec(-inf);
@@ -124,18 +133,19 @@ void attend_tile(const float* Q, const float* K, const float* V, int64_t D, int6
   for (int64_t s = 0; s < kept; ++s) {
     const Span sp = w.spans[s];
     const Vec bias(sp.bias);
-    const float* kb = K + sp.start * D;
+    const float* kb = K.row(sp.start);
+    const int64_t ks = K.stride;
     int64_t j = 0;
     for (; j + KEYS <= sp.len; j += KEYS) {  // KEYS keys at a time: one load of q per KEYS FMAs
       Vec a[KEYS][NV];
       for (int t = 0; t < KEYS; ++t)
         for (int64_t v = 0; v < NV; ++v) a[t][v] = bias;
-      const float* k0 = kb + j * D;
+      const float* k0 = kb + j * ks;
       for (int64_t d = 0; d < D; ++d) {
         Vec qd[NV];
         for (int64_t v = 0; v < NV; ++v) qd[v] = Vec::loadu(w.qt + d * R + v * W);
         for (int t = 0; t < KEYS; ++t) {
-          const Vec kd(k0[t * D + d]);
+          const Vec kd(k0[t * ks + d]);
           for (int64_t v = 0; v < NV; ++v) a[t][v] = at::vec::fmadd(qd[v], kd, a[t][v]);
         }
       }
@@ -146,7 +156,7 @@ void attend_tile(const float* Q, const float* K, const float* V, int64_t D, int6
     for (; j < sp.len; ++j) {
       Vec a[NV];
       for (int64_t v = 0; v < NV; ++v) a[v] = bias;
-      const float* k0 = kb + j * D;
+      const float* k0 = kb + j * ks;
       for (int64_t d = 0; d < D; ++d) {
         const Vec kd(k0[d]);
         for (int64_t v = 0; v < NV; ++v)
@@ -177,16 +187,17 @@ void attend_tile(const float* Q, const float* K, const float* V, int64_t D, int6
   }
   for (int64_t r = 0; r < R; ++r) inverse[r] = row_sum[r] > 0.f ? 1.f / row_sum[r] : 0.f;
   for (int64_t r = 0; r < rows; ++r)
-    LSE[r0 + r] = row_sum[r] > 0.f ? row_max[r] + std::log(row_sum[r]) : -inf;
+    LSE[r] = row_sum[r] > 0.f ? row_max[r] + std::log(row_sum[r]) : -inf;
   constexpr int64_t PASS = G_MAX * W;  // value columns per pass
   for (int64_t c0 = 0; c0 < DV; c0 += PASS) {
-    float* o = O + r0 * DV;
     const Span* sp = w.spans.data();
+    const float* v = V.base;
+    const int64_t vs = V.stride;
     switch (std::min<int64_t>(G_MAX, (DV - c0) / W)) {  // compile-time widths: registers
-      case 4: mix_values<4>(S, sp, kept, V, c0, o, rows, DV, inverse); break;
-      case 3: mix_values<3>(S, sp, kept, V, c0, o, rows, DV, inverse); break;
-      case 2: mix_values<2>(S, sp, kept, V, c0, o, rows, DV, inverse); break;
-      default: mix_values<1>(S, sp, kept, V, c0, o, rows, DV, inverse); break;
+      case 4: mix_values<4>(S, sp, kept, v, vs, c0, O, os, rows, inverse); break;
+      case 3: mix_values<3>(S, sp, kept, v, vs, c0, O, os, rows, inverse); break;
+      case 2: mix_values<2>(S, sp, kept, v, vs, c0, O, os, rows, inverse); break;
+      default: mix_values<1>(S, sp, kept, v, vs, c0, O, os, rows, inverse); break;
     }
   }
 }
@@ -231,9 +242,11 @@ std::tuple<at::Tensor, at::Tensor> banded_forward(at::Tensor q, at::Tensor k, at
           if (b > a) w.spans.push_back(Span{a, b - a, 0.f, shift, shift});
         }
       }
-      attend_tile(q.data_ptr<float>() + bh * N * D, k.data_ptr<float>() + bh * N * D,
-                  v.data_ptr<float>() + bh * N * DV, D, DV, r0, rows, float(scale), w,
-                  out.data_ptr<float>() + bh * N * DV, lse.data_ptr<float>() + bh * N);
+      attend_tile(Rows{q.data_ptr<float>() + bh * N * D, D},
+                  Rows{k.data_ptr<float>() + bh * N * D, D},
+                  Rows{v.data_ptr<float>() + bh * N * DV, DV}, D, DV, r0, rows, float(scale), w,
+                  out.data_ptr<float>() + (bh * N + r0) * DV, DV,
+                  lse.data_ptr<float>() + bh * N + r0);
     }
   }
   return {out, lse};
@@ -284,12 +297,75 @@ std::tuple<at::Tensor, at::Tensor> blocks_forward(at::Tensor q, at::Tensor k, at
         w.spans.push_back(Span{kb * block, std::min(block, M - kb * block),
                                has_bias ? shifts[row + j] : 0.f, lo, hi});
       }
-      attend_tile(q.data_ptr<float>() + bh * N * D, k.data_ptr<float>() + bh * M * D,
-                  v.data_ptr<float>() + bh * M * DV, D, DV, r0, rows, float(scale), w,
-                  out.data_ptr<float>() + bh * N * DV, lse.data_ptr<float>() + bh * N);
+      attend_tile(Rows{q.data_ptr<float>() + bh * N * D, D},
+                  Rows{k.data_ptr<float>() + bh * M * D, D},
+                  Rows{v.data_ptr<float>() + bh * M * DV, DV}, D, DV, r0, rows, float(scale), w,
+                  out.data_ptr<float>() + (bh * N + r0) * DV, DV,
+                  lse.data_ptr<float>() + bh * N + r0);
     }
   }
   return {out, lse};
+}
+
+// Sparse Transformer's dilated keys, merged into a result over other keys: query i also sees
+// the keys i - t * s for t >= gap (and i + t * s unless causal). `out` and `lse` (BH, N, Dv)
+// and (BH, N) hold softmax attention over the other keys (the local band: `banded_forward`)
+// with its row log-sum-exp, and become attention over both. The dilated keys of a query are its
+// residue class modulo s, so a tile is R queries of one class (rows s positions apart, read in
+// place: no regrouping copy) over a span of the class's rows, and each tile's rows are merged
+// into out and lse by their log-sum-exps as they are computed (no merge pass over the sequence)
+void dilated_merge_(at::Tensor out, at::Tensor lse, at::Tensor q, at::Tensor k, at::Tensor v,
+                    int64_t s, int64_t gap, bool causal, double scale) {
+  check_inputs(q, k, v);
+  TORCH_CHECK(k.size(1) == q.size(1) && s >= 1 && gap >= 1, "dilated_merge_: N = M, s, gap >= 1");
+  TORCH_CHECK(out.is_contiguous() && lse.is_contiguous() && out.scalar_type() == at::kFloat &&
+                  lse.scalar_type() == at::kFloat && out.size(0) == q.size(0) &&
+                  out.size(1) == q.size(1) && out.size(2) == v.size(2) &&
+                  lse.numel() == q.size(0) * q.size(1),
+              "dilated_merge_: out (BH, N, Dv) and lse (BH, N), contiguous float32");
+  TORCH_CHECK(v.size(2) <= 256, "dilated_merge_: Dv <= 256");
+  q = q.contiguous(); k = k.contiguous(); v = v.contiguous();
+  const int64_t BH = q.size(0), N = q.size(1), D = q.size(2), DV = v.size(2);
+  const int64_t classes = std::min(s, N), per_class = (N + s - 1) / s;  // class 0 is longest
+  const int64_t tiles = (per_class + R - 1) / R;
+  const float inf = std::numeric_limits<float>::infinity();
+  float* O = out.data_ptr<float>();
+  float* L = lse.data_ptr<float>();
+#pragma omp parallel num_threads(at::get_num_threads())
+  {
+    Scratch w;
+    alignas(64) float part[R * 256 + R];  // the tile's own rows (Dv <= 256) and log-sum-exps
+#pragma omp for schedule(dynamic, 4)
+    for (int64_t task = 0; task < BH * classes * tiles; ++task) {
+      const int64_t bh = task / (classes * tiles), r = (task / tiles) % classes;
+      const int64_t r0 = (task % tiles) * R, rows_r = (N - r + s - 1) / s;
+      const int64_t rows = std::min<int64_t>(R, rows_r - r0);
+      if (rows <= 0) continue;
+      w.spans.assign(1, Span{0, rows_r, 0.f, -FAR, -gap});  // class rows a' <= a - gap
+      if (!causal) w.spans.push_back(Span{0, rows_r, 0.f, gap, FAR});  // and a' >= a + gap
+      attend_tile(Rows{q.data_ptr<float>() + bh * N * D + r * D, s * D},
+                  Rows{k.data_ptr<float>() + bh * N * D + r * D, s * D},
+                  Rows{v.data_ptr<float>() + bh * N * DV + r * DV, s * DV}, D, DV, r0, rows,
+                  float(scale), w, part, DV, part + R * 256);
+      for (int64_t i = 0; i < rows; ++i) {
+        const float mine = part[R * 256 + i];
+        if (mine == -inf) continue;  // no dilated key: the other keys' result stands
+        const int64_t p = bh * N + (r0 + i) * s + r;
+        const float theirs = L[p];
+        const float top = std::max(theirs, mine);
+        const float a = theirs == -inf ? 0.f : std::exp(theirs - top), b = std::exp(mine - top);
+        const float total = a + b;
+        const Vec va(a / total), vb(b / total);
+        float* o = O + p * DV;
+        const float* m = part + i * DV;
+        int64_t c = 0;
+        for (; c + W <= DV; c += W)
+          at::vec::fmadd(Vec::loadu(o + c), va, Vec::loadu(m + c) * vb).store(o + c);
+        for (; c < DV; ++c) o[c] = o[c] * (a / total) + m[c] * (b / total);
+        L[p] = top + std::log(total);
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -301,4 +377,7 @@ TORCH_LIBRARY(attnbench_tiles, m) {
         " int block, int lo, int hi, float scale) -> (Tensor, Tensor)");
   m.impl("banded_forward", c10::DispatchKey::CPU, TORCH_FN(banded_forward));
   m.impl("blocks_forward", c10::DispatchKey::CPU, TORCH_FN(blocks_forward));
+  m.def("dilated_merge_(Tensor(a!) out, Tensor(b!) lse, Tensor q, Tensor k, Tensor v, int s,"
+        " int gap, bool causal, float scale) -> ()");
+  m.impl("dilated_merge_", c10::DispatchKey::CPU, TORCH_FN(dilated_merge_));
 }

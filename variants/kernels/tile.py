@@ -169,3 +169,40 @@ def compiled_blocks(
         scale,
     )
     return out.view(bsz, heads, n, dv), lse.view(bsz, heads, n)
+
+
+def compiled_dilated_merge_(
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    stride: int,
+    gap: int,
+    causal: bool,
+    scale: float,
+) -> bool:
+    """Merge Sparse Transformer's dilated keys into ``out`` (B, H, N, Dv) and ``lse`` (B, H, N),
+    softmax attention over other keys with its row log-sum-exp (`compiled_banded`'s result), in
+    place: query i also sees keys i − t·``stride`` for t >= ``gap`` (and i + t·stride unless
+    ``causal``). Each tile is 16 queries of one residue class, read in place (no regrouping
+    copy), merged by log-sum-exps as it is computed. False (nothing done) where the kernel does
+    not serve the call."""
+    if k.shape != q.shape or not _served(q, k, v) or v.shape[-1] > 256:
+        return False
+    if not (out.is_contiguous() and lse.is_contiguous() and out.dtype == torch.float32):
+        return False
+    bsz, heads, n, d = q.shape
+    note(path())
+    torch.ops.attnbench_tiles.dilated_merge_(
+        out.view(bsz * heads, n, -1),
+        lse.view(bsz * heads, n),
+        q.reshape(bsz * heads, n, d),
+        k.reshape(bsz * heads, n, d),
+        v.reshape(bsz * heads, n, v.shape[-1]),
+        stride,
+        gap,
+        causal,
+        scale,
+    )
+    return True

@@ -11,6 +11,13 @@
 #include <limits>
 #include <vector>
 
+// BLAS's single-precision GEMM (column-major, 32-bit sizes), which torch's CPU library exports
+// where it links MKL; weak, so that a torch without it loads this file and says so (`has_gemm`)
+extern "C" void sgemm_(const char* transa, const char* transb, const int* m, const int* n,
+                       const int* k, const float* alpha, const float* a, const int* lda,
+                       const float* b, const int* ldb, const float* beta, float* c,
+                       const int* ldc) __attribute__((weak));
+
 namespace {
 
 using Vec = at::vec::Vectorized<float>;
@@ -173,12 +180,13 @@ float kth_highest(const float* x, int64_t n, int64_t rank, float lo, float hi, S
   return nth_from_top(spare, n, rank - 1);
 }
 
-// row <- softmax(scale * row) over its entries >= its picks-th highest, 0 elsewhere
-void softmax_of_top(float* x, int64_t len, int64_t picks, float scale, Scratch& scratch) {
+// row <- exp(scale * (row - max)) over its entries >= its picks-th highest, 0 elsewhere;
+// returns their sum (NaN for a row with a NaN, then all NaN): the softmax once divided by it
+float exp_of_top(float* x, int64_t len, int64_t picks, float scale, Scratch& scratch) {
   const float mx = row_max(x, len);
   if (std::isnan(mx)) {
     std::fill(x, x + len, std::numeric_limits<float>::quiet_NaN());
-    return;
+    return mx;
   }
   scratch.fit(len);
   const float inf = std::numeric_limits<float>::infinity();
@@ -209,9 +217,25 @@ void softmax_of_top(float* x, int64_t len, int64_t picks, float scale, Scratch& 
     x[i] = x[i] >= threshold ? std::exp((x[i] - mx) * scale) : 0.0f;
     total += x[i];
   }
+  return total;
+}
+
+// row <- softmax(scale * row) over its entries >= its picks-th highest, 0 elsewhere
+void softmax_of_top(float* x, int64_t len, int64_t picks, float scale, Scratch& scratch) {
+  const float total = exp_of_top(x, len, picks, scale, scratch);
+  if (std::isnan(total)) return;
   const Vec inverse(1.0f / total);
-  for (i = 0; i + W <= len; i += W) (Vec::loadu(x + i) * inverse).store(x + i);
+  int64_t i = 0;
+  for (; i + W <= len; i += W) (Vec::loadu(x + i) * inverse).store(x + i);
   for (; i < len; ++i) x[i] /= total;
+}
+
+// x[0, len) *= factor
+void scale_row(float* x, int64_t len, float factor) {
+  const Vec f(factor);
+  int64_t i = 0;
+  for (; i + W <= len; i += W) (Vec::loadu(x + i) * f).store(x + i);
+  for (; i < len; ++i) x[i] *= factor;
 }
 
 void topk_softmax_(at::Tensor scores, int64_t picks, double scale, int64_t first_query) {
@@ -239,9 +263,107 @@ void topk_softmax_(at::Tensor scores, int64_t picks, double scale, int64_t first
   }
 }
 
+bool has_gemm() { return sgemm_ != nullptr; }
+
+// row-major C (m x n) = A (m x k, ld lda) times B^T, B given as (n x k, ld ldb) when b_transposed,
+// else B (k x n, ld ldb); C += when accumulate
+void gemm_rows(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+               int64_t ldb, bool b_transposed, float* c, int64_t ldc, bool accumulate) {
+  // column-major view: C^T (n x m) = op(B)^T (n x k) A^T (k x m)
+  const int mm = int(n), nn = int(m), kk = int(k), la = int(ldb), lb = int(lda), lc = int(ldc);
+  const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  const char ta = b_transposed ? 'T' : 'N', tb = 'N';
+  sgemm_(&ta, &tb, &mm, &nn, &kk, &one, b, &la, a, &lb, &beta, c, &lc);
+}
+
+// out[0, dv) = sum over the nonzero weights w[j] (j < len) of w[j] * v[j * dv, (j + 1) * dv)
+void gather_mix(const float* w, int64_t len, const float* v, int64_t dv, float* out) {
+  std::fill(out, out + dv, 0.0f);
+  const Vec zero(0.0f);
+  int64_t j = 0;
+  auto add = [&](int64_t p) {
+    const Vec wp(w[p]);
+    const float* row = v + p * dv;
+    int64_t c = 0;
+    for (; c + W <= dv; c += W)
+      at::vec::fmadd(wp, Vec::loadu(row + c), Vec::loadu(out + c)).store(out + c);
+    for (; c < dv; ++c) out[c] += w[p] * row[c];
+  };
+  for (; j + W <= len; j += W) {
+    int bits = lanes_of(Vec::loadu(w + j) != zero);
+    while (bits) {
+      add(j + __builtin_ctz(bits));
+      bits &= bits - 1;
+    }
+  }
+  for (; j < len; ++j)
+    if (w[j] != 0.0f) add(j);
+}
+
+// Top-k attention without autograd: out (BH, N, Dv) = for each query, the softmax over its
+// `picks` highest scores scale * q . k (of keys j <= offset + i when causal) mixed with their
+// values. A thread takes one (head, block of qb queries) at a time: one GEMM scores the block
+// against every key it may see into a buffer of its own, each row becomes its weights
+// (softmax_of_top), and the values are mixed by a second GEMM (dense) or, for rows that keep few
+// keys, by adding only the kept value rows (gather).
+at::Tensor topk_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                          int64_t picks, double scale, bool causal, int64_t offset, int64_t qb,
+                          bool dense) {
+  TORCH_CHECK(has_gemm(), "topk_attention: this torch exports no sgemm_");
+  TORCH_CHECK(q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat &&
+                  v.scalar_type() == at::kFloat,
+              "topk_attention takes float32");
+  TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3, "topk_attention: (BH, N, D)");
+  TORCH_CHECK(picks >= 1 && qb >= 1 && offset >= 0, "topk_attention: bad picks, block or offset");
+  const auto qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
+  const int64_t bh = q.size(0), n = q.size(1), d = q.size(2), m = k.size(1), dv = v.size(2);
+  TORCH_CHECK(m < (int64_t(1) << 24), "topk_attention: rows of 2^24 keys or more");
+  auto out = at::empty({bh, n, dv}, q.options());
+  const float* qp = qc.data_ptr<float>();
+  const float* kp = kc.data_ptr<float>();
+  const float* vp = vc.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  const int64_t blocks = (n + qb - 1) / qb;
+  at::parallel_for(0, bh * blocks, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores(qb * m), totals(qb);
+    Scratch scratch;
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t h = task / blocks, s = (task % blocks) * qb;
+      const int64_t rows = std::min(qb, n - s);
+      const int64_t keys = causal ? std::min(m, offset + s + rows) : m;
+      float* o = op + (h * n + s) * dv;
+      if (keys == 0) {
+        std::fill(o, o + rows * dv, 0.0f);
+        continue;
+      }
+      const float* vh = vp + h * m * dv;
+      float* sc = scores.data();
+      gemm_rows(rows, keys, d, qp + (h * n + s) * d, d, kp + h * m * d, d, true, sc, keys, false);
+      // each row's weights before the softmax's division, which is applied to its output row
+      // instead (Dv entries, not the row's keys)
+      for (int64_t r = 0; r < rows; ++r) {
+        float* x = sc + r * keys;
+        const int64_t seen = causal ? std::min(keys, offset + s + r + 1) : keys;
+        std::fill(x + seen, x + keys, 0.0f);
+        totals[r] = seen == 0 ? 0.0f : exp_of_top(x, seen, std::min(picks, seen), float(scale), scratch);
+        if (!dense) gather_mix(x, seen, vh, dv, o + r * dv);
+      }
+      if (dense) gemm_rows(rows, dv, keys, sc, keys, vh, dv, false, o, dv, false);
+      for (int64_t r = 0; r < rows; ++r)  // a row without keys: 0 (its total is 0)
+        scale_row(o + r * dv, dv, totals[r] > 0.0f || std::isnan(totals[r]) ? 1.0f / totals[r] : 0.0f);
+    }
+  });
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY(attnbench_topk, m) {
   m.def("topk_softmax_(Tensor(a!) scores, int picks, float scale, int first_query) -> ()");
   m.impl("topk_softmax_", c10::DispatchKey::CPU, TORCH_FN(topk_softmax_));
+  m.def("has_gemm() -> bool", TORCH_FN(has_gemm));
+  m.def(
+      "topk_attention(Tensor q, Tensor k, Tensor v, int picks, float scale, bool causal, "
+      "int offset, int qb, bool dense) -> Tensor");
+  m.impl("topk_attention", c10::DispatchKey::CPU, TORCH_FN(topk_attention));
 }

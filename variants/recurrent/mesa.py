@@ -134,11 +134,14 @@ def mesa_attention(
         own_h, own_g = written @ kc, written @ vc
         through = torch.exp(last)  # (…, K, 1, 1)
         starts_h, starts_g = [], []
-        for u in range(qc.shape[-3]):
+        # each chunk's pieces taken apart once (`unbind`): indexing one in the loop gives each
+        # index a backward that writes a gradient of the whole block
+        pieces = zip(*(x.unbind(-3) for x in (through, own_h, own_g)), strict=True)
+        for through_u, own_h_u, own_g_u in pieces:
             starts_h.append(hs)
             starts_g.append(gs)
-            hs = hs * through[..., u, :, :] + own_h[..., u, :, :]
-            gs = gs * through[..., u, :, :] + own_g[..., u, :, :]
+            hs = hs * through_u + own_h_u
+            gs = gs * through_u + own_g_u
         h0, g0 = torch.stack(starts_h, dim=3), torch.stack(starts_g, dim=3)
         decay_in = torch.exp(b)  # from the chunk's start to each position, ≤ 1
 
