@@ -625,7 +625,7 @@ class IclRegression(Task):
         n, d = p.n_points, p.n_dims
         ratios, error_rates, linear_everywhere, systems = [], [], True, []
         errors = {name: [] for name in ("mse", *SYSTEM_BASELINES)}
-        curves = []
+        curves, stops = [], []
         for run in range(p.system_runs):
             gen = ctx.generator(1000 + run)
             x = self.sample_x((n, d), gen)
@@ -635,6 +635,7 @@ class IclRegression(Task):
             systems.append(system.h)
             curve = system.fit(x, y, p.steps)
             curves.append(curve)
+            stops += [f"run {run}: {system.stopped}"] if system.stopped else []
             with torch.no_grad():
                 pred = system(x.to(ctx.device, ctx.dtype), y.to(ctx.device, ctx.dtype))
             pred = pred.double().cpu()
@@ -667,6 +668,7 @@ class IclRegression(Task):
             "error_rates": error_rates,
             "linear_in_x": linear_everywhere,
             "loss_curves": curves,
+            "fit_stopped": stops,  # runs whose L-BFGS stopped early, and why
         }
         return TaskResult(points=points, details=details)
 
@@ -736,6 +738,7 @@ class AttentionSystem(torch.nn.Module):
             }
         )
         self.ctx = ctx
+        self.stopped = ""  # why `fit` stopped before its steps, if it did
         self.to(ctx.device, ctx.dtype)
 
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -763,15 +766,30 @@ class AttentionSystem(torch.nn.Module):
             line_search_fn="strong_wolfe",
         )
         curve: list[tuple[int, float]] = []
+        best: list = [math.inf, None]  # the lowest loss evaluated, and the parameters there
 
         def closure() -> torch.Tensor:
             opt.zero_grad()
             loss = (self(x, y) - y).square().mean() / scale
             loss.backward()
             curve.append((len(curve) + 1, float(loss.detach() * scale)))
+            if curve[-1][1] < best[0]:
+                best[:] = [curve[-1][1], [t.detach().clone() for t in self.parameters()]]
             return loss
 
-        opt.step(closure)
+        try:
+            opt.step(closure)
+        except RuntimeError as error:
+            # the strong-Wolfe line search can extrapolate a step past the float range on a flat
+            # stretch (a last-bit change of a gradient decides whether it does): the fit keeps
+            # the best point it evaluated, and says so
+            if "overflow" not in str(error) or best[1] is None:
+                raise
+            with torch.no_grad():
+                for t, kept in zip(self.parameters(), best[1], strict=True):
+                    t.copy_(kept)
+            self.stopped = f"L-BFGS stopped after {len(curve)} evaluations ({error}); best point kept"
+            curve.append((len(curve) + 1, best[0]))
         return curve[:: max(1, len(curve) // 50)] + curve[-1:]
 
 

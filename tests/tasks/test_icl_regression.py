@@ -317,3 +317,29 @@ def test_a_gated_variant_is_an_attention_system_with_gates_from_its_inputs(one_t
     assert len(AttentionSystem(softmax, 3, 20, torch.Generator().manual_seed(0)).w_gates) == 0
     points, _ = _run("delta_net", **{**SYSTEM, "system_runs": 2})
     assert math.isfinite(points[("loss_ratio_vs_ls", None)])
+
+
+def test_a_line_search_that_overflows_keeps_the_best_point_and_says_so(monkeypatch):
+    """L-BFGS's strong-Wolfe search can extrapolate a step past the float range (a last-bit
+    change of a gradient decides whether it does): the fit ends at the best point evaluated,
+    the curve ends at its loss, and the system says why it stopped."""
+    n, d = 30, 5
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, d, generator=g, dtype=torch.float64)
+    y = x @ torch.randn(d, generator=g, dtype=torch.float64)
+    system = AttentionSystem(_float64("identity"), d, n, g)
+
+    def step(self, closure):  # two evaluations, the second worse, then the overflow
+        closure()
+        with torch.no_grad():
+            for t in system.parameters():
+                t.add_(1.0)
+        closure()
+        raise RuntimeError("value cannot be converted to type float without overflow")
+
+    monkeypatch.setattr(torch.optim.LBFGS, "step", step)
+    start = [t.detach().clone() for t in system.parameters()]
+    curve = system.fit(x, y, steps=10)
+    assert curve[-1][1] == min(loss for _, loss in curve[:-1]) == curve[0][1]
+    assert all(torch.equal(a, b) for a, b in zip(system.parameters(), start, strict=True))
+    assert "overflow" in system.stopped and "best point kept" in system.stopped
