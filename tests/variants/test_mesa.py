@@ -81,12 +81,18 @@ def gates_for(variant, m, kv, gen, d=16, dtype=torch.float64):
     return random_gates(variant, 2, m, head_dim=d, kv_heads=kv, dtype=dtype, generator=gen)
 
 
+@pytest.mark.parametrize("path", ["direct", "conjugate gradient"])
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
 @pytest.mark.parametrize("kv", [4, 2, 1])
-def test_forward_equals_a_direct_solve_at_every_token_in_float64(kv, causal):
+def test_forward_equals_a_direct_solve_at_every_token_in_float64(kv, causal, path, monkeypatch):
     """150 positions (no multiple of the chunk), 1, 2 or 4 key/value heads for 4 query heads,
     λ different per query head and channel, the default 30 CG steps: to 1e-10 of the direct
-    float64 solve (CG is exact after D = 16 steps up to rounding)."""
+    float64 solve (CG is exact after D = 16 steps up to rounding), by either causal path (the
+    batched solve where its systems fit, `DIRECT_MAX_ENTRIES`, else CG)."""
+    from attnbench.variants.recurrent import mesa
+
+    if path != "direct":
+        monkeypatch.setattr(mesa, "DIRECT_MAX_ENTRIES", 0)
     q, k, v, gen = inputs(kv=kv)
     variant = build(kv=kv)
     gates = gates_for(variant, 150, kv, gen)
@@ -300,3 +306,37 @@ def test_the_largest_lambda_init_accepted_gives_a_finite_output(causal):
     finally:
         torch.set_flush_denormal(was_flushing)
     assert flushing and torch.isfinite(out).all()
+
+
+def test_the_direct_and_the_conjugate_gradient_paths_have_the_same_gradients(monkeypatch):
+    """Training takes the direct path at short lengths and CG at long ones: their gradients
+    (CG's by implicit differentiation) agree in float64 to 1e-8 relative."""
+    from attnbench.variants.recurrent import mesa
+
+    grads = []
+    for entries in (mesa.DIRECT_MAX_ENTRIES, 0):
+        monkeypatch.setattr(mesa, "DIRECT_MAX_ENTRIES", entries)
+        q, k, v, gen = inputs(kv=2)
+        variant = build(kv=2)
+        gates = gates_for(variant, 150, 2, gen)
+        leaves = [q.requires_grad_(), k.requires_grad_(), v.requires_grad_(), *gates.values()]
+        for t in gates.values():
+            t.requires_grad_()
+        out = variant(q, k, v, causal=True, gates=gates)
+        grads.append(torch.autograd.grad(out.sin().sum(), [*leaves, *variant.parameters()]))
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-8 * float(b.abs().max()))
+
+
+def test_declared_flops_of_the_direct_path_are_the_counted_products():
+    """At 96 positions, H = 4, D = 16 (a training size) the causal forward is the direct solve:
+    its declared products against ``FlopCounterMode``, within 3 % and never above (not counted:
+    the Cholesky solves, O(N·D³) per head)."""
+    variant = build(d=16).float()
+    from attnbench.variants.recurrent import mesa
+
+    assert mesa._solves_directly(variant.params, None, (1, 4, 1, 96, 16), 96)
+    counted, _ = counted_flops(variant, True, backward=False, d=16, n=96, seed=1)
+    declared = variant.forward_flops(1, 4, 96, 96, 16, 16, True)
+    assert declared <= counted * (1 + 1e-9)
+    assert counted <= 1.03 * declared, f"runs {counted / declared:.3f}× what it declares"

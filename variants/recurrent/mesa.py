@@ -117,6 +117,8 @@ def mesa_attention(
         )
     if m > n:
         k, v, g, beta = (x[..., :n, :] for x in (k, v, g, beta))
+    if _solves_directly(params, state, qg.shape, m):
+        return _direct(qg, k, v, g, beta, lam)
     c = min(params.chunk_size, n)
     padded = n + (-n) % c
     qg = F.pad(qg, (0, 0, 0, padded - n))  # zero queries: zero residual, zero output
@@ -160,6 +162,48 @@ def mesa_attention(
         outs.append(out.flatten(-3, -2))
     out = torch.cat(outs, dim=-2)[..., :n, :].reshape(bsz, heads, n, dv)
     return out, (hs.squeeze(2), gs.squeeze(2))
+
+
+# a causal call whose per-token systems (B·H·N·D² entries) fit in this many is solved directly
+DIRECT_MAX_ENTRIES = 1 << 22  # 16 MiB of float32 systems
+
+
+def _solves_directly(params: MesaParams, state, shape: torch.Size, m: int) -> bool:
+    """Whether a causal call solves each token's system directly (`_direct`) rather than by the
+    batched conjugate gradient: the answer CG converges to, computed exactly, where that is
+    cheap. CG on a D×D system is exact after D steps in exact arithmetic, so with ``cg_steps``
+    >= D and no early stop (``cg_tol`` 0) both compute the same solution up to rounding; the
+    direct one builds every token's H_t (N·D² per head), so only where those fit in
+    `DIRECT_MAX_ENTRIES` and the sequence starts from zero state (training's and a prefill's
+    case). Training at short lengths is where it pays: 30 CG iterations of about ten small
+    operations each, forward and backward, made mesa 4× the cost of the other mixers' jobs in
+    the quick sweep."""
+    bsz, kv, group, n, d = shape
+    return (
+        state is None
+        and params.cg_tol == 0.0
+        and params.cg_steps >= d
+        and n == m
+        and bsz * kv * group * n * d * d <= DIRECT_MAX_ENTRIES
+    )
+
+
+def _direct(qg, k, v, g, beta, lam):
+    """Causal mesa by one batched solve: H_t = Σ_{s≤t} W[t, s] k_s k_sᵀ with W[t, s] =
+    e^{b_t − b_s}·β_s, x_t = (H_t + Λ)⁻¹ q_t by Cholesky (H_t + Λ is symmetric positive
+    definite: Λ > 0), o_t = Σ_{s≤t} W[t, s] (k_s·x_t) v_s. Returns the outputs and the final
+    state, as `mesa_attention`."""
+    bsz, kv, group, n, d = qg.shape
+    weights = _chunk_weights(g.cumsum(-2), beta)  # (B, H_kv, 1, N, N): the whole sequence
+    outer = (k.unsqueeze(-1) * k.unsqueeze(-2)).flatten(-2)  # k_s k_sᵀ: (…, N, D²)
+    systems = (weights @ outer).unflatten(-1, (d, d))  # H_t: (…, 1, N, D, D)
+    regularised = systems + torch.diag_embed(lam.squeeze(-2)).unsqueeze(-3)  # (…, G, N, D, D)
+    factor = torch.linalg.cholesky(regularised)
+    x = torch.cholesky_solve(qg.unsqueeze(-1), factor).squeeze(-1)  # (B, H_kv, G, N, D)
+    out = ((x @ k.transpose(-1, -2)) * weights) @ v
+    last = weights[..., -1:, :].transpose(-1, -2)  # W[N−1, s]: (…, N, 1)
+    gs = (k * last).transpose(-1, -2) @ v  # G_N: (B, H_kv, 1, D, Dv)
+    return out.reshape(bsz, kv * group, n, -1), (systems[..., -1, :, :].squeeze(2), gs.squeeze(2))
 
 
 def _apply(p, kc, weights, decay_in, h0, lam) -> torch.Tensor:
@@ -234,7 +278,8 @@ def _solve_and_read(
 def _mesa_flops(
     variant: AttentionVariant, b: int, h: int, n: int, m: int, d: int, dv: int, causal: bool
 ) -> float:
-    """The matrix products of `mesa_attention` (what ``torch.utils.flop_counter`` sees).
+    """The matrix products of `mesa_attention` (what ``torch.utils.flop_counter`` sees); a causal
+    call it solves directly (`_solves_directly`) counts `_direct`'s.
 
     Per key/value head, the states: 2·M·D·(D + Dv). Non-causal, per query head: W = (H + Λ)⁻¹G,
     2·D²·Dv, and q·W, 2·N·D·Dv. Causal, per query head and token: each of the ``cg_steps``
@@ -244,6 +289,10 @@ def _mesa_flops(
     weights; with ``cg_tol`` > 0 a run that stops early does fewer steps than counted here.
     """
     kv = h * variant.shape.kv_heads / variant.shape.n_heads
+    if causal and _solves_directly(variant.params, None, (b, int(kv), h // max(int(kv), 1), n, d), m):
+        # `_direct`: every H_t (2·N²·D² per key/value head), the read-out's two N×N products
+        # per query head, the final G (2·N·D·Dv); not counted: the Cholesky solves
+        return 2.0 * b * kv * n * (n * d * d + d * dv) + 2.0 * b * h * n * n * (d + dv)
     states = 2.0 * b * kv * m * d * (d + dv)
     if not causal:
         return states + 2.0 * b * h * (d * d * dv + n * d * dv)
@@ -324,9 +373,10 @@ class MesaAttention(GatedMixer):
         twice the unrolled iterations: one more solve of ``cg_steps`` steps, the products of
         the residual pass that reach the states (6·C·D + 2·D² per query head and token: no
         gradient for the detached x), and twice the read-out and the states."""
-        if not causal:
-            return super().backward_flops(batch, heads, n, m, d, dv, causal)
         kv = heads * self.shape.kv_heads / self.shape.n_heads
+        shape = (batch, int(kv), heads // max(int(kv), 1), n, d)
+        if not causal or _solves_directly(self.params, None, shape, m):  # autograd throughout
+            return super().backward_flops(batch, heads, n, m, d, dv, causal)
         c = min(self.params.chunk_size, n)
         step = 4 * c * d + 2 * d * d
         readout = 2 * c * (d + dv) + 2 * d * dv
