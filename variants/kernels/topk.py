@@ -115,7 +115,7 @@ def compiled_topk_softmax(
 
 
 QUERY_BLOCKS = (32, 16, 64, 128)  # queries per task of the fused op; the first is the default
-PROBE_QUERIES = 512  # a tuning times the op on the last this many queries, against every key
+PROBE_QUERIES = 512  # a tuning times the op on this many queries from the middle of the call
 TUNE_FROM = 4 * 1024 * 1024  # query-key pairs (over heads) from which a call's class is tuned
 
 
@@ -136,9 +136,11 @@ def _configuration(q3, k3, v3, picks: int, scale: float, causal: bool) -> tuple[
         "keep_log2": max(0, (max(m // picks, 1)).bit_length() - 1),  # log2 of M / k, floored
     }
 
+    start = (n - rows) // 2  # the middle queries: causal, they see about the mean row's keys
+
     def probe(config):
-        qs = q3[:, n - rows :]
-        offset = (n - rows) if causal else 0
+        qs = q3[:, start : start + rows]
+        offset = start if causal else 0
         qb, dense = config["query_block"], config["mix"] == "dense"
         op = torch.ops.attnbench_topk.topk_attention
         return lambda: op(qs, k3, v3, picks, scale, causal, offset, qb, dense)
