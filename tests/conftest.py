@@ -211,6 +211,38 @@ def _the_committed_reference_is_only_read():
     assert not changed, f"the tests changed the committed reference: {changed[:5]}"
 
 
+@pytest.fixture(scope="session")
+def reference_as_current(tmp_path_factory) -> Path:
+    """A copy of the committed reference whose records claim the installed code (each record's
+    module digests restamped with the installed modules', its fingerprint recombined), collected:
+    every run current. For the tests of what the board does with a full sweep (its words, colours,
+    ranks), which must not lose their subject when a change of code leaves the committed records
+    history until the reference is regenerated; the committed folder itself is only read."""
+    folder = tmp_path_factory.mktemp("reference-as-current")
+    (folder / "runs").mkdir()
+    digests: dict[str, str | None] = {}
+
+    def installed(module: str, recorded: str) -> str:
+        if module not in digests:
+            try:
+                digests[module] = module_digest(module)
+            except Exception:  # a module of the record's code that is gone: keep its digest
+                digests[module] = None
+        return digests[module] or recorded
+
+    for path in sorted((REFERENCE / "runs").glob("*.json")):
+        record = json.loads(path.read_text())
+        modules = record.get("code_modules") or {}
+        if modules:
+            record["code_modules"] = {m: installed(m, d) for m, d in modules.items()}
+            record["code_fingerprint"] = combined_digest(record["code_modules"])
+        (folder / "runs" / path.name).write_text(json.dumps(record))
+    from attnbench.harness.results.collect import collect
+
+    collect(folder)
+    return folder
+
+
 def chart_view(figure: dict, label: str) -> list[dict]:
     """The traces a merged chart (`harness.leaderboard.charts.merged_figure`) shows when its
     menu picks the view whose label contains ``label``; every trace of a chart without a menu."""

@@ -305,14 +305,15 @@ def _board_values(table: pd.DataFrame, infos: dict, task: str) -> pd.Series:
     return values.groupby(level="variant").first()
 
 
-def test_results_are_the_rows_the_board_ranks():
+def test_results_are_the_rows_the_board_ranks(reference_as_current):
     """`attnbench.results` returns the rows the board ranks (current runs, the learning rate
     validation picked): the mean over settings of each setting's seed mean is the board's cell
     (a plain mean where every setting has as many seeds). Every row, the losing learning rates
-    included, gives another figure (softmax's recall: 0.865 against the board's 0.997)."""
+    included, gives another figure (softmax's recall: 0.865 against the board's 0.997). On the
+    committed sweep with every run current (`reference_as_current`)."""
     from attnbench.harness.results.collect import read_table
 
-    reference = REPO / "results" / "reference"
+    reference = reference_as_current
     chosen = attnbench.results(reference)
     every = attnbench.results(reference, every_run=True)
     assert chosen["chosen"].all() and len(chosen) == every["chosen"].sum() < len(every)

@@ -40,9 +40,10 @@ def _text(fragment: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def board(tmp_path_factory):
-    """The reference board's page, and the registered names its table holds."""
-    page = build_site(REFERENCE, tmp_path_factory.mktemp("board")).read_text()
+def board(tmp_path_factory, reference_as_current):
+    """The reference board's page, every run of the committed sweep shown (`reference_as_current`),
+    and the registered names its table holds."""
+    page = build_site(reference_as_current, tmp_path_factory.mktemp("board")).read_text()
     frame = pd.read_parquet(REFERENCE / "results.parquet", columns=["variant", "task"])
     return page, set(frame["variant"]) | set(frame["task"])
 
