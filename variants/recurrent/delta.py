@@ -63,6 +63,7 @@ from attnbench import (
     register_incremental,
     register_variant,
 )
+from attnbench.variants.kernels import autotune
 from attnbench.variants.recurrent.delta_chunks import (
     DEFAULT_CHUNK,
     delta_rule_chunked,
@@ -80,7 +81,8 @@ class DeltaNetParams:
     """Hyperparameters of `delta_net`."""
 
     qk_activation: str = "silu"  # before the L2 norm of q and k: silu (the papers') or identity
-    chunk_size: int = DEFAULT_CHUNK  # positions per chunk of the WY/UT form
+    # positions per chunk of the WY/UT form; 0: chosen on the machine (`CHUNKS`, `DeltaRule.chunk`)
+    chunk_size: int = 0
 
 
 @dataclass
@@ -88,7 +90,16 @@ class GatedDeltaNetParams:
     """Hyperparameters of `gated_delta_net`."""
 
     qk_activation: str = "silu"  # before the L2 norm of q and k: silu (the papers') or identity
-    chunk_size: int = DEFAULT_CHUNK  # positions per chunk of the WY/UT form
+    # positions per chunk of the WY/UT form; 0: chosen on the machine (`CHUNKS`, `DeltaRule.chunk`)
+    chunk_size: int = 0
+
+
+# chunk lengths a machine chooses among (`autotune.choose`); the first is the default (the best
+# on the AMD EPYC it was measured on, delta_chunks.DEFAULT_CHUNK), the one a call too small to
+# tune runs
+CHUNKS = (DEFAULT_CHUNK, 16, 64, 128)
+TUNE_FROM = 16384  # positions × state heads × batch from which a call's class is tuned
+PROBE_POSITIONS = 2048  # a tuning times the forward on this many positions, without autograd
 
 
 def _gate(gates: dict[str, torch.Tensor] | None, name: str, k: torch.Tensor) -> torch.Tensor:
@@ -133,8 +144,12 @@ class DeltaRule(GatedMixer):
                 f"{self.name} qk_activation {params.qk_activation!r} is not known; "
                 f"valid: {', '.join(QK_ACTIVATIONS)}."
             )
-        if params.chunk_size < 1:
-            raise ValueError(f"{self.name} chunk_size must be >= 1, got {params.chunk_size}.")
+        if params.chunk_size < 0:
+            raise ValueError(
+                f"{self.name} chunk_size must be >= 1, or 0 to choose it on the machine; got "
+                f"{params.chunk_size}."
+            )
+        self.last_chunk = params.chunk_size or DEFAULT_CHUNK  # what the last call ran with
 
     def features(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """q and k as the rule reads them: activation, L2 norm per head; q scaled by 1/√D."""
@@ -154,7 +169,7 @@ class DeltaRule(GatedMixer):
         """The rule on inputs in the working dtype: outputs (B, H, N, Dv) and the final state."""
         fq, fk = self.features(q, k)
         fk, v, beta, log_alpha = self.rule_inputs(fk, v, gates)
-        c = self.params.chunk_size
+        c = self.last_chunk = self.chunk(fq, fk, v, beta, log_alpha)
         n, m = q.shape[-2], k.shape[-2]
         if not causal or n == m:
             return delta_rule_chunked(fq, fk, v, beta, log_alpha, c, state, causal)
@@ -165,6 +180,40 @@ class DeltaRule(GatedMixer):
         head, state = delta_rule_chunked(fq[:, :, :m], fk, v, beta, log_alpha, c, state, causal)
         tail = per_query_head(fq[:, :, m:], state)  # queries past the last key read S_M
         return torch.cat([head, tail], dim=2), state
+
+    def chunk(self, fq, fk, v, beta, log_alpha) -> int:
+        """The chunk length C of this call: the parameter where it is set, else the machine's
+        choice for the call's class (`autotune.choose` among `CHUNKS`, timed on the forward
+        without autograd over the first `PROBE_POSITIONS` positions): the products inside
+        chunks grow with C, the hand-overs of the loop with N / C, and where they balance
+        depends on the machine (32 on the AMD EPYC the default was measured on)."""
+        if self.params.chunk_size:
+            return self.params.chunk_size
+        b, kv, m, d = fk.shape
+        shape_class = {
+            "gated": log_alpha is not None,
+            "d": d,
+            "dv": v.shape[-1],
+            "state_heads": kv,
+            "group": fq.shape[1] // kv,
+            "dtype": str(fk.dtype).removeprefix("torch."),
+            "long": m >= PROBE_POSITIONS,
+        }
+        end = min(m, PROBE_POSITIONS)
+
+        def probe(config):
+            parts = (fq[:, :, :end], fk[:, :, :end], v[:, :, :end], beta[:, :, :end])
+            la = None if log_alpha is None else log_alpha[:, :, :end]
+
+            def call():
+                with torch.no_grad():
+                    delta_rule_chunked(*(t.detach() for t in parts), la, config["chunk"])
+
+            return call
+
+        candidates = [{"chunk": c} for c in CHUNKS]
+        worth = b * kv * m >= TUNE_FROM and fk.device.type == "cpu"
+        return int(autotune.choose(f"{self.name} chunks", shape_class, candidates, probe, worth)["chunk"])
 
     def run(self, q, k, v, gates, causal, state=None):
         """`_run` on inputs and gates widened to `compute_dtype`: (out, final state), which
@@ -193,14 +242,14 @@ class DeltaRule(GatedMixer):
         return self.forward(q, k, eye, causal=causal, gates=gates)
 
     def forward_flops(self, batch, heads, n, m, d, dv, causal) -> float:
-        """The matrix products of the chunked form, the flop counter's count (`products_flops`);
-        the element-wise gates, norms, decays and base blocks of the inverse are not counted.
+        """The matrix products of the chunked form at the chunk length of the last call (the
+        default before any), the flop counter's count (`products_flops`); the element-wise gates, norms, decays and base blocks of the inverse are not counted.
         ``heads`` query heads share key/value heads as the instance's shape does. The backward
         is the default, two products per forward product (autograd; every step is one)."""
         kv = heads * self.shape.kv_heads / self.shape.n_heads
         if causal and n != m:
             m = n = min(n, m)  # later queries read the final state: counted as n = m
-        return batch * products_flops(heads, kv, n, m, d, dv, causal, self.params.chunk_size)
+        return batch * products_flops(heads, kv, n, m, d, dv, causal, self.last_chunk)
 
 
 @register_variant("delta_net")
