@@ -345,10 +345,13 @@ def test_run_alone_jobs_run_one_at_a_time_in_the_sweeps_own_process(
         hydra_sweep_runner, tmp_path, process_id, grids, f"hydra/launcher={launcher}"
     )
     batches = [[(r.overrides[-1], r.return_value) for r in b] for b in returns]
-    # the shared jobs first, in one batch (in a fixed shuffled order), then each alone job
-    assert sorted(o for o, _ in batches[0]) == ["bar=1", "bar=2", "bar=5", "bar=6"]
-    assert [[o for o, _ in b] for b in batches[1:]] == [["bar=3"], ["bar=4"]]
-    alone = {pid for b in batches[1:] for _, pid in b}
-    shared = {pid for _, pid in batches[0]}
+    assert [[o for o, _ in b] for b in batches] == [
+        ["bar=1", "bar=2"],
+        ["bar=3"],
+        ["bar=4"],
+        ["bar=5", "bar=6"],
+    ]
+    alone = {pid for b in batches[1:3] for _, pid in b}
+    shared = {pid for b in (batches[0], batches[3]) for _, pid in b}
     assert alone == {os.getpid()}  # the sweep's own process, whatever the launcher
     assert (shared == {os.getpid()}) == (launcher == "basic")  # joblib: worker processes

@@ -47,7 +47,6 @@ Beyond the basic sweeper, three promises (see ``attnbench --help`` in README.md)
 # No `from __future__ import annotations` here: Hydra imports plugin modules without entering them
 # in sys.modules, and dataclasses then cannot resolve string annotations.
 import logging
-import random
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -313,22 +312,24 @@ class GridsSweeper(BasicSweeper):
         return self.in_process
 
     def batches(self, jobs: list[list[str]]) -> list[list[list[str]]]:
-        """The launcher's batches: the jobs that share the machine first, in chunks of
-        ``max_batch_size`` (all of them when None) and in a fixed shuffled order, then each
-        `run_alone` grid's job alone, in job order.
+        """The launcher's batches, in job order: a `run_alone` grid's job alone, runs of the
+        other jobs in chunks of ``max_batch_size`` (all of a run when None)."""
+        batches: list[list[list[str]]] = []
+        shared: list[list[str]] = []
 
-        Why shuffled: the progress line's time left is the mean time per job so far times the
-        jobs left, and jobs of different tasks differ by 10× or more (the quick sweep's, 0.8 to
-        24 s). In grid order its first tenth was one task's jobs, and the estimate was off by
-        half; in an order that mixes every task and variant from the start, the first tenth is a
-        sample of all of them. Fixed (seeded by nothing but the job list): the same sweep runs
-        in the same order every time. Why alone last: their per-job time is close to the shared
-        jobs' per-job share of the machine, so the estimate made while the shared jobs run holds
-        for them."""
-        shared = [job for job in jobs if tuple(job) not in self.alone_jobs]
-        random.Random(len(shared)).shuffle(shared)
-        batches = self.split_overrides_to_chunks(shared, self.max_batch_size) if shared else []
-        return [*batches, *([job] for job in jobs if tuple(job) in self.alone_jobs)]
+        def flush() -> None:
+            if shared:
+                batches.extend(self.split_overrides_to_chunks(shared, self.max_batch_size))
+                shared.clear()
+
+        for job in jobs:
+            if tuple(job) in self.alone_jobs:
+                flush()
+                batches.append([job])
+            else:
+                shared.append(job)
+        flush()
+        return batches
 
     def _check_returns(self, results: Sequence[JobReturn]) -> tuple[int, int]:
         """Read every job's return value, as Hydra's basic sweeper does; a job that raised goes
