@@ -166,6 +166,9 @@ def mesa_attention(
 
 # a causal call whose per-token systems (B·H·N·D² entries) fit in this many is solved directly
 DIRECT_MAX_ENTRIES = 1 << 22  # 16 MiB of float32 systems
+# ... and whose length is at most this: the direct form weighs every pair of positions (an N×N
+# matrix per head), which must not make a linear-cost layer quadratic in memory at long lengths
+DIRECT_MAX_POSITIONS = 512
 
 
 def _solves_directly(params: MesaParams, state, shape: torch.Size, m: int) -> bool:
@@ -173,8 +176,9 @@ def _solves_directly(params: MesaParams, state, shape: torch.Size, m: int) -> bo
     batched conjugate gradient: the answer CG converges to, computed exactly, where that is
     cheap. CG on a D×D system is exact after D steps in exact arithmetic, so with ``cg_steps``
     >= D and no early stop (``cg_tol`` 0) both compute the same solution up to rounding; the
-    direct one builds every token's H_t (N·D² per head), so only where those fit in
-    `DIRECT_MAX_ENTRIES` and the sequence starts from zero state (training's and a prefill's
+    direct one builds every token's H_t (N·D² per head) and weighs every pair of positions
+    (N² per head), so only where those fit in `DIRECT_MAX_ENTRIES` and `DIRECT_MAX_POSITIONS`
+    and the sequence starts from zero state (training's and a prefill's
     case). Training at short lengths is where it pays: 30 CG iterations of about ten small
     operations each, forward and backward, made mesa 4× the cost of the other mixers' jobs in
     the quick sweep."""
@@ -184,6 +188,7 @@ def _solves_directly(params: MesaParams, state, shape: torch.Size, m: int) -> bo
         and params.cg_tol == 0.0
         and params.cg_steps >= d
         and n == m
+        and n <= DIRECT_MAX_POSITIONS
         and bsz * kv * group * n * d * d <= DIRECT_MAX_ENTRIES
     )
 
