@@ -199,3 +199,19 @@ def build(stem: str, source: Path, cap: str, fallback: str) -> bool:
         )
         return False
     return True
+
+
+def forward_in_float32_cpu(*tensors: torch.Tensor) -> bool:
+    """Whether a fused forward kernel may serve a call on ``tensors`` (q, k, v): float32 on the
+    CPU, with no autograd to record (the kernels have no backward)."""
+    if any(t.device.type != "cpu" or t.dtype != torch.float32 for t in tensors):
+        return False
+    return not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
+
+
+def heads_flat(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q (B, H, N, D), k (B, H, M, D), v (B, H, M, Dv) as the contiguous (B·H, ·, ·) a kernel
+    indexes."""
+    return tuple(x.reshape(-1, *x.shape[-2:]).contiguous() for x in (q, k, v))

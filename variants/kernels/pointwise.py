@@ -54,12 +54,6 @@ def _load() -> bool:
     return built and bool(torch.ops.attnbench_pointwise.has_gemm())
 
 
-def _served(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
-    if any(t.device.type != "cpu" or t.dtype != torch.float32 for t in (q, k, v)):
-        return False
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
-        return False
-    return _load()
 
 
 def _tiles(q3, k3, v3, kind: int, causal: bool) -> tuple[int, int]:
@@ -97,16 +91,12 @@ def compiled_pointwise(
 ) -> torch.Tensor | None:
     """Σ_j f(scale·q_i·k_j + shift)·v_j over visible keys (j <= i when ``causal``), f =
     ``kind`` (`KINDS`), by the compiled kernel; None where it does not serve the call."""
-    if not _served(q, k, v):
+    if not (compiled.forward_in_float32_cpu(q, k, v) and _load()):
         return None
-    bsz, heads, n, d = q.shape
-    m, dv = k.shape[-2], v.shape[-1]
-    q3 = q.reshape(bsz * heads, n, d).contiguous()
-    k3 = k.reshape(bsz * heads, m, d).contiguous()
-    v3 = v.reshape(bsz * heads, m, dv).contiguous()
+    q3, k3, v3 = compiled.heads_flat(q, k, v)
     qb, kb = _tiles(q3, k3, v3, KINDS[kind], causal)
     note(path())
     out = torch.ops.attnbench_pointwise.pointwise_forward(
         q3, k3, v3, KINDS[kind], scale, shift, causal, qb, kb
     )
-    return out.view(bsz, heads, n, dv)
+    return out.view(*q.shape[:-1], v.shape[-1])

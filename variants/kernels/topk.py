@@ -159,18 +159,10 @@ def compiled_topk_attention(
     """Top-k attention (softmax of scale·q·k over each query's ``picks`` highest keys, key j
     seen by query i when j <= i if ``causal``) by the fused op; None where it does not serve
     the call (autograd, not float32 on the CPU, no ``sgemm_`` here, not built)."""
-    if any(t.device.type != "cpu" or t.dtype != torch.float32 for t in (q, k, v)):
+    if not (compiled.forward_in_float32_cpu(q, k, v) and _fused_available()):
         return None
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
-        return None
-    if not _fused_available():
-        return None
-    bsz, heads, n, d = q.shape
-    m, dv = k.shape[-2], v.shape[-1]
-    q3 = q.reshape(bsz * heads, n, d).contiguous()
-    k3 = k.reshape(bsz * heads, m, d).contiguous()
-    v3 = v.reshape(bsz * heads, m, dv).contiguous()
+    q3, k3, v3 = compiled.heads_flat(q, k, v)
     qb, dense = _configuration(q3, k3, v3, picks, scale, causal)
     note(f"topk kernel ({compiled.capability()})")
     out = torch.ops.attnbench_topk.topk_attention(q3, k3, v3, picks, scale, causal, 0, qb, dense)
-    return out.view(bsz, heads, n, dv)
+    return out.view(*q.shape[:-1], v.shape[-1])
