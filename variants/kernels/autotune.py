@@ -60,6 +60,7 @@ FORMAT = 1  # version of the cache file's layout
 Config = Mapping[str, object]
 
 _memory: dict[str, dict] = {}  # this process's choices, by entry key
+_file: dict[str, dict] | None = None  # the machine's file as this process last read or wrote it
 _warned: set[str] = set()
 
 
@@ -110,7 +111,7 @@ def enabled() -> bool:
 
 
 def describe(config: Config) -> str:
-    """A configuration in words: "qb=128, kb=512"."""
+    """A configuration in words: "query_tile=128, key_tile=512"."""
     return ", ".join(f"{k}={v}" for k, v in config.items())
 
 
@@ -133,7 +134,7 @@ def choose(
     key = _entry_key(kernel, shape_class)
     entry = _memory.get(key)
     if entry is None and enabled():
-        entry = _read_entries().get(key)
+        entry = _file_entries().get(key)
         if entry is not None and _config_index(entry, candidates) is None:
             entry = None  # the candidates changed since: tune again
         if entry is None and not in_timed_region():
@@ -187,6 +188,16 @@ def _tune(candidates: Sequence[Config], probe: Callable[[Config], Callable[[], o
     }
 
 
+def _file_entries() -> dict[str, dict]:
+    """The machine's file's entries, read once per process (a class not in it is tuned here and
+    written, re-reading the file under its lock): a call that finds no choice, as inside a timed
+    region, reads no file."""
+    global _file
+    if _file is None:
+        _file = _read_entries()
+    return _file
+
+
 def _read_entries() -> dict[str, dict]:
     """The entries of this machine's tuning file ({} where there is none, it is another
     machine's, or it cannot be read: one warning, and the file is replaced at the next write)."""
@@ -224,12 +235,14 @@ def _warn_once(path: Path, why: str) -> None:
 def _write_entry(key: str, entry: dict) -> None:
     """Add ``entry`` to this machine's file, atomically, under an exclusive lock (a failed write
     warns once: the choice still holds for this process)."""
+    global _file
     path = cache_file()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with _locked(path.with_suffix(".lock")):
             entries = _read_entries()
             entries[key] = entry
+            _file = entries
             body = {"format": FORMAT, "machine": machine(), "entries": entries}
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
             try:
@@ -261,5 +274,7 @@ def _locked(lock: Path) -> Iterator[None]:
 def forget() -> None:
     """Drop this process's remembered choices (the file stays): the next `choose` reads the
     file again. For tests, and after ``ATTNBENCH_TUNING_CACHE`` changes."""
+    global _file
+    _file = None
     _memory.clear()
     _warned.clear()

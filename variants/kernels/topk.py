@@ -119,7 +119,9 @@ PROBE_QUERIES = 512  # a tuning times the op on this many queries from the middl
 TUNE_FROM = 4 * 1024 * 1024  # query-key pairs (over heads) from which a call's class is tuned
 
 
+@functools.cache
 def _fused_available() -> bool:
+    """Whether the fused op is built and this torch exports ``sgemm_`` (asked once)."""
     return _load() and bool(torch.ops.attnbench_topk.has_gemm())
 
 
