@@ -91,6 +91,11 @@ class Task:
     steadiness: ClassVar[dict[str, str]] = {}
     # metric → its run's 0/1 metric saying the kernel was within its error (TaskInfo.accuracy)
     accuracy: ClassVar[dict[str, str]] = {}
+    # trained metric → its run's 0/1 metric saying training converged (TaskInfo.convergence)
+    convergence: ClassVar[dict[str, str]] = {}
+    # the metric holding the headline's chance level, and its best value (TaskInfo.chance_metric)
+    chance_metric: ClassVar[str] = ""
+    ceiling: ClassVar[float | None] = None
     # lower-is-better metrics along the curve axis a reader may cap (TaskInfo.budgets)
     budgets: ClassVar[tuple[str, ...]] = ()
     # metric → a key of the run's details shown beside its values (TaskInfo.annotations)
@@ -176,6 +181,9 @@ class Task:
             column_headlines=dict(cls.column_headlines),
             steadiness=dict(cls.steadiness),
             accuracy=dict(cls.accuracy),
+            convergence=dict(cls.convergence),
+            chance_metric=cls.chance_metric,
+            ceiling=cls.ceiling,
             budgets=list(cls.budgets),
             annotations=dict(cls.annotations),
             battery=cls.battery,

@@ -143,6 +143,18 @@ class TaskInfo:
             "fwd_accurate"}``; `AttentionVariant.within_tolerance`). Like an unsteady timing, a
             value whose flag is 0 is marked on the leaderboard and enters no contest: the time
             of a wrong result is no time. Empty: nothing is judged.
+        convergence: trained metric → the 0/1 metric of the same run that says whether its
+            training converged (e.g. ``{"accuracy": "converged"}``;
+            `attnbench.toolkit.convergence`): 1 solved or plateaued, 0 still learning at the
+            cap. A value whose flag is 0 is marked "still learning" on the leaderboard and, like
+            an unsteady timing, enters no contest and no fit. A flag recorded without a curve
+            position judges every position of its run. A run without the flag (an older
+            record) is unknown, which is not unconverged.
+        chance_metric: A metric of the same run holding the headline's chance level (e.g.
+            ``"chance_accuracy"``); with ``ceiling``, what lets the board tell a column where
+            every variant sits at chance or at the ceiling, which then casts no vote in the
+            quality rank. Empty: no chance level.
+        ceiling: The best value the headline can take (an accuracy: 1); None: unbounded.
         annotations: metric → a key of the run's details whose text the board shows beside
             the metric's values, in the task table and the charts' hover (e.g. ``{"fwd_ms":
             "fwd_kernel_path"}``: which kernel a timing ran). Name the key in ``axes`` to give
@@ -175,6 +187,9 @@ class TaskInfo:
     column_headlines: dict[str, str] = field(default_factory=dict)
     steadiness: dict[str, str] = field(default_factory=dict)
     accuracy: dict[str, str] = field(default_factory=dict)
+    convergence: dict[str, str] = field(default_factory=dict)
+    chance_metric: str = ""
+    ceiling: float | None = None
     budgets: list[str] = field(default_factory=list)
     annotations: dict[str, str] = field(default_factory=dict)
     battery: str = ""

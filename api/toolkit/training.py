@@ -1,16 +1,30 @@
 """The training loop the quality tasks share: AdamW, warm-up + cosine schedule, seeded, with a
-progress bar and the loss curve kept for the record."""
+progress bar, the loss curve, and, where the task gives an evaluation, the learning curve of its
+validation metric with early stopping and a convergence verdict (`attnbench.toolkit.convergence`).
+
+``steps`` is the cap: the schedule runs over it, and a run stops before it only when solved or
+plateaued. The time per optimiser step (the evaluations not counted) is kept, so that a record
+says what its training cost."""
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
 
+from attnbench.metrics import Metric, MetricPoint
 from attnbench.task import NonFiniteError
+from attnbench.toolkit.convergence import (
+    Convergence,
+    CurvePoint,
+    StopRule,
+    evaluation_steps,
+)
 from attnbench.toolkit.progress import progress
 
 
@@ -19,7 +33,7 @@ class TrainConfig:
     """Optimisation settings.
 
     Attributes:
-        steps: Optimiser steps.
+        steps: Optimiser steps at most (the cap; the schedule runs over them).
         batch_size: Examples per step.
         lr: Peak learning rate (AdamW).
         weight_decay: AdamW weight decay.
@@ -46,15 +60,95 @@ def lr_factor(step: int, cfg: TrainConfig) -> float:
     return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
+Evaluate = Callable[[], tuple[float, float]]  # () → (validation value, its noise)
+
+LEARNING_CURVE = "learning_curve"  # metric: the validation metric against examples seen
+EXAMPLES_SEEN = "examples_seen"  # its curve axis; also the metric: examples seen when stopped
+CONVERGED = "converged"  # metric: 1 solved or plateaued, 0 still learning at the cap
+MS_PER_STEP = "train_ms_per_step"  # metric: wall time per optimiser step
+
+LEARNING_CURVE_METRICS = (
+    Metric(
+        LEARNING_CURVE,
+        True,
+        "Validation accuracy against the training examples seen (log-spaced points; the curve "
+        "stops where solved or plateaued)",
+        label="validation accuracy while training",
+    ),
+    Metric(
+        CONVERGED,
+        None,
+        "1: the validation accuracy was solved or plateaued (its last doubling of training "
+        "gained less than its noise); 0: still learning at the cap, so not ranked",
+        label="converged",
+    ),
+    Metric(EXAMPLES_SEEN, None, "Training examples seen when training stopped", label="examples"),
+    Metric(
+        MS_PER_STEP,
+        None,
+        "Mean wall time of an optimiser step in this job, evaluations not counted (depends on "
+        "the machine and its load: a cost figure, not a contest)",
+        "ms",
+        label="time per training step",
+    ),
+)
+EXAMPLES_AXIS = Metric(EXAMPLES_SEEN, None, "Training examples seen", label="examples seen")
+
+
+@dataclass
+class TrainOutcome:
+    """What a training run leaves besides the model.
+
+    Attributes:
+        curve: The loss curve, (step, mean loss over the stretch) pairs.
+        steps: Optimiser steps run (the cap, or fewer where stopped early).
+        examples: Training examples seen (steps × batch size).
+        ms_per_step: Mean wall time of an optimiser step, evaluations not counted.
+        convergence: The learning curve and its verdict; None where no evaluation was given.
+    """
+
+    curve: list[tuple[int, float]]
+    steps: int
+    examples: int
+    ms_per_step: float
+    convergence: Convergence | None = None
+
+    def points(self) -> list[MetricPoint]:
+        """The metric points every training task records: the learning curve (against examples
+        seen), the convergence flag and the examples seen (where evaluated), the step time."""
+        out = [MetricPoint(MS_PER_STEP, self.ms_per_step)]
+        if self.convergence is not None and self.convergence.points:
+            out += [
+                MetricPoint(LEARNING_CURVE, p.value, EXAMPLES_SEEN, p.examples)
+                for p in self.convergence.points
+            ]
+            out.append(MetricPoint(CONVERGED, float(bool(self.convergence.converged))))
+            out.append(MetricPoint(EXAMPLES_SEEN, self.examples))
+        return out
+
+    def details(self) -> dict[str, Any]:
+        """The record's details: the loss curve, and why training stopped."""
+        out: dict[str, Any] = {"loss_curve": self.curve, "steps_run": self.steps}
+        if self.convergence is not None:
+            out["stopped"] = self.convergence.reason
+        return out
+
+
 def train(
     model: nn.Module,
     loss_on_batch: Callable[[int], torch.Tensor],
     cfg: TrainConfig,
     *,
     desc: str = "train",
-) -> list[tuple[int, float]]:
-    """Train ``model`` for ``cfg.steps`` steps; ``loss_on_batch(step)`` draws a batch and returns
-    its loss. Returns the loss curve as (step, loss) pairs (each the mean over its stretch).
+    evaluate: Evaluate | None = None,
+    rule: StopRule | None = None,
+) -> TrainOutcome:
+    """Train ``model`` for at most ``cfg.steps`` steps; ``loss_on_batch(step)`` draws a batch
+    and returns its loss.
+
+    With ``evaluate`` (the validation metric and its noise, called in eval mode without
+    gradients) the metric is measured at `evaluation_steps` of the cap and training stops when
+    ``rule`` (default: an accuracy, ceiling 1) says solved or plateaued.
 
     Raises:
         NonFiniteError: the loss became NaN or infinite.
@@ -62,12 +156,15 @@ def train(
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg))
     every = max(1, cfg.steps // max(1, cfg.curve_points))
+    checks = set(evaluation_steps(cfg.steps)) if evaluate is not None else set()
+    convergence = Convergence(rule or StopRule(), cfg.steps) if evaluate is not None else None
     curve: list[tuple[int, float]] = []
-    running, count = 0.0, 0
+    running, count, spent, done = 0.0, 0, 0.0, 0
     model.train()
     # disable=None: a progress bar on a terminal, silence in logs and CI
     bar = progress(range(cfg.steps), desc=desc, leave=False, mininterval=1.0, disable=None)
     for step in bar:
+        start = time.perf_counter()
         loss = loss_on_batch(step)
         if not torch.isfinite(loss):
             raise NonFiniteError(f"training loss became {loss.item()} at step {step}")
@@ -78,13 +175,31 @@ def train(
         opt.step()
         sched.step()
         running += loss.item()
+        spent += time.perf_counter() - start
         count += 1
-        if (step + 1) % every == 0 or step + 1 == cfg.steps:
-            curve.append((step + 1, running / count))
+        done = step + 1
+        if done % every == 0 or done == cfg.steps:
+            curve.append((done, running / count))
             bar.set_postfix(loss=f"{running / count:.4f}")
             running, count = 0.0, 0
+        if done in checks and _evaluate(model, evaluate, convergence, done, cfg.batch_size):
+            break
+    if count:
+        curve.append((done, running / count))
+    bar.close()
     model.eval()
-    return curve
+    return TrainOutcome(
+        curve, done, done * cfg.batch_size, 1000.0 * spent / max(1, done), convergence
+    )
+
+
+def _evaluate(model, evaluate, convergence, step: int, batch_size: int) -> bool:
+    """Measure the validation metric after ``step`` steps; whether training should stop."""
+    model.eval()
+    with torch.no_grad():
+        value, noise = evaluate()
+    model.train()
+    return convergence.observe(CurvePoint(step, step * batch_size, float(value), float(noise)))
 
 
 IGNORE_INDEX = -100  # target value of positions that are not scored
@@ -99,7 +214,9 @@ def fit_token_model(
     device: torch.device,
     seed: int,
     desc: str = "train",
-) -> list[tuple[int, float]]:
+    evaluate: Evaluate | None = None,
+    rule: StopRule | None = None,
+) -> TrainOutcome:
     """Train a token model on a fixed dataset with cross-entropy at scored positions.
 
     Args:
@@ -109,9 +226,10 @@ def fit_token_model(
         device: Where to train.
         seed: Seeds the order of the examples.
         desc: Progress-bar label.
+        evaluate, rule: The validation metric and the stop rule (`train`).
 
     Returns:
-        The loss curve.
+        The loss curve, the step time and the learning curve with its verdict.
     """
     gen = torch.Generator().manual_seed(seed)
     n = inputs.shape[0]
@@ -130,4 +248,4 @@ def fit_token_model(
             ignore_index=IGNORE_INDEX,
         )
 
-    return train(model, loss_on_batch, cfg, desc=desc)
+    return train(model, loss_on_batch, cfg, desc=desc, evaluate=evaluate, rule=rule)

@@ -524,6 +524,7 @@ class CurveExtras:
     companions: dict[str, str] = field(default_factory=dict)  # metric → label (hover, title)
     steady_flag: str = ""
     accuracy_flag: str = ""
+    converge_flag: str = ""
     x_title: str = ""
     y_title: str = ""
     words: Words = field(default_factory=Words)
@@ -700,9 +701,12 @@ def _draw_line(
     colour = _colour(colours, str(key[0]))
     unsteady = _unsteady_xs(everything, group, (extras.steady_flag, lines.x_name))
     inaccurate = _unsteady_xs(everything, group, (extras.accuracy_flag, lines.x_name))
-    texts = _point_texts(group, lines.along, list(mean.index), (unsteady, inaccurate), extras.words)
-    trace = _line_trace(mean, label, colour, lines.styles[key], unsteady | inaccurate, texts)
-    drawn.hollow = drawn.hollow or bool(unsteady | inaccurate)
+    learning = _unsteady_xs(everything, group, (extras.converge_flag, lines.x_name))
+    flagged = (unsteady, inaccurate, learning)
+    texts = _point_texts(group, lines.along, list(mean.index), flagged, extras.words)
+    hollow = unsteady | inaccurate | learning
+    trace = _line_trace(mean, label, colour, lines.styles[key], hollow, texts)
+    drawn.hollow = drawn.hollow or bool(hollow)
     fig.add_trace(trace)
     if extras.band is not None:
         _add_band(fig, everything, group, extras.band, (label, colour), extras.words)
@@ -740,13 +744,13 @@ def _point_texts(
     line: pd.DataFrame,
     along: list[str],
     xs: list[float],
-    flagged: tuple[set, set],
+    flagged: tuple[set, set, set],
     words: Words | None = None,
 ) -> list[str]:
     """Each point's hover text: the `along_axis` parameters there (as the task names them),
     and whether its timing is unsteady or its kernel inaccurate (``flagged``: the x values of
     each), so not ranked."""
-    unsteady, inaccurate = flagged
+    unsteady, inaccurate, learning = flagged
     along_at = _along_texts(line, along, words or Words())
     notes: dict = {}
     if "annotation" in line:  # what the task declares beside the value (TaskInfo.annotations)
@@ -759,6 +763,7 @@ def _point_texts(
                 *notes.get(x, []),
                 *(["unsteady timing: not ranked"] * (x in unsteady)),
                 *(["kernel error above its tolerance: not ranked"] * (x in inaccurate)),
+                *(["still learning at the cap: not ranked"] * (x in learning)),
             ]
         )
         for x in xs
@@ -819,7 +824,7 @@ def _curve_notes(constant: str, drawn: _Drawn) -> list[str]:
     if drawn.companions:
         notes.append("dashed, in a line's colour: " + ", ".join(drawn.companions))
     if drawn.hollow:
-        notes.append("hollow: unsteady timing or inaccurate kernel (not ranked)")
+        notes.append("hollow: unsteady timing, inaccurate kernel or still learning (not ranked)")
     return notes
 
 
@@ -915,7 +920,11 @@ def _unsteady_xs(everything: pd.DataFrame, line: pd.DataFrame, flag_axis: tuple[
         return set()
     runs = everything[everything["run_id"].isin(set(line["run_id"]))]
     flags = runs[(runs["metric"] == flag) & (runs["x_name"] == x_name)]
-    return set(flags.loc[flags["value"] == 0, "x_value"])
+    out = set(flags.loc[flags["value"] == 0, "x_value"])
+    # a flag recorded without a curve position (a run's convergence) judges all its positions
+    no_x = runs["x_name"].fillna("").astype(str) == ""
+    whole = runs[(runs["metric"] == flag) & no_x & (runs["value"] == 0)]
+    return out | set(line.loc[line["run_id"].isin(set(whole["run_id"])), "x_value"])
 
 
 def _add_companion(

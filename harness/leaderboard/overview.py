@@ -45,7 +45,7 @@ def overview(
         return None
     ordered = with_batteries(computed, _column_order(computed.headlines))
     labels = config_labels(computed.entries.to_frame(index=False), size_params_of(frame))
-    result = Overview(table=Table(columns=_columns(ordered)))
+    result = Overview(table=Table(columns=_columns(ordered, computed.no_vote)))
     for key in _row_order(computed):
         variant, _, machine, dtype = key
         family = families.get(variant, "")
@@ -66,10 +66,10 @@ def _column_order(headlines: list[Headline]) -> list[Headline]:
     return [*quality, *cost, *unranked]
 
 
-def _columns(ordered: list[Headline]) -> list[Column]:
+def _columns(ordered: list[Headline], no_vote: dict[str, str] | None = None) -> list[Column]:
     """The overview's columns: rank, variant and win rate, a column per headline (in the order
-    of ``ordered``), then the row's attributes; no two of one title (a clash names the
-    columns' tasks, `distinct_headers`)."""
+    of ``ordered``; ``no_vote``: column → why it casts no vote), then the row's attributes; no
+    two of one title (a clash names the columns' tasks, `distinct_headers`)."""
     columns = [
         Column("rank", "quality rank", _RANK_HELP, True),
         Column("variant", "variant"),
@@ -80,7 +80,7 @@ def _columns(ordered: list[Headline]) -> list[Column]:
             "won (ties ½); (k of n): ranked in k of the n quality columns the rank compares",
             True,
         ),
-        *[_headline_column(h) for h in ordered],
+        *[_headline_column(h, (no_vote or {}).get(h.task, "")) for h in ordered],
         Column("family", "family"),
         Column(
             "machine",
@@ -93,8 +93,9 @@ def _columns(ordered: list[Headline]) -> list[Column]:
     return columns
 
 
-def _headline_column(h: Headline) -> Column:
-    """A task's column: its headline, where it is taken, and how it is ranked."""
+def _headline_column(h: Headline, no_vote: str = "") -> Column:
+    """A task's column: its headline, where it is taken, and how it is ranked (``no_vote``: why
+    it casts no vote in the quality rank, "" where it votes)."""
     if h.members:  # a battery's mean (`columns.with_batteries`)
         what = "not ranked: its tasks vote in the rank on their own"
         return Column(h.task, h.label, f"{h.description}; {what}", h.higher_is_better)
@@ -104,6 +105,10 @@ def _headline_column(h: Headline) -> Column:
     if h.steady_flag or h.accuracy_flag:
         judged = "unsteady or inaccurate" if h.accuracy_flag else "unsteady"
         what += f"; {UNSTEADY_MARK}: {judged} timings left out (hover the cell)"
+    if h.converge_flag:
+        what += f"; {UNSTEADY_MARK}: runs still learning at their cap left out (hover the cell)"
+    if no_vote:
+        what += f"; NO VOTE in the quality rank: {no_vote}, so it does not separate the variants"
     where = (
         f"at {h.at} (the size measured for the most variants), mean over the task's other settings"
         if h.at
@@ -111,7 +116,9 @@ def _headline_column(h: Headline) -> Column:
     )
     return Column(
         h.task,
-        (h.label or f"{h.task}: {h.metric}") + (f" @ {h.at}" if h.at else ""),
+        (h.label or f"{h.task}: {h.metric}")
+        + (f" @ {h.at}" if h.at else "")
+        + (" (no vote)" if no_vote else ""),
         f"{h.description} — {where} (± spread over seeds or IQR), #rank within the task; {what}",
         h.higher_is_better,
     )
@@ -238,6 +245,12 @@ def _unsteady_note(computed: Standings, h: Headline, key: tuple) -> str:
     left_out = int(computed.unsteady.get(task, pd.Series(dtype=int)).get(key, 0))
     if not left_out:
         return ""
+    if h.converge_flag and not (h.steady_flag or h.accuracy_flag):
+        runs = f"{left_out} value{'s' if left_out != 1 else ''} of runs still learning at their cap"
+        why = "the validation accuracy still rose over the last doubling of training"
+        if computed.steady_values.get(task, pd.Series(dtype=int)).get(key, 0):
+            return f"{runs} left out of this value and its rank ({why})"
+        return f"only {runs} here ({why}): shown, not ranked"
     kind = "untrusted" if h.accuracy_flag else "unsteady"
     timings = f"{left_out} {kind} timing{'s' if left_out != 1 else ''}"
     why = "their samples never settled, or the machine was busy"

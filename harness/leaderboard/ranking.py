@@ -33,11 +33,20 @@ value.
 u: the standard error of its seed mean (seed std / √seeds) when it has two or more seeds; half its
 recorded interquartile range when it has one seed and the task recorded one (a timing's median:
 conservative, since a median of several samples varies less than its samples); else 0 (one seed,
-nothing known: the comparison is plain, and the overview's "n seeds" says so). Entries a and b
-are tied when |mean_a − mean_b| ≤ 2·√(u_a² + u_b²) (about a 95% two-sided z-test of the
-difference; with 3 seeds the t-distribution would ask for a wider margin, so the rule errs
-towards calling wins, never towards hiding a clear one) or equal to 1e-9 relative; otherwise the
-better one scores 1 and the other 0. A tie scores ½ each.
+nothing known: the comparison is plain, and the overview's "n seeds" says so). A contest's noise
+is pooled over its entries, u² = mean of their u²; entries a and b are tied when
+|mean_a − mean_b| ≤ 2·√2·u (about a 95% two-sided z-test of a difference of two such values;
+with 3 seeds the t-distribution would ask for a wider margin, so the rule errs towards calling
+wins, never towards hiding a clear one) or equal to 1e-9 relative; otherwise the better one
+scores 1 and the other 0. A tie scores ½ each. One margin per contest, not per pair, is what
+makes the rank consistent with its columns: if A is at least as good as B on every voting column
+and better beyond the margin on one, A ranks above B (`tests/harness/test_rank_consistency.py`);
+with per-pair margins a noisier A could tie a third entry that B beats.
+
+**A column votes only if it separates the variants** (`no_vote_reason`): one where every entry is
+tied with every other in every contest, or every entry sits at chance or at the ceiling (the
+task's ``chance_metric`` and ``ceiling``), is shown and ranked within itself but casts no vote in
+the quality rank, and its header says why.
 
 An entry's win rate in a task is its mean score over the task's contests, each contest's score
 divided by the number of opponents; its aggregate is the mean over the *tasks* of its win rates
@@ -79,6 +88,7 @@ from attnbench.harness.results.metric_points import POINT, point_stats
 
 TIE_RTOL = 1e-9
 TIE_Z = 2.0  # a difference within TIE_Z combined standard errors is a tie
+NEAR_LEVEL = 0.02  # a one-seed value this close (share of chance → ceiling) to a level is at it
 MACHINE = "machine"  # the column `machine_labels` fills
 THREADS = "threads"
 ENTRY = ["variant", "variant_params", MACHINE, "dtype"]
@@ -116,12 +126,15 @@ class Headline:
     description: str = ""
     steady_flag: str = ""
     accuracy_flag: str = ""
+    converge_flag: str = ""  # the 0/1 metric saying the run's training converged
     cost: bool = False  # the task's declared cost metric: ranked apart from quality
     group: str = ""  # the task a column belongs to ("": ``task``); a task's columns share one vote
     at: str = ""  # the one curve position the column is at, e.g. "seq_len=4096" (`columns`)
     label: str = ""  # the column's name for readers, "task: metric" in the task's words
     battery: str = ""  # the task's battery (TaskInfo.battery; `columns.with_batteries`)
     members: tuple[str, ...] = ()  # a battery's column: the columns it is the mean of
+    chance_metric: str = ""  # the metric of the same run holding the headline's chance level
+    ceiling: float | None = None  # the headline's best possible value (None: unbounded)
 
 
 def uncertainty(points: pd.DataFrame) -> pd.Series:
@@ -138,7 +151,7 @@ def contest_scores(
 ) -> pd.Series:
     """Each entry's score in one contest: (wins + ½·ties) / opponents; empty below 2 entries.
 
-    A difference within TIE_Z combined uncertainties is a tie (module docstring); without
+    A difference within TIE_Z·√2 pooled uncertainties is a tie (module docstring); without
     ``uncertainties`` the comparison is plain."""
     if len(values) < 2:
         return pd.Series(dtype=float)
@@ -148,7 +161,7 @@ def contest_scores(
     if not higher_is_better:
         diff = -diff
     scale = np.maximum(np.abs(v[:, None]), np.abs(v[None, :]))
-    margin = TIE_Z * np.sqrt(u[:, None] ** 2 + u[None, :] ** 2)
+    margin = TIE_Z * np.sqrt(2 * np.mean(u**2))  # one pooled margin per contest (docstring)
     tie = np.abs(diff) <= np.maximum(TIE_RTOL * scale, margin)
     score = np.where(tie, 0.5, (diff > 0).astype(float))
     np.fill_diagonal(score, 0.0)
@@ -192,6 +205,8 @@ class Standings:
             ranked in the compared set of quality columns only (module docstring).
         compared: (machine, dtype) → the quality columns the quality rank compares.
         ranked_in: Per entry, the quality columns it was ranked in (a tuple, column order).
+        no_vote: quality column → why it casts no vote in the quality rank (`no_vote_reason`);
+            absent where it votes.
         unsteady: task → per entry, the unsteady values left out (runs × curve positions);
             entries without any are absent.
         steady_values: task → per entry, how many values the task's value rests on after
@@ -208,6 +223,7 @@ class Standings:
     steady_values: dict[str, pd.Series] = field(default_factory=dict)
     compared: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
     ranked_in: pd.Series = field(default_factory=lambda: pd.Series(dtype=object))
+    no_vote: dict[str, str] = field(default_factory=dict)
 
     def compared_for(self, entry: tuple) -> tuple[str, ...]:
         """The quality columns the quality rank compares on ``entry``'s machine and dtype."""
@@ -235,7 +251,7 @@ def standings(frame: pd.DataFrame, headlines: list[Headline]) -> Standings | Non
     tasks = _TaskResults()
     for h in headlines:
         _add_task(tasks, h, judged)
-    quality = _quality_rank(headlines, tasks.rates, tasks.contests)
+    quality = _quality_rank(headlines, tasks.rates, tasks.contests, tasks.no_vote)
     return Standings(
         entries=entries,
         headlines=headlines,
@@ -247,6 +263,7 @@ def standings(frame: pd.DataFrame, headlines: list[Headline]) -> Standings | Non
         steady_values=tasks.steady_values,
         compared=quality.compared,
         ranked_in=quality.ranked_in,
+        no_vote=tasks.no_vote,
     )
 
 
@@ -289,6 +306,7 @@ class _TaskResults:
     steady_values: dict[str, pd.Series] = field(default_factory=dict)
     # column → (its competing points, indexed ENTRY + SETTING; higher_is_better)
     contests: dict[str, tuple[pd.DataFrame, bool]] = field(default_factory=dict)
+    no_vote: dict[str, str] = field(default_factory=dict)  # column → why it casts no vote
 
 
 def _add_task(tasks: _TaskResults, h: Headline, judged: _Judged) -> None:
@@ -314,6 +332,43 @@ def _add_task(tasks: _TaskResults, h: Headline, judged: _Judged) -> None:
             tasks.rates[h.task] = rate
             tasks.task_ranks[h.task] = rank_within_hardware(rate)
             tasks.contests[h.task] = (points, h.higher_is_better)
+            chance = judged.stats[
+                (judged.stats["task"] == h.task) & (judged.stats["metric"] == h.chance_metric)
+            ].set_index([*ENTRY, *SETTING])["mean"]
+            reason = no_vote_reason(points, h, chance if h.chance_metric else None)
+            if reason and not h.cost:
+                tasks.no_vote[h.task] = reason
+
+
+def no_vote_reason(points: pd.DataFrame, h: Headline, chance: pd.Series | None = None) -> str:
+    """Why the column of ``h`` casts no vote in the quality rank, "" where it votes.
+
+    A column votes only if it separates the variants: not where, in every contest, every entry
+    is tied with every other (all within seed noise of each other), nor where every entry is
+    within noise of the chance level (``chance``: the chance metric's value per point, index as
+    ``points``) or of the headline's ceiling. "Within noise" of a level is within TIE_Z
+    standard errors of the point's seeds, or within NEAR_LEVEL of the span from chance to
+    ceiling (a one-seed value has no standard error, and a hundredth is its rounding)."""
+    u = uncertainty(points)
+    separated = False
+    for _, contest in points["mean"].groupby(level=CONTEST, dropna=False):
+        s = contest_scores(contest, bool(h.higher_is_better), u.loc[contest.index])
+        separated = separated or bool((s != 0.5).any())
+    if not separated:
+        return "every variant within seed noise of every other"
+    levels = chance.reindex(points.index) if chance is not None else None
+    span = (
+        abs(h.ceiling - levels.mean())
+        if levels is not None and h.ceiling is not None and levels.notna().any()
+        else 0.0
+    )
+    room = np.maximum(TIE_Z * u, NEAR_LEVEL * span)
+    at_chance = levels is not None and levels.notna().all()
+    if at_chance and ((points["mean"] - levels).abs() <= room).all():
+        return "every variant at chance"
+    if h.ceiling is not None and ((points["mean"] - h.ceiling).abs() <= room).all():
+        return "every variant at the ceiling"
+    return ""
 
 
 @dataclass
@@ -330,6 +385,7 @@ def _quality_rank(
     headlines: list[Headline],
     rates: dict[str, pd.Series],
     contests: dict[str, tuple[pd.DataFrame, bool]],
+    no_vote: dict[str, str],
 ) -> _QualityRank:
     """The aggregate over the quality columns' win ``rates`` (one vote per task) and the quality
     rank of the entries ranked in the compared set of columns (module docstring).
@@ -337,7 +393,9 @@ def _quality_rank(
     The ranked entries' aggregate is made from contests among themselves only (``contests``:
     each column's competing points): a row outside the ranked set (a plugin run on one task)
     must not move the ranked rows' win rates."""
-    quality = [h.task for h in headlines if not h.cost and h.task in rates]
+    quality = [
+        h.task for h in headlines if not h.cost and h.task in rates and h.task not in no_vote
+    ]
     if not quality:
         empty = pd.Series(dtype=float)
         return _QualityRank(empty, empty, {}, pd.Series(dtype=object))

@@ -42,7 +42,11 @@ from attnbench.harness.leaderboard.overview import overview
 from attnbench.harness.leaderboard.peers import labelled, peer_section, unavailable
 from attnbench.harness.leaderboard.publish import SITE_MARK, SiteError, check_paths, copy_records
 from attnbench.harness.leaderboard.ranking import MACHINE, with_machine
-from attnbench.harness.leaderboard.steadiness import count_unsteady, judge_steadiness
+from attnbench.harness.leaderboard.steadiness import (
+    count_still_learning,
+    count_unsteady,
+    judge_steadiness,
+)
 from attnbench.harness.leaderboard.tables import (
     IDENTIFIER,
     UNSTEADY_MARK,
@@ -236,6 +240,7 @@ def _task_charts(
                     companions=info.chart_companions.get(metric, {}),
                     steady_flag=info.steadiness.get(metric, ""),
                     accuracy_flag=info.accuracy.get(metric, ""),
+                    converge_flag=info.convergence.get(metric, ""),
                     x_title=words.axis(x_name),
                     y_title=words.metric_unit(metric),
                     words=words,
@@ -354,7 +359,11 @@ def _sections(
 def _runs_table(rows: pd.DataFrame, info: TaskInfo | None, published: set[str]) -> Table:
     """A task's table of its runs' values (`task_table`), headers in words, its timings' 0/1
     steadiness and accuracy flags as yes and no."""
-    flags = {*info.steadiness.values(), *info.accuracy.values()} if info else set()
+    flags = (
+        {*info.steadiness.values(), *info.accuracy.values(), *info.convergence.values()}
+        if info
+        else set()
+    )
     table = task_table(
         rows,
         _metric_info(info),
@@ -362,6 +371,7 @@ def _runs_table(rows: pd.DataFrame, info: TaskInfo | None, published: set[str]) 
         published,
         steadiness=info.steadiness if info else None,
         accuracy=info.accuracy if info else None,
+        convergence=info.convergence if info else None,
         annotations=_annotation_headers(info),
         flags=flags,
     )
@@ -683,6 +693,7 @@ def _page(frame: pd.DataFrame, infos: dict[str, TaskInfo], published: set[str]) 
             "provenance": None,
             "n_runs": 0,
             "n_unsteady": count_unsteady(frame),
+            "n_still_learning": count_still_learning(frame),
             "n_tuned_out": 0,
         }
     return {**page, **_contents(frame, every_run, infos, published, choices)}
@@ -716,5 +727,6 @@ def _contents(
         "provenance": _provenance(frame),
         "n_runs": n_runs,
         "n_unsteady": count_unsteady(frame),
+        "n_still_learning": count_still_learning(frame),
         "n_tuned_out": every_run.loc[~every_run["derived"], "run_id"].nunique() - n_runs,
     }

@@ -14,6 +14,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from attnbench.harness.jobs.records import is_run_id
@@ -461,6 +462,7 @@ def task_table(
     accuracy: dict[str, str] | None = None,
     annotations: dict[str, str] | None = None,
     flags: Collection[str] = (),
+    convergence: dict[str, str] | None = None,
 ) -> Table:
     """One row per (variant, its parameters, machine, dtype, task setting); one column per metric.
 
@@ -485,6 +487,9 @@ def task_table(
         accuracy: metric → its 0/1 accuracy flag metric (`TaskInfo.accuracy`): a value whose
             kernel erred beyond its declared tolerance in a seed is marked with INACCURATE_MARK
             and a note, and is never the best of its group.
+        convergence: trained metric → its run's 0/1 convergence flag (`TaskInfo.convergence`,
+            recorded once per run): a value of a run still learning at its cap is marked with
+            UNSTEADY_MARK and its own note, and is never the best of its group.
         annotations: metric → the header of a text column showing the text its points carry
             (`TaskInfo.annotations`, e.g. "kernel path"); the text is also in the hover of
             each of the metric's cells. Metrics sharing a header share the column.
@@ -504,8 +509,9 @@ def task_table(
     means = wide.means
     steady = {m: _steady_share(means, m, _base(m), steadiness or {}) for m in metrics}
     accurate = {m: _steady_share(means, m, _base(m), accuracy or {}) for m in metrics}
+    learned = {m: _steady_share(means, m, _base(m), convergence or {}) for m in metrics}
     group_keys = ["machine", "dtype", *wide.settings]
-    best = _best_rows(means, metrics, metric_info, group_keys, (steady, accurate))
+    best = _best_rows(means, metrics, metric_info, group_keys, (steady, accurate, learned))
     for i, row in means.iterrows():
         own = sizes.get(str(row["variant"]), set())
         cells = [Cell(_key_text_of(k, row[k], own), _sortable(row[k])) for k in wide.keys]
@@ -513,7 +519,10 @@ def task_table(
         notes = {m: wide.annotations.get((*key, m), "") for m in metrics}
         cells += [
             _noted(
-                _value_cell(row[m], steady[m][i], i in best.get(m, ()), accurate[m][i]), notes[m]
+                _value_cell(
+                    row[m], steady[m][i], i in best.get(m, ()), accurate[m][i], learned[m][i]
+                ),
+                notes[m],
             )
             for m in metrics
         ]
@@ -655,18 +664,18 @@ def _best_rows(
     metrics: list[str],
     metric_info: dict[str, tuple[str, bool | None]],
     group_keys: list[str],
-    shares: tuple[dict[str, pd.Series], dict[str, pd.Series]],
+    shares: tuple[dict[str, pd.Series], ...],
 ) -> dict[str, set[int]]:
     """metric column → the rows of ``means`` holding the best value among the rows that share
-    ``group_keys``, in the metric's direction (none without one). An unsteady value, or one of
-    an inaccurate kernel (``shares``: steady and accurate share per column), is never the best."""
-    steady, accurate = shares
+    ``group_keys``, in the metric's direction (none without one). An unsteady value, one of an
+    inaccurate kernel or of a run still learning (``shares``: the steady, accurate and converged
+    share per column) is never the best."""
     best: dict[str, set[int]] = {}
     for m in metrics:
         direction = _column_info(metric_info, m)[1]
         if direction is None:
             continue
-        candidates = means[m].where(~(steady[m] < 1) & ~(accurate[m] < 1))
+        candidates = means[m].where(~np.logical_or.reduce([share[m] < 1 for share in shares]))
         pick = candidates.groupby([means[k] for k in group_keys]).transform(
             "max" if direction else "min"
         )
@@ -698,16 +707,23 @@ def _steady_share(wide: pd.DataFrame, column: str, metric: str, steadiness: dict
     (NaN: no flag declared or recorded)."""
     flag = steadiness.get(metric)
     flag_column = column.replace(metric, flag, 1) if flag else None
+    if flag_column not in wide.columns and flag in wide.columns:
+        flag_column = flag  # recorded once per run (a convergence flag): it judges every column
     if flag_column not in wide.columns:
         return pd.Series(float("nan"), index=wide.index)
     return wide[flag_column].astype(float)
 
 
 def _value_cell(
-    value: object, steady_share: float, best: bool, accurate_share: float = float("nan")
+    value: object,
+    steady_share: float,
+    best: bool,
+    accurate_share: float = float("nan"),
+    converged_share: float = float("nan"),
 ) -> Cell:
     """A metric's cell; marked, with a note, where a seed's timing behind it was of a kernel
-    that erred beyond its declared tolerance (first: that outranks unsteadiness) or unsteady."""
+    that erred beyond its declared tolerance (first: that outranks unsteadiness) or unsteady,
+    or where a seed's training was still learning at its cap."""
     cell = Cell(format_value(value), _sortable(value), best)
     if pd.isna(value):
         return cell
@@ -723,6 +739,12 @@ def _value_cell(
             UNSTEADY_MARK,
             "unsteady timing{}: its samples never settled within the time cap, or the machine "
             "was busy (the record says why)",
+        ),
+        (
+            converged_share,
+            UNSTEADY_MARK,
+            "still learning at the cap{}: the validation accuracy still rose over the last "
+            "doubling of training (the record's learning curve)",
         ),
     ):
         if share < 1:

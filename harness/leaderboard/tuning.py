@@ -17,6 +17,11 @@ Rules, in order:
 - ties go to the candidate whose values sort first (deterministic, never by run order);
 - a group where no candidate has a score keeps all its runs unchanged, so their failures show.
 
+**A winner at the grid's edge is flagged** (`Choice.at_edge`): where the winning value of a
+numeric axis is the lowest or the highest value tried, the optimum may lie outside the grid, and
+the variant's number may be its grid's, not its own. The tuning table says so per variant; the
+preset's grid should be extended until no winner sits there.
+
 Torch-free, like the rest of the leaderboard.
 """
 
@@ -72,6 +77,27 @@ class Choice:
     higher_is_better: bool
     candidates: list[Candidate] = field(default_factory=list)
     winner: int | None = None  # index into candidates; None: no candidate has a score
+
+    def at_edge(self) -> list[str]:
+        """The numeric axes whose winning value is the lowest or highest of two or more values
+        tried, as "lr at the highest tried (0.01)"; empty where none (or no winner)."""
+        if self.winner is None:
+            return []
+        won, out = self.candidates[self.winner].values, []
+        for axis in sorted(won):
+            tried = {
+                c.values.get(axis)
+                for c in self.candidates
+                if isinstance(c.values.get(axis), int | float)
+            }
+            value = won[axis]
+            if len(tried) < 2 or not isinstance(value, int | float):
+                continue
+            if value == max(tried):
+                out.append(f"{axis} at the highest tried ({value:g})")
+            elif value == min(tried):
+                out.append(f"{axis} at the lowest tried ({value:g})")
+        return out
 
 
 def _split(text: str, axes: list[str]) -> tuple[str, str]:
@@ -153,7 +179,12 @@ def tuning_table(choices: list[Choice], task: str) -> Table | None:
     columns = [
         Column("variant", "variant"),
         Column("setting", "setting", "Task parameters that differ between settings"),
-        Column("chosen", "chosen", f"Best seed-averaged {mine[0].select_by} (validation split)"),
+        Column(
+            "chosen",
+            "chosen",
+            f"Best seed-averaged {mine[0].select_by} (validation split); ⚠: at the grid's edge, "
+            "so the best value may lie outside the grid",
+        ),
         Column("candidates", f"{mine[0].select_by} per value (seeds)", "Every value tried"),
     ]
     rows = []
@@ -161,6 +192,10 @@ def tuning_table(choices: list[Choice], task: str) -> Table | None:
         setting = json.loads(c.setting)
         label = ", ".join(f"{k}={setting.get(k)}" for k in differing)
         chosen = c.candidates[c.winner].label if c.winner is not None else "none (no scores)"
+        varied = c.candidates[0].shown or list(c.candidates[0].values)
+        edges = [e for e in c.at_edge() if e.split(" ", 1)[0] in varied]
+        if edges:
+            chosen += " ⚠ grid edge: " + "; ".join(edges)
         tried = "; ".join(
             f"{cand.label}: {format_value(cand.score)} ({cand.n_seeds})" for cand in c.candidates
         )

@@ -12,10 +12,13 @@ rest of it: ``fwd_ms_rel_iqr`` (IQR / median) would otherwise read as the spread
 ``fwd_ms_rel``.
 
 Steadiness (`steadiness_flags`): a task may declare, per timed metric, a 0/1 metric of the same
-run saying whether the timing settled (`attnbench.task_info.TaskInfo.steadiness`), and one saying
-whether the timed kernel computed within its declared error (`TaskInfo.accuracy`). Each row gets
-the lowest of its flags: a value is judged only when every flag is 1 (or unknown); a run that did
-not record a flag (an older record) is unknown there, never unsteady.
+run saying whether the timing settled (`attnbench.task_info.TaskInfo.steadiness`), one saying
+whether the timed kernel computed within its declared error (`TaskInfo.accuracy`), and per trained
+metric one saying whether training converged (`TaskInfo.convergence`). Each row gets the lowest of
+its flags: a value is judged only when every flag is 1 (or unknown); a run that did not record a
+flag (an older record) is unknown there, never unsteady. A flag is read at the row's curve
+position, else, where the run recorded it without one, for every position of the run (a run
+converges as a whole).
 """
 
 from __future__ import annotations
@@ -76,13 +79,21 @@ def point_stats(table: pd.DataFrame, point: list[str] = POINT) -> pd.DataFrame:
 
 def declared_steadiness(infos: dict[str, TaskInfo]) -> list[tuple[str, str, str]]:
     """(task, metric, flag metric) for every flag the task descriptions ``infos`` (task →
-    `TaskInfo`) declare: its steadiness and its accuracy flags, both of which a value must pass
-    to enter a contest."""
+    `TaskInfo`) declare: its steadiness, accuracy and convergence flags, all of which a value
+    must pass to enter a contest."""
     return [
         (task, metric, flag)
         for task, info in sorted(infos.items())
-        for metric, flag in sorted([*info.steadiness.items(), *info.accuracy.items()])
+        for metric, flag in sorted(
+            {*info.steadiness.items(), *info.accuracy.items(), *info.convergence.items()}
+        )
     ]
+
+
+def declared_convergence(infos: dict[str, TaskInfo]) -> set[tuple[str, str]]:
+    """(task, flag metric) of every convergence flag ``infos`` declare (a 0 there is a run
+    still learning at its cap)."""
+    return {(task, flag) for task, info in infos.items() for flag in info.convergence.values()}
 
 
 def steadiness_flags(table: pd.DataFrame, pairs: Iterable[tuple[str, str, str]]) -> pd.Series:
@@ -105,6 +116,11 @@ def steadiness_flags(table: pd.DataFrame, pairs: Iterable[tuple[str, str, str]])
     flags["value"] = pd.to_numeric(table.loc[is_flag, "value"], errors="coerce").to_numpy()
     flags = flags.groupby([*keys, "task", "flag"])["value"].min()
     found = wanted.merge(flags.reset_index(), on=[*keys, "task", "flag"], how="left")
+    whole = flags.reset_index()
+    whole = whole[(whole["x_name"] == "") & (whole["x_value"] == -1.0)]
+    whole = whole.drop(columns=["x_name", "x_value"]).rename(columns={"value": "whole"})
+    found = found.merge(whole, on=["run_id", "task", "flag"], how="left")
+    found["value"] = found["value"].fillna(found["whole"])  # a run-level flag judges every x
     lowest = found.groupby("row")["value"].min()  # NaN only where every flag is unknown
     out = np.full(len(table), np.nan)
     out[lowest.index.to_numpy()] = lowest.to_numpy(dtype=float)

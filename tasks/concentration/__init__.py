@@ -406,7 +406,7 @@ class Concentration(Task):
                 n_layers=2,
             )
         )
-        model, curve = recall.fit(ctx)
+        model, outcome = recall.fit(ctx)
         x, _ = recall.data(64, (RECALL_SEQ_LEN, 8), ctx.generator(300))
         maps = attention_maps(model, x.to(ctx.device))
         points = []
@@ -414,7 +414,7 @@ class Concentration(Task):
             for name, value in row_statistics(w.cpu(), causal).items():
                 points.append(MetricPoint(name, value, "layer", layer))
         points.append(MetricPoint("density", model.density(RECALL_SEQ_LEN)))
-        return TaskResult(points=points, details={"loss_curve": curve})
+        return TaskResult(points=points, details=outcome.details())
 
 
 def require_weights(ctx: JobContext) -> None:

@@ -470,7 +470,7 @@ class IclRegression(Task):
             loss_on_batch,
             TrainConfig(steps=p.steps, batch_size=p.batch_size, lr=p.lr),
             desc=f"icl/{ctx.variant_name}",
-        )
+        ).curve
 
         @torch.no_grad()
         def predict_all(xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
@@ -563,7 +563,7 @@ class IclRegression(Task):
         cfg = TrainConfig(
             steps=p.steps, batch_size=p.layer_batch_size, lr=p.layer_lr, weight_decay=0.0
         )  # no weight decay: it would pull the layer off the GD step it should find
-        curve = train(layer, loss_on_batch, cfg, desc=f"icl1/{ctx.variant_name}")
+        curve = train(layer, loss_on_batch, cfg, desc=f"icl1/{ctx.variant_name}").curve
 
         def prompts(size: int, stream: int):
             """(examples, labels, queries, noiseless targets) of ``size`` fresh prompts."""
@@ -788,7 +788,9 @@ class AttentionSystem(torch.nn.Module):
             with torch.no_grad():
                 for t, kept in zip(self.parameters(), best[1], strict=True):
                     t.copy_(kept)
-            self.stopped = f"L-BFGS stopped after {len(curve)} evaluations ({error}); best point kept"
+            self.stopped = (
+                f"L-BFGS stopped after {len(curve)} evaluations ({error}); best point kept"
+            )
             curve.append((len(curve) + 1, best[0]))
         return curve[:: max(1, len(curve) // 50)] + curve[-1:]
 

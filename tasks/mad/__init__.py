@@ -36,8 +36,16 @@ from torch import nn
 from attnbench import JobContext, Metric, MetricPoint, Task, TaskResult, Tuning
 from attnbench.metrics import DENSITY
 from attnbench.task import TEST_STREAM, VALIDATION_STREAM
+from attnbench.toolkit.convergence import StopRule, binomial_noise
 from attnbench.toolkit.model import ModelConfig, SequenceModel
-from attnbench.toolkit.training import IGNORE_INDEX, TrainConfig, fit_token_model
+from attnbench.toolkit.training import (
+    CONVERGED,
+    EXAMPLES_AXIS,
+    IGNORE_INDEX,
+    LEARNING_CURVE_METRICS,
+    TrainConfig,
+    fit_token_model,
+)
 
 BATTERY = "mad"
 EVAL_TOKENS = 65536  # tokens per evaluation batch
@@ -93,7 +101,14 @@ class MadTask(Task):
             label="final training loss",
         ),
         DENSITY,
+        *LEARNING_CURVE_METRICS,
     )
+    charts = ("learning_curve",)
+    axes = (EXAMPLES_AXIS,)
+    # every trained number is judged by the run's convergence (attnbench.toolkit.convergence)
+    chance_metric = "chance_accuracy"  # with the ceiling: does a column separate the variants
+    ceiling = 1.0
+    convergence = {m: CONVERGED for m in ("accuracy", "val_accuracy")}
 
     def batch(
         self, n: int, gen: torch.Generator, training: bool
@@ -180,7 +195,13 @@ class MadTask(Task):
         cfg = TrainConfig(
             steps=p.steps, batch_size=p.batch_size, lr=p.lr, weight_decay=p.weight_decay
         )
-        curve = fit_token_model(
+
+        def evaluate() -> tuple[float, float]:
+            right = self.hits(model, ctx, p.val_size, VALIDATION_STREAM)
+            accuracy = float(right.float().mean())
+            return accuracy, binomial_noise(accuracy, right.numel())
+
+        outcome = fit_token_model(
             model,
             x,
             y,
@@ -188,16 +209,18 @@ class MadTask(Task):
             device=ctx.device,
             seed=ctx.seed,
             desc=f"{self.name}/{ctx.variant_name}",
+            evaluate=evaluate,
+            rule=StopRule(ceiling=1.0, chance=self.chance()),
         )
         right = self.hits(model, ctx, p.test_size, TEST_STREAM)
-        val_right = self.hits(model, ctx, p.val_size, VALIDATION_STREAM)
         encoder = getattr(model, "encoder", model)
         points = [
+            *outcome.points(),
             MetricPoint("accuracy", float(right.float().mean())),
-            MetricPoint("val_accuracy", float(val_right.float().mean())),
+            MetricPoint("val_accuracy", outcome.convergence.points[-1].value),
             MetricPoint("chance_accuracy", self.chance()),
-            MetricPoint("final_loss", curve[-1][1]),
+            MetricPoint("final_loss", outcome.curve[-1][1]),
             MetricPoint("density", encoder.density(self.density_size()[0])),
         ]
-        details = {"loss_curve": curve, "scored_test_tokens": int(right.numel())}
+        details = {**outcome.details(), "scored_test_tokens": int(right.numel())}
         return TaskResult(points=points, details=details)

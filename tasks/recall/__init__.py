@@ -57,8 +57,16 @@ from attnbench import (
 from attnbench.metrics import DENSITY
 from attnbench.task import TEST_STREAM, VALIDATION_STREAM
 from attnbench.tasks.recall.mqar_data import IGNORE, mqar_batch, sequence_accuracy
+from attnbench.toolkit.convergence import StopRule, binomial_noise
 from attnbench.toolkit.model import ModelConfig, SequenceModel
-from attnbench.toolkit.training import TrainConfig, train
+from attnbench.toolkit.training import (
+    CONVERGED,
+    EXAMPLES_AXIS,
+    LEARNING_CURVE_METRICS,
+    TrainConfig,
+    TrainOutcome,
+    train,
+)
 
 EVAL_TOKENS = 65536  # tokens per evaluation batch (sequences = this // seq_len)
 
@@ -80,7 +88,8 @@ class RecallParams:
     test_size: int = 300  # fresh test sequences per test configuration
     val_size: int = 300  # validation sequences per test configuration (pick tuned parameters)
     data_seed: int = 0  # draws the training, test and validation sequences (Zoology's data seed)
-    steps: int = 600  # optimiser steps (each on a batch of one configuration)
+    steps: int = 600  # optimiser steps at most (each on a batch of one configuration); fewer
+    # where the validation accuracy is solved or plateaued (attnbench.toolkit.convergence)
     batch_size: int = 64  # sequences per step
     lr: float = 3e-3  # peak AdamW learning rate
     weight_decay: float = 0.1  # AdamW weight decay (Zoology's)
@@ -126,10 +135,31 @@ class Recall(Task):
         Metric("n_kv_pairs", None, "Key-value pairs in a test sequence", label="key-value pairs"),
         Metric("d_model", None, "Model width", label="model width"),
         Metric("seq_len", None, "Training sequence length", "tokens", label="sequence length"),
+        EXAMPLES_AXIS,
     )
     battery = "mad"  # MAD's selective copying / in-context recall (tasks/mad, docs/mad.md)
     tuning = Tuning(["lr", "weight_decay"], "val_accuracy")
-    charts = ("accuracy_by_pairs", "accuracy_by_d_model", "accuracy_by_state_bytes")
+    charts = (
+        "accuracy_by_pairs",
+        "accuracy_by_d_model",
+        "accuracy_by_state_bytes",
+        "learning_curve",
+    )
+    # every trained number is judged by the run's convergence (attnbench.toolkit.convergence)
+    chance_metric = "chance_accuracy"  # with the ceiling: does a column separate the variants
+    ceiling = 1.0
+    convergence = {
+        m: CONVERGED
+        for m in (
+            "accuracy",
+            "accuracy_by_pairs",
+            "val_accuracy",
+            "accuracy_trained_sizes",
+            "accuracy_beyond",
+            "accuracy_by_d_model",
+            "accuracy_by_state_bytes",
+        )
+    }
     chart_references = {
         "accuracy_by_pairs": {"context_guess_by_pairs": "a random value of the sequence (1/pairs)"}
     }
@@ -201,6 +231,7 @@ class Recall(Task):
         ),
         DENSITY,
         Metric("density_by_pairs", None, "density at each test configuration's length"),
+        *LEARNING_CURVE_METRICS,
     )
 
     def density_size(self) -> tuple[int, int, bool]:
@@ -295,9 +326,11 @@ class Recall(Task):
         Variants are then compared on identical test sets."""
         return torch.Generator().manual_seed(self.params.data_seed * 1_000_003 + offset)
 
-    def fit(self, ctx: JobContext) -> tuple[SequenceModel, list[tuple[int, float]]]:
+    def fit(self, ctx: JobContext) -> tuple[SequenceModel, TrainOutcome]:
         """Train on fixed training sets, one per configuration of the mixture; each step takes a
-        batch of one configuration (so no padding), in an order shuffled every epoch."""
+        batch of one configuration (so no padding), in an order shuffled every epoch. The
+        validation accuracy over the test ladder's configurations is the learning curve, and
+        stops training when solved or plateaued."""
         p = self.params
         torch.manual_seed(ctx.seed)
         model = self.build_model(ctx)
@@ -319,22 +352,41 @@ class Recall(Task):
             x, y = sets[i]
             return query_loss(model, x[idx].to(ctx.device), y[idx].to(ctx.device))
 
+        validation = {c: self.split(c, validation=True) for c in evaluation_ladder(p)}
+        targets = sum(int((y != IGNORE).sum()) for _, y in validation.values())
+
+        def evaluate() -> tuple[float, float]:
+            accuracy = sum(self.score(model, ctx, xy) for xy in validation.values())
+            accuracy /= len(validation)
+            return accuracy, binomial_noise(accuracy, targets)
+
         cfg = TrainConfig(
             steps=p.steps, batch_size=p.batch_size, lr=p.lr, weight_decay=p.weight_decay
         )
-        curve = train(model, loss_on_batch, cfg, desc=f"recall/{ctx.variant_name}")
-        return model, curve
+        outcome = train(
+            model,
+            loss_on_batch,
+            cfg,
+            desc=f"recall/{ctx.variant_name}",
+            evaluate=evaluate,
+            rule=StopRule(ceiling=1.0, chance=1 / (p.vocab_size - p.vocab_size // 2)),
+        )
+        return model, outcome
 
-    @torch.no_grad()
-    def evaluate(
-        self, model: SequenceModel, ctx: JobContext, config: tuple[int, int], validation=False
-    ) -> float:
-        """Zoology's accuracy on fresh sequences of one configuration: ``test_size`` of the test
-        split, or ``val_size`` of the validation split (another generator stream)."""
+    def split(self, config: tuple[int, int], validation: bool = False):
+        """Fresh sequences of one configuration: ``test_size`` of the test split, or
+        ``val_size`` of the validation split (another generator stream)."""
         p = self.params
         size, stream = (p.val_size, VALIDATION_STREAM) if validation else (p.test_size, TEST_STREAM)
-        x, y = self.data(size, config, self.data_generator(stream + config[1]))
-        step = max(1, EVAL_TOKENS // config[0])
+        return self.data(size, config, self.data_generator(stream + config[1]))
+
+    @torch.no_grad()
+    def score(self, model: SequenceModel, ctx: JobContext, xy) -> float:
+        """Zoology's accuracy on sequences ``xy`` of one configuration: per sequence the
+        fraction of its queries answered, averaged over sequences."""
+        x, y = xy
+        size = x.shape[0]
+        step = max(1, EVAL_TOKENS // x.shape[1])
         per_sequence = torch.cat(
             [
                 sequence_accuracy(
@@ -348,9 +400,9 @@ class Recall(Task):
 
     def run(self, ctx: JobContext) -> TaskResult:
         p = self.params
-        model, curve = self.fit(ctx)
+        model, outcome = self.fit(ctx)
         tests = evaluation_ladder(p)
-        by_config = {c: self.evaluate(model, ctx, c) for c in tests}
+        by_config = {c: self.score(model, ctx, self.split(c)) for c in tests}
         trained = [
             a for (length, k), a in by_config.items() if k <= p.n_kv_pairs and length <= p.seq_len
         ]
@@ -358,14 +410,14 @@ class Recall(Task):
             a for (length, k), a in by_config.items() if k > p.n_kv_pairs or length > p.seq_len
         ]
         accuracy = sum(by_config.values()) / len(by_config)
-        validation = [self.evaluate(model, ctx, c, validation=True) for c in tests]
         points = [
+            *outcome.points(),
             MetricPoint("accuracy", accuracy),
-            MetricPoint("val_accuracy", sum(validation) / len(validation)),
+            MetricPoint("val_accuracy", outcome.convergence.points[-1].value),
             MetricPoint("accuracy_by_d_model", accuracy, "d_model", p.d_model),
             MetricPoint("accuracy_trained_sizes", sum(trained) / len(trained)),
             MetricPoint("chance_accuracy", 1 / (p.vocab_size - p.vocab_size // 2)),
-            MetricPoint("final_loss", curve[-1][1]),
+            MetricPoint("final_loss", outcome.curve[-1][1]),
             MetricPoint("density", model.density(p.seq_len)),
         ]
         if beyond:
@@ -374,7 +426,7 @@ class Recall(Task):
             points.append(MetricPoint("accuracy_by_pairs", acc, "n_kv_pairs", k))
             points.append(MetricPoint("density_by_pairs", model.density(length), "n_kv_pairs", k))
             points.append(MetricPoint("context_guess_by_pairs", 1 / k, "n_kv_pairs", k))
-        details = {"loss_curve": curve, "train_configs": training_mixture(p), "test_configs": tests}
+        details = {**outcome.details(), "train_configs": training_mixture(p), "test_configs": tests}
         longest = max(length for length, _ in tests)
         try:
             state = state_bytes(model, longest, ctx.dtype)

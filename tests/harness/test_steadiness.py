@@ -7,6 +7,7 @@ import pytest
 
 from attnbench.harness.leaderboard.steadiness import (
     UNTRUSTED,
+    count_still_learning,
     count_unsteady,
     judge_steadiness,
     untrusted,
@@ -87,3 +88,35 @@ def test_an_empty_frame_is_judged_and_counts_nothing():
 def test_rows_never_judged_are_refused():
     with pytest.raises(ValueError, match="never judged"):
         untrusted(_frame(_run("a", 1.0, 1.0)))
+
+
+TRAINED = {"trained": TaskInfo("trained", convergence={"acc": "converged", "acc_at": "converged"})}
+
+
+def _trained_run(run_id, converged):
+    """One trained run: a value, a value along a curve, and the run's flag recorded once, with
+    no curve position (None: not recorded)."""
+    rows = []
+    values = [
+        ("acc", 0.9, None, None),
+        ("acc_at", 0.8, "pairs", 8.0),
+        ("acc_at", 0.7, "pairs", 16.0),
+    ]
+    if converged is not None:
+        values.append(("converged", converged, None, None))
+    for metric, value, x_name, x_value in values:
+        row = dict.fromkeys(COLUMNS)
+        row.update(run_id=run_id, derived=False, status="ok", task="trained", metric=metric)
+        rows.append({**row, "value": value, "x_name": x_name, "x_value": x_value})
+    return rows
+
+
+def test_a_run_still_learning_at_its_cap_is_untrusted_at_every_curve_position_and_counted():
+    frame = judge_steadiness(
+        _frame(_trained_run("done", 1.0), _trained_run("learning", 0.0), _trained_run("old", None)),
+        TRAINED,
+    )
+    values = frame[frame["metric"] != "converged"]
+    judged = values.groupby("run_id").apply(lambda rows: set(untrusted(rows)), include_groups=False)
+    assert judged.to_dict() == {"done": {False}, "learning": {True}, "old": {False}}
+    assert count_still_learning(frame) == 1 and count_unsteady(frame) == 0
