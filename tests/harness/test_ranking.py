@@ -124,14 +124,15 @@ def test_overview_without_headline_points_is_none():
 
 
 def test_a_win_must_hold_beyond_the_spread():
-    """A: 3 seeds at 0.90 ± 0.05 (se 0.029); B one seed 0.95 without spread: the difference
-    0.05 is within 2·0.029·… → tie. C at 0.70 is beyond it → loses to both."""
+    """A: 3 seeds at 0.90 ± 0.07 (se 0.040); B and C one seed each without spread: the
+    contest's pooled u is √(0.040²/3) = 0.023, its margin 2·√2·0.023 = 0.066, so B's lead of
+    0.05 is a tie, and C at 0.70 is beyond it → loses to both."""
     values = pd.Series([0.90, 0.95, 0.70], index=list("ABC"))
-    u = pd.Series([0.05 / 3**0.5, 0.0, 0.0], index=list("ABC"))
+    u = pd.Series([0.07 / 3**0.5, 0.0, 0.0], index=list("ABC"))
     assert contest_scores(values, True, u).to_dict() == {"A": 0.75, "B": 0.75, "C": 0.0}
     # the same values without uncertainty: B beats A
     assert contest_scores(values, True).to_dict() == {"A": 0.5, "B": 1.0, "C": 0.0}
-    # the margin is 2 combined standard errors: just outside it is a win
+    # the margin is 2·√2 pooled standard errors: just outside it is a win
     tight = pd.Series([0.05 / 2 / 2**0.5 * 0.99] * 2, index=list("AB"))
     assert contest_scores(values[["A", "B"]], True, tight).to_dict() == {"A": 0.0, "B": 1.0}
 

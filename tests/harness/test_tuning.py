@@ -71,7 +71,9 @@ def test_the_validation_metric_picks_the_value_never_the_test_metric():
     winners = {c.variant: c.candidates[c.winner].values for c in choices}
     assert winners == {"A": {"lr": 0.01}, "B": {"lr": 0.001}}
     table = tuning_table(choices, "train")
-    assert [row[2].text for row in table.rows] == ["lr=0.01", "lr=0.001"]
+    # two values tried: either winner sits at an edge of the grid, and the table says so
+    assert [row[2].text.split(" ⚠")[0] for row in table.rows] == ["lr=0.01", "lr=0.001"]
+    assert all("grid edge" in row[2].text for row in table.rows)
     assert "lr=0.001: 0.6 (2)" in table.rows[0][3].text
 
 
@@ -139,3 +141,22 @@ def test_the_label_names_only_the_axes_a_group_varies():
     )
     kept, _ = select_tuned(frame, infos)
     assert set(kept[TUNED]) == {"lr=0.01"}
+
+
+def test_a_winner_at_the_grid_edge_is_flagged_and_an_interior_one_is_not():
+    """A winner at the lowest or highest value tried may have its optimum outside the grid."""
+    rows = [
+        *[_rows("edge", lr, val, 0.5) for lr, val in ((1e-3, 0.2), (3e-3, 0.4), (1e-2, 0.9))],
+        *[_rows("inner", lr, val, 0.5) for lr, val in ((1e-3, 0.2), (3e-3, 0.9), (1e-2, 0.4))],
+        *[_rows("low", lr, val, 0.5) for lr, val in ((1e-3, 0.9), (3e-3, 0.4), (1e-2, 0.2))],
+    ]
+    _, choices = select_tuned(_frame(rows), INFOS)
+    edges = {c.variant: c.at_edge() for c in choices}
+    assert edges == {
+        "edge": ["lr at the highest tried (0.01)"],
+        "inner": [],
+        "low": ["lr at the lowest tried (0.001)"],
+    }
+    cells = {row[0].text: row[2].text for row in tuning_table(choices, "train").rows}
+    assert "⚠ grid edge: lr at the highest tried" in cells["edge"]
+    assert "⚠" not in cells["inner"]
