@@ -1,10 +1,20 @@
-"""Selective copying (as in MAD, Poli et al. 2024).
+"""Selective copying as MAD generates it (Poli et al. 2024, mad-lab's selective copying).
 
-A context of ``seq_len`` positions holds ``n_to_copy`` data tokens at random positions among blank
-(noise) tokens. After a separator the model must write the data tokens out, in order. It is trained
-with teacher forcing (next-token loss on the output part only) and evaluated by greedy decoding:
-token accuracy over the written tokens, and exact match (every token right). Chance token accuracy
-is one over the number of data tokens.
+A context of ``seq_len`` positions holds ``n_to_copy`` data tokens among blank (noise) tokens;
+then a copy token and ``n_to_copy`` blanks, at which the model must output the data tokens in
+order (position i after the copy token: the i-th data token). The blanks are placed as MAD places
+them: each blank goes before one of the data tokens, chosen uniformly, so the gaps before the
+data tokens are even (a multinomial of the blanks over the data tokens) and the last data token
+always sits right before the copy token. Trained with cross-entropy at the output positions only;
+scored by the argmax there (no teacher forcing: the outputs are read at blank inputs, as MAD reads
+them). Token accuracy over the output positions, and exact match (every token of a sequence
+right). Chance token accuracy is one over the number of data tokens.
+
+Differences from mad-lab, each for a reason: ``seq_len`` counts the context only (MAD's counts
+the copy token and the outputs too: the contract key keeps its meaning); data tokens are 2…V−1
+after blank 0 and copy token 1 (MAD: the two highest ids are special; the same count of data
+tokens); the blanks are drawn from the job's data generator (mad-lab draws them from numpy's
+global generator, unseeded, so its placements are not reproducible).
 """
 
 from __future__ import annotations
@@ -16,39 +26,43 @@ import torch
 from attnbench import JobContext, Metric, MetricPoint, Task, TaskResult, Tuning, register_task
 from attnbench.metrics import DENSITY
 from attnbench.task import TEST_STREAM, VALIDATION_STREAM
+from attnbench.toolkit.convergence import StopRule, binomial_noise
 from attnbench.toolkit.model import ModelConfig, SequenceModel
-from attnbench.toolkit.training import IGNORE_INDEX, TrainConfig, fit_token_model
+from attnbench.toolkit.training import (
+    CONVERGED,
+    EXAMPLES_AXIS,
+    IGNORE_INDEX,
+    LEARNING_CURVE_METRICS,
+    TrainConfig,
+    fit_token_model,
+)
 
-BLANK, SEPARATOR, FIRST_DATA = 0, 1, 2
+BLANK, SEPARATOR, FIRST_DATA = 0, 1, 2  # SEPARATOR: MAD's copy token
 
 
 def copy_batch(
     n: int, seq_len: int, n_to_copy: int, vocab_size: int, gen: torch.Generator
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``n`` selective-copy sequences.
+    """``n`` selective-copy sequences, MAD's placement (module docstring).
 
     Returns:
-        inputs (n, seq_len + n_to_copy): context, separator, then the data tokens but the last
-        (teacher forcing); targets (same shape, −100 outside the output part); data (n, n_to_copy).
+        inputs (n, seq_len + 1 + n_to_copy): context, copy token, blanks; targets (same shape,
+        −100 but at the last ``n_to_copy`` positions, which hold the data); data (n, n_to_copy).
     """
     data = torch.randint(FIRST_DATA, vocab_size, (n, n_to_copy), generator=gen)
-    where = torch.rand(n, seq_len, generator=gen).argsort(dim=1)[:, :n_to_copy].sort(dim=1).values
+    blanks = seq_len - n_to_copy
+    # each blank goes before a data token chosen uniformly (MAD's np.insert at randint(0, n))
+    before = torch.randint(0, n_to_copy, (n, blanks), generator=gen)
+    gaps = torch.zeros(n, n_to_copy, dtype=torch.long)
+    gaps.scatter_add_(1, before, torch.ones_like(before))
+    where = gaps.cumsum(dim=1) + torch.arange(n_to_copy)
     context = torch.full((n, seq_len), BLANK, dtype=torch.long)
     context.scatter_(1, where, data)
-    inputs = torch.cat([context, torch.full((n, 1), SEPARATOR), data[:, :-1]], dim=1)
+    outputs = torch.full((n, n_to_copy), BLANK, dtype=torch.long)
+    inputs = torch.cat([context, torch.full((n, 1), SEPARATOR), outputs], dim=1)
     targets = torch.full_like(inputs, IGNORE_INDEX)
-    targets[:, seq_len:] = data
+    targets[:, seq_len + 1 :] = data
     return inputs, targets, data
-
-
-@torch.no_grad()
-def greedy_copy(model: SequenceModel, prompt: torch.Tensor, n_to_copy: int) -> torch.Tensor:
-    """Write ``n_to_copy`` tokens after ``prompt`` (context + separator) by greedy decoding."""
-    seq = prompt
-    for _ in range(n_to_copy):
-        nxt = model(seq)[:, -1].argmax(dim=-1, keepdim=True)
-        seq = torch.cat([seq, nxt], dim=1)
-    return seq[:, prompt.shape[1] :]
 
 
 @dataclass
@@ -84,7 +98,7 @@ class SelectiveCopy(Task):
         Metric(
             "accuracy",
             True,
-            "Token accuracy of the greedily written output",
+            "Token accuracy at the output positions (MAD's: argmax, no teacher forcing)",
             label="copy accuracy",
         ),
         Metric("val_accuracy", True, "accuracy on the validation split (picks tuned lr)"),
@@ -107,11 +121,18 @@ class SelectiveCopy(Task):
             label="final training loss",
         ),
         DENSITY,
+        *LEARNING_CURVE_METRICS,
     )
+    charts = ("learning_curve",)
+    axes = (EXAMPLES_AXIS,)
+    # every trained number is judged by the run's convergence (attnbench.toolkit.convergence)
+    chance_metric = "chance_accuracy"  # with the ceiling: does a column separate the variants
+    ceiling = 1.0
+    convergence = {m: CONVERGED for m in ("accuracy", "val_accuracy", "exact_match")}
 
     def density_size(self) -> tuple[int, int, bool]:
-        """The model's input: context, separator and the output but its last token, causal."""
-        n = self.params.seq_len + self.params.n_to_copy
+        """The model's input: context, copy token and the output positions, causal."""
+        n = self.params.seq_len + 1 + self.params.n_to_copy
         return n, n, True
 
     def check(self) -> None:
@@ -157,7 +178,14 @@ class SelectiveCopy(Task):
         )
         model = SequenceModel(cfg, ctx.variant_name, ctx.variant_params).to(ctx.device, ctx.dtype)
         x, y, _ = copy_batch(p.train_size, p.seq_len, p.n_to_copy, p.vocab_size, ctx.generator(1))
-        curve = fit_token_model(
+        chance = 1 / (p.vocab_size - FIRST_DATA)
+
+        def evaluate() -> tuple[float, float]:
+            right = self.written_right(model, ctx, p.val_size, VALIDATION_STREAM)
+            accuracy = float(right.float().mean())
+            return accuracy, binomial_noise(accuracy, right.numel())
+
+        outcome = fit_token_model(
             model,
             x,
             y,
@@ -167,30 +195,33 @@ class SelectiveCopy(Task):
             device=ctx.device,
             seed=ctx.seed,
             desc=f"copy/{ctx.variant_name}",
+            evaluate=evaluate,
+            rule=StopRule(ceiling=1.0, chance=chance),
         )
         right = self.written_right(model, ctx, p.test_size, TEST_STREAM)
-        val_right = self.written_right(model, ctx, p.val_size, VALIDATION_STREAM)
         points = [
+            *outcome.points(),
             MetricPoint("accuracy", float(right.float().mean())),
             MetricPoint("exact_match", float(right.all(dim=1).float().mean())),
-            MetricPoint("val_accuracy", float(val_right.float().mean())),
-            MetricPoint("chance_accuracy", 1 / (p.vocab_size - FIRST_DATA)),
-            MetricPoint("final_loss", curve[-1][1]),
+            MetricPoint("val_accuracy", outcome.convergence.points[-1].value),
+            MetricPoint("chance_accuracy", chance),
+            MetricPoint("final_loss", outcome.curve[-1][1]),
             MetricPoint("density", model.density(self.density_size()[0])),
         ]
-        return TaskResult(points=points, details={"loss_curve": curve})
+        return TaskResult(points=points, details=outcome.details())
 
     def written_right(
         self, model: SequenceModel, ctx: JobContext, size: int, stream: int
     ) -> torch.Tensor:
-        """(size, n_to_copy) booleans: which tokens the model writes out right on ``size`` fresh
-        sequences of generator stream ``stream`` (the test or the validation split)."""
+        """(size, n_to_copy) booleans: which tokens the model outputs right (argmax at the
+        output positions) on ``size`` fresh sequences of generator stream ``stream`` (the test
+        or the validation split)."""
         p = self.params
         x, _, data = copy_batch(size, p.seq_len, p.n_to_copy, p.vocab_size, ctx.generator(stream))
         written = torch.cat(
             [
-                greedy_copy(model, x[i : i + 250, : p.seq_len + 1].to(ctx.device), p.n_to_copy)
+                model(x[i : i + 250].to(ctx.device))[:, -p.n_to_copy :].argmax(-1).cpu()
                 for i in range(0, size, 250)
             ]
-        ).cpu()
+        )
         return written == data
