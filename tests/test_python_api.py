@@ -228,9 +228,9 @@ def test_results_collects_what_is_not_in_the_table_yet(tmp_path):
 
 
 def test_the_example_reproduces_a_cell_of_the_reference_board(tmp_path):
-    """examples/from_python.py reruns softmax × concentration (recall model, 300 steps) of the
-    reference board. Identical to 6 digits on the machine that made the board; another CPU's
-    kernels round differently, which moves S(x) far less than 0.01 (0.64 and 0.96 here)."""
+    """examples/from_python.py reruns softmax × decode at 1024 tokens of the reference board:
+    the state a sequence holds (a KV cache of 1024 tokens, 4 heads of 64 in float32: 2 MiB)
+    is the reference's exactly; the time ratio is a timing, printed, not compared."""
     proc = subprocess.run(
         [sys.executable, str(REPO / "examples" / "from_python.py"), str(tmp_path)],
         capture_output=True,
@@ -239,11 +239,10 @@ def test_the_example_reproduces_a_cell_of_the_reference_board(tmp_path):
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
-    lines = [x for x in proc.stdout.splitlines() if x.startswith("concentration × softmax")]
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("decode × softmax")]
     assert len(lines) == 2
-    for line in lines:
-        ours, reference = (float(x.split()[-1]) for x in line.split(",")[1:])
-        assert abs(ours - reference) < 0.01, line
+    ours, reference = (float(x.split()[-1]) for x in lines[0].split(",")[1:])
+    assert "state_bytes" in lines[0] and ours == reference == 2 * 1024 * 4 * 64 * 4
 
 
 def test_a_key_shared_by_two_tasks_the_default_lacks(tmp_path):

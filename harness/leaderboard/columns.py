@@ -111,6 +111,7 @@ def _headline(
         converge_flag=info.convergence.get(metric_name, ""),
         chance_metric=info.chance_metric if metric_name == info.headline else "",
         ceiling=info.ceiling if metric_name == info.headline else None,
+        trained=bool(info.convergence) or bool(info.tuning and info.tuning.params),
         cost=bool(info.cost_metric) and metric_name == info.cost_metric,
         group=group,
         label=f"{title}: {Words(info).metric(metric_name)}",

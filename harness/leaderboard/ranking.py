@@ -43,8 +43,10 @@ makes the rank consistent with its columns: if A is at least as good as B on eve
 and better beyond the margin on one, A ranks above B (`tests/harness/test_rank_consistency.py`);
 with per-pair margins a noisier A could tie a third entry that B beats.
 
-**A column votes only if it separates the variants** (`no_vote_reason`): one where every entry is
-tied with every other in every contest, or every entry sits at chance or at the ceiling (the
+**A column votes only if it separates the variants** (`no_vote_reason`): a trained column (its
+task tunes parameters or judges convergence) whose every value rests on a single seed (no noise
+to tell a win from luck), one where every entry is tied with
+every other in every contest, or one where every entry sits at chance or at the ceiling (the
 task's ``chance_metric`` and ``ceiling``), is shown and ranked within itself but casts no vote in
 the quality rank, and its header says why.
 
@@ -134,6 +136,7 @@ class Headline:
     battery: str = ""  # the task's battery (TaskInfo.battery; `columns.with_batteries`)
     members: tuple[str, ...] = ()  # a battery's column: the columns it is the mean of
     chance_metric: str = ""  # the metric of the same run holding the headline's chance level
+    trained: bool = False  # a trained result (its task tunes or judges convergence): seeds needed
     ceiling: float | None = None  # the headline's best possible value (None: unbounded)
 
 
@@ -343,12 +346,18 @@ def _add_task(tasks: _TaskResults, h: Headline, judged: _Judged) -> None:
 def no_vote_reason(points: pd.DataFrame, h: Headline, chance: pd.Series | None = None) -> str:
     """Why the column of ``h`` casts no vote in the quality rank, "" where it votes.
 
-    A column votes only if it separates the variants: not where, in every contest, every entry
-    is tied with every other (all within seed noise of each other), nor where every entry is
+    A column votes only if it separates the variants, and only a column with a measured noise
+    can show that: not a trained column (``h.trained``) whose every value rests on one seed and
+    records no spread (a trained number varies with its seed); not where, in
+    every contest, every entry is tied with every other (all within seed noise of each other),
+    nor where every entry is
     within noise of the chance level (``chance``: the chance metric's value per point, index as
     ``points``) or of the headline's ceiling. "Within noise" of a level is within TIE_Z
     standard errors of the point's seeds, or within NEAR_LEVEL of the span from chance to
     ceiling (a one-seed value has no standard error, and a hundredth is its rounding)."""
+    one_seed = (points["n"] <= 1).all() and points["spread"].isna().all()
+    if h.trained and one_seed:
+        return "one seed per value: no seed noise to tell a win from luck"
     u = uncertainty(points)
     separated = False
     for _, contest in points["mean"].groupby(level=CONTEST, dropna=False):

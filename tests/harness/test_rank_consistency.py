@@ -108,8 +108,14 @@ def test_columns_that_do_not_separate_the_variants_cast_no_vote_and_say_why():
             names=[*ENTRY, "task_params", "x_name", "x_value", "threads"],
         ),
     )
-    h = Headline("t", "acc", True, chance_metric="chance", ceiling=1.0)
+    h = Headline("t", "acc", True, chance_metric="chance", ceiling=1.0, trained=True)
     assert no_vote_reason(points, h) == "every variant within seed noise of every other"
+    one_seed = points.assign(mean=[0.9, 0.5, 0.1], n=[1] * 3, spread=[float("nan")] * 3)
+    assert (
+        no_vote_reason(one_seed, h) == "one seed per value: no seed noise to tell a win from luck"
+    )
+    # a column that is not trained (a diagnostic, a closed form) is not held to seeds
+    assert no_vote_reason(one_seed, Headline("t", "acc", True)) == ""
     apart = points.assign(mean=[0.012, 0.010, 0.008], spread=[1e-5] * 3)
     chance = pd.Series(0.01, index=points.index)
     assert no_vote_reason(apart, h, chance) == "every variant at chance"  # within 2 % of the span
