@@ -39,7 +39,8 @@ def reference(variant, q, k, v, gates, causal=True):
     """The (gated) delta rule token by token in float64, from the variant's raw inputs:
     features, gates and update written out from the papers (no code shared with the variant).
     Query head h reads key/value head h // (H / H_kv); with causal=False every query reads the
-    final state; causal with N ≠ M: query i reads S_min(i, M−1)."""
+    final state; causal with N ≠ M: query i reads S_min(i, M−1). The output RMS-normalised per
+    head and position where the variant's ``output_norm`` is set (its default)."""
     q, k, v = (x.double() for x in (q, k, v))
     if variant.params.qk_activation == "silu":
         q, k = q * torch.sigmoid(q), k * torch.sigmoid(k)
@@ -80,7 +81,14 @@ def reference(variant, q, k, v, gates, causal=True):
         s = states[min(i, m - 1)] if causal else states[-1]
         for hh in range(h):
             out[:, hh, i] = torch.einsum("bd,bde->be", q[:, hh, i], s[:, hh // group])
-    return out
+    return rms_normalised(out) if variant.params.output_norm and dv > 1 else out
+
+
+def rms_normalised(out):
+    """Each head's output at each position over the root mean square of its value channels
+    (plus ε = 1e-5, fla's RMSNorm ε): the variants' ``output_norm``, written out (which leaves
+    a single value channel as it is)."""
+    return out / torch.sqrt((out * out).mean(dim=-1, keepdim=True) + 1e-5)
 
 
 def make(name, heads=4, kv_heads=None, d=8, max_len=4096, seed=0, **params):
@@ -182,8 +190,13 @@ def test_views_as_the_shared_layer_makes_them_and_gradients_by_finite_difference
 def test_attention_weights_given_the_gates_reproduce_the_forward(name, causal):
     """The output is linear in the values for given q, k and gates, so the weights are the
     forward of unit-vector values: weights @ v equals the forward (float64, 1e-12), zero above
-    the diagonal when causal; without gates the weights are refused (they depend on them)."""
-    variant = make(name, kv_heads=2)
+    the diagonal when causal; without gates the weights are refused (they depend on them), and
+    so are they with the output norm (no linear map of the values): the rule's own here."""
+    with pytest.raises(NotImplementedError, match="output_norm"):
+        normalised = make(name, kv_heads=2)
+        q, k, _, gates = inputs(4, 2, 5, variant=normalised)
+        normalised.attention_weights(q, k, causal=causal, gates=gates)
+    variant = make(name, kv_heads=2, output_norm=False)
     q, k, v, gates = inputs(4, 2, 45, seed=4, variant=variant)
     with torch.no_grad():
         weights = variant.attention_weights(q, k, causal=causal, gates=gates)
@@ -416,7 +429,7 @@ def test_unit_steps_on_orthonormal_keys_recall_the_last_value_where_linear_atten
     q, k, v, last, total, rewritten = _orthonormal_writes()
     n, d = k.shape
     q4, k4, v4 = (x.view(1, 1, n, -1) for x in (q, k, v))
-    variant = make("delta_net", heads=1, d=d, qk_activation="identity")
+    variant = make("delta_net", heads=1, d=d, qk_activation="identity", output_norm=False)
     with torch.no_grad():
         if mutant is None:
             gates = {"beta": torch.full((1, 1, n, 1), math.inf, dtype=torch.float64)}
