@@ -33,32 +33,18 @@ def _board(rng: np.random.Generator, n_variants: int, n_columns: int) -> pd.Data
     """Three seeds per (variant, column): a level per variant and column, a spread per entry
     (some nearly none, some large), and a few columns where every variant has one level (at
     chance, say), which must cast no vote."""
-    rows = []
+    columns: dict[str, dict[str, list[float]]] = {}
     flat = set(rng.choice(n_columns, size=rng.integers(0, 2), replace=False).tolist())
     for c in range(n_columns):
+        columns[f"t{c}"] = {}
         for v in range(n_variants):
             level = 0.5 if c in flat else rng.choice([0.2, 0.4, 0.6, 0.8]) + rng.normal(0, 0.03)
             spread = rng.choice([0.0, 0.005, 0.03, 0.1])
-            for seed in range(SEEDS):
-                row = dict.fromkeys(COLUMNS)
-                row.update(
-                    run_id=f"t{c}-v{v}-{seed}",
-                    status="ok",
-                    derived=False,
-                    task=f"t{c}",
-                    variant=f"v{v}",
-                    variant_params="{}",
-                    task_params="{}",
-                    seed=seed,
-                    device="cpu",
-                    hardware="Some CPU",
-                    threads=1,
-                    dtype="float32",
-                    metric="acc",
-                    value=float(level + spread * rng.standard_normal()) if c not in flat else 0.5,
-                )
-                rows.append(row)
-    return pd.DataFrame(rows, columns=COLUMNS)
+            columns[f"t{c}"][f"v{v}"] = [
+                float(level + spread * rng.standard_normal()) if c not in flat else 0.5
+                for _ in range(SEEDS)
+            ]
+    return _fixed_board(columns)
 
 
 def _seed_stats(frame: pd.DataFrame) -> pd.DataFrame:
