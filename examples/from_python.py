@@ -39,6 +39,6 @@ def value(table, metric):
 
 for metric in ("state_bytes", "decode_ratio"):
     print(
-        f"decode × softmax at 1024 tokens, {metric}: {value(mine, metric):g}, "
-        f"reference {value(board, metric):g}"
+        f"decode × softmax at 1024 tokens, {metric}: {value(mine, metric):.10g}, "
+        f"reference {value(board, metric):.10g}"
     )

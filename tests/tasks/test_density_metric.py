@@ -57,7 +57,7 @@ SETTINGS = [
         dict(
             seq_len=12, n_to_copy=3, train_size=32, test_size=8, steps=2, batch_size=8, d_model=16
         ),
-        (15, True),  # context, separator, the output but its last token
+        (16, True),  # context, copy token, the output positions (MAD's layout)
     ),
     (
         "icl_regression",
