@@ -26,7 +26,7 @@ import torch
 from attnbench import JobContext, Metric, MetricPoint, Task, TaskResult, Tuning, register_task
 from attnbench.metrics import DENSITY
 from attnbench.task import TEST_STREAM, VALIDATION_STREAM
-from attnbench.toolkit.convergence import StopRule, binomial_noise
+from attnbench.toolkit.convergence import StopRule
 from attnbench.toolkit.model import ModelConfig, SequenceModel
 from attnbench.toolkit.training import (
     CONVERGED,
@@ -34,6 +34,7 @@ from attnbench.toolkit.training import (
     IGNORE_INDEX,
     LEARNING_CURVE_METRICS,
     TrainConfig,
+    accuracy_with_noise,
     fit_token_model,
 )
 
@@ -181,9 +182,9 @@ class SelectiveCopy(Task):
         chance = 1 / (p.vocab_size - FIRST_DATA)
 
         def evaluate() -> tuple[float, float]:
-            right = self.written_right(model, ctx, p.val_size, VALIDATION_STREAM)
-            accuracy = float(right.float().mean())
-            return accuracy, binomial_noise(accuracy, right.numel())
+            return accuracy_with_noise(
+                self.written_right(model, ctx, p.val_size, VALIDATION_STREAM)
+            )
 
         outcome = fit_token_model(
             model,

@@ -23,6 +23,7 @@ from attnbench.toolkit.convergence import (
     Convergence,
     CurvePoint,
     StopRule,
+    binomial_noise,
     evaluation_steps,
 )
 from attnbench.toolkit.progress import progress
@@ -200,6 +201,13 @@ def _evaluate(model, evaluate, convergence, step: int, batch_size: int) -> bool:
         value, noise = evaluate()
     model.train()
     return convergence.observe(CurvePoint(step, step * batch_size, float(value), float(noise)))
+
+
+def accuracy_with_noise(right: torch.Tensor) -> tuple[float, float]:
+    """(accuracy, its noise) of the booleans ``right`` (one per scored target): what a token
+    task's ``evaluate`` returns (`binomial_noise` over ``right.numel()`` targets)."""
+    accuracy = float(right.float().mean())
+    return accuracy, binomial_noise(accuracy, right.numel())
 
 
 IGNORE_INDEX = -100  # target value of positions that are not scored

@@ -36,7 +36,7 @@ from torch import nn
 from attnbench import JobContext, Metric, MetricPoint, Task, TaskResult, Tuning
 from attnbench.metrics import DENSITY
 from attnbench.task import TEST_STREAM, VALIDATION_STREAM
-from attnbench.toolkit.convergence import StopRule, binomial_noise
+from attnbench.toolkit.convergence import StopRule
 from attnbench.toolkit.model import ModelConfig, SequenceModel
 from attnbench.toolkit.training import (
     CONVERGED,
@@ -44,6 +44,7 @@ from attnbench.toolkit.training import (
     IGNORE_INDEX,
     LEARNING_CURVE_METRICS,
     TrainConfig,
+    accuracy_with_noise,
     fit_token_model,
 )
 
@@ -197,9 +198,7 @@ class MadTask(Task):
         )
 
         def evaluate() -> tuple[float, float]:
-            right = self.hits(model, ctx, p.val_size, VALIDATION_STREAM)
-            accuracy = float(right.float().mean())
-            return accuracy, binomial_noise(accuracy, right.numel())
+            return accuracy_with_noise(self.hits(model, ctx, p.val_size, VALIDATION_STREAM))
 
         outcome = fit_token_model(
             model,
