@@ -26,6 +26,13 @@ keys:
   one value per key/value head of the shape (``n_kv_heads``); a variant built without it has
   them per query head, and query heads that share keys then keep a state each (as `decay`
   does).
+  With ``negative_eigenvalues`` (off by default) the transition is a_t = 2·exp(−exp(A_log)·Δ_t) − 1
+  ∈ (−1, 1] instead of exp(−exp(A_log)·Δ_t) ∈ (0, 1]: Grazzi et al. (ICLR 2025, "Unlocking
+  State-Tracking in Linear RNNs Through Negative Eigenvalues") map Mamba's transition α to
+  2α − 1 (their code: the discretised exp(Δ·A) times 2 minus 1, the input term Δ·B·x and the
+  initialisation unchanged), which lets the state flip sign from one token to the next, as
+  parity needs and a transition in [0, 1] cannot. This is theirs, on Mamba-2's scalar per head
+  (they modify Mamba-1's per-channel scan; the map is the same elementwise).
 
 Both then divide each head's output by its root mean square over the value channels
 (``output_norm``, on by default; `attnbench.variants.recurrent.output_norm`), as the reference
@@ -58,6 +65,17 @@ operations per level besides). The past enters through the state at the chunk's 
 states are carried by a Python loop over chunks (a multiply-add of D×Dv per chunk), blocks of
 ``BLOCK_CHUNKS`` chunks computed together so that memory stays bounded.
 
+A signed transition (mamba2's ``negative_eigenvalues``) runs the same engine on log|a_t| with
+the sign apart (`signed_transition`): the product of a_r over (s, t] is σ_t σ_s e^{b_t − b_s}
+with b the cumulative log|a| and σ_t = Π_{r ≤ t} sign a_r (±1, exact in floating point; σ_s² =
+1), so σ_t folds into q_t and σ_s into k_s, and the state carried across a chunk is multiplied by
+the chunk's σ. |a_t| can be exactly 0 (a_t = 1 + 2·expm1(g_t) when expm1(g_t) = −½: the state
+erased), whose log −∞ would make b_t − b_s = −∞ − (−∞) = NaN for s, t after it; so |a_t| is
+floored at ε/2 of the compute dtype (2^{−53} in float64, 2^{−24} in float32). That is exact to
+the dtype's round-off: near 0, a_t is computed as 1 + x with x = 2·expm1(g_t) near −1 (or
+1 − 2e^{g_t} when negative), whose grid there is ε/2, so the floor moves only a_t = 0 itself to
+the next value a_t can take, one rounding step away, and changes the state by ε/2 of its size.
+
 ``causal=False`` (as for `linear`): every query reads the state after the last key. Causal with
 N ≠ M: query i reads the state after key min(i, M − 1) (no token, no decay).
 """
@@ -89,6 +107,21 @@ FACTOR_SPAN = 20.0
 
 def _pow2_at_least(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
+
+
+def signed_transition(log_decay: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log|λ|, sign λ) of λ = 2·e^{g} − 1 ∈ (−1, 1] for log-decays g ≤ 0 (Grazzi et al.'s map
+    of a transition α = e^{g} in (0, 1]), |λ| floored at ε/2 of g's dtype (module docstring: exact
+    to its round-off). λ − 1 = 2·expm1(g) and |λ| − 1 = −2e^{g} (λ < 0) go through log1p, so a
+    transition near ±1 keeps g's relative precision (log λ ≈ 2g for α near 1); both branches see
+    inputs clamped above −1, so neither the values nor the gradients of either can be infinite."""
+    above = -1 + torch.finfo(log_decay.dtype).eps / 2  # the floor's log1p argument: |λ| ≥ ε/2
+    to_one = 2 * torch.expm1(log_decay)  # λ − 1 ∈ [−2, 0]
+    negative = to_one < -1  # λ < 0
+    log_pos = torch.log1p(to_one.clamp(min=above))  # log λ where λ ≥ 0
+    log_neg = torch.log1p((-2 * torch.exp(log_decay)).clamp(min=above))  # log(−λ) where λ < 0
+    sign = torch.where(negative, -1.0, 1.0).to(log_decay.dtype)
+    return torch.where(negative, log_neg, log_pos), sign
 
 
 def _within_chunk_head(q: torch.Tensor, k: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -134,8 +167,9 @@ def decayed_attention(
     chunk: int,
     causal: bool,
     state: torch.Tensor | None = None,
+    sign: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Outputs and final state of S_t = diag(e^{g_t}) S_{t−1} + k_t v_tᵀ, o_t = S_tᵀ q_t.
+    """Outputs and final state of S_t = diag(σ_t e^{g_t}) S_{t−1} + k_t v_tᵀ, o_t = S_tᵀ q_t.
 
     Args:
         q: Queries (B, H, N, D), already scaled.
@@ -145,6 +179,8 @@ def decayed_attention(
         chunk: Chunk length C (a power of two; shorter sequences use the next power of two).
         causal: Query i reads S_i (with N ≠ M: S_{min(i, M−1)}); else every query reads S_M.
         state: S before the first key, (B, H_kv, D, Dv); None for zeros.
+        sign: σ_t = ±1, the transition's sign, shaped as ``log_decay`` (``log_decay`` then its
+            log-magnitude, finite: `signed_transition`); None for +1 everywhere.
 
     Returns:
         (out (B, H, N, Dv), S after the last key (B, H_kv, D, Dv)).
@@ -154,13 +190,19 @@ def decayed_attention(
     group = heads // kv
     qg = q.reshape(bsz, kv, group, n, d)  # each key/value head's queries
     k, v, g = k.unsqueeze(2), v.unsqueeze(2), log_decay.unsqueeze(2)
+    sg = None if sign is None else sign.unsqueeze(2)
     s = q.new_zeros(bsz, kv, 1, d, dv) if state is None else state.unsqueeze(2).to(q.dtype)
     if not causal:
         after = g.flip(-2).cumsum(-2).flip(-2) - g  # Σ_{r > s} g_r: decay from s to the end
-        s = s * torch.exp(g.sum(-2)).unsqueeze(-1) + (k * torch.exp(after)).transpose(-1, -2) @ v
+        through, keyed = torch.exp(g.sum(-2)), k * torch.exp(after)
+        if sg is not None:  # the signs over (s, M]: σ_M σ_s (σ_s² = 1)
+            turn = sg.prod(-2, keepdim=True)
+            through, keyed = through * turn.squeeze(-2), keyed * (turn * sg.cumprod(-2))
+        s = s * through.unsqueeze(-1) + keyed.transpose(-1, -2) @ v
         return (qg @ s).reshape(bsz, heads, n, dv), s.squeeze(2)
     if m > n:  # keys after the last query are never read
         k, v, g = k[..., :n, :], v[..., :n, :], g[..., :n, :]
+        sg = None if sg is None else sg[..., :n, :]
     c = min(chunk, _pow2_at_least(n))
     pad = (-n) % c
     padded = n + pad
@@ -169,6 +211,7 @@ def decayed_attention(
         qg = F.pad(qg, (0, 0, 0, pad))
     if k.shape[-2] != padded:
         k, v, g = (F.pad(x, (0, 0, 0, padded - x.shape[-2])) for x in (k, v, g))
+        sg = None if sg is None else F.pad(sg, (0, 0, 0, padded - sg.shape[-2]), value=1.0)
     within = _within_chunk_channel if g.shape[-1] > 1 else _within_chunk_head
     lower = torch.ones(c, c, dtype=q.dtype, device=q.device).tril()
     outs = []
@@ -177,6 +220,11 @@ def decayed_attention(
         qc, kc, vc, gc = (x.unflatten(-2, (-1, c)) for x in (qc, kc, vc, gc))  # (…, K, C, ·)
         b = gc.cumsum(-2)  # cumulative log-decay within each chunk, ≤ 0, decreasing
         last = b[..., -1:, :]  # its least value
+        carry, turn = torch.exp(last), None  # the transitions' product over the chunk
+        if sg is not None:  # σ_t into q_t, σ_s into k_s, the chunk's σ into the carry
+            sigma = sg[..., start : start + c * BLOCK_CHUNKS, :].unflatten(-2, (-1, c)).cumprod(-2)
+            turn = sigma[..., -1:, :]
+            qc, kc, carry = qc * sigma, kc * sigma, carry * turn
         queried = qc * torch.exp(b)  # q_t e^{b_t}: to the chunk's start, ≤ 1
         if bool((last >= -FACTOR_SPAN).all()):
             # every chunk's decays sum above −FACTOR_SPAN: e^{−b_s} ≤ e^{FACTOR_SPAN}, so
@@ -184,11 +232,12 @@ def decayed_attention(
             # nor underflow, its terms those of the exact sum to rounding
             keyed = kc * torch.exp(-b)
             out = ((queried @ keyed.transpose(-1, -2)) * lower) @ vc
-            own = (keyed * torch.exp(last)).transpose(-1, -2) @ vc
+            own = (keyed * carry).transpose(-1, -2) @ vc
         else:  # a steeper decay: exponents of differences only (module docstring)
             out = within(qc, kc, b) @ vc
-            own = (kc * torch.exp(last - b)).transpose(-1, -2) @ vc
-        through = torch.exp(last).transpose(-1, -2)  # decay across a chunk: (…, K, D or 1, 1)
+            to_end = torch.exp(last - b) if turn is None else turn * torch.exp(last - b)
+            own = (kc * to_end).transpose(-1, -2) @ vc
+        through = carry.transpose(-1, -2)  # decay across a chunk: (…, K, D or 1, 1)
         starts = []
         for u in range(qc.shape[-3]):  # each chunk's state at its start, carried
             starts.append(s)
@@ -253,6 +302,9 @@ class Mamba2Params:
     dt_min: float = 0.001  # the initial time step Δ is log-uniform in [dt_min, dt_max] …
     dt_max: float = 0.1
     dt_init_floor: float = 1e-4  # … and at least this
+    # the transition 2·exp(−A·Δ) − 1 in (−1, 1] instead of exp(−A·Δ) in (0, 1] (Grazzi et al.
+    # 2025; module docstring); false: Mamba-2's
+    negative_eigenvalues: bool = False
 
 
 class DecayedLinearAttention(GatedMixer):
@@ -287,6 +339,11 @@ class DecayedLinearAttention(GatedMixer):
         gates; keys and values with as many heads as the states (`state_heads`)."""
         raise NotImplementedError
 
+    def transitions(self, log_decay: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(log|a_t|, sign a_t or None where every a_t > 0) of the transitions from the
+        log-decays of `decays`: here a_t = e^{g_t} itself."""
+        return log_decay, None
+
     def state_heads(self, kv_heads: int) -> int:
         """The states kept for keys of ``kv_heads`` heads: one per key/value head, unless the
         variant's own per-head parameters have more heads (mamba2 built without n_kv_heads, its
@@ -308,7 +365,8 @@ class DecayedLinearAttention(GatedMixer):
         q, k, v = (x.to(dtype) for x in (q, k, v))
         gates = {name: g.to(dtype) for name, g in gates.items()}
         q, k, v, g = self.decays(q, k, v, gates)
-        out, state = decayed_attention(q, k, v, g, self.params.chunk_size, causal, state)
+        g, sign = self.transitions(g)
+        out, state = decayed_attention(q, k, v, g, self.params.chunk_size, causal, state, sign)
         return (normalise_output(out) if self.params.output_norm else out), state
 
     def forward_flops(self, batch, heads, n, m, d, dv, causal) -> float:
@@ -336,8 +394,9 @@ class GatedLinearAttention(DecayedLinearAttention):
 
 @register_variant("mamba2")
 class Mamba2(DecayedLinearAttention):
-    """Mamba-2's SSD core: a per-head decay exp(−exp(A_log)·Δ), keys scaled by
-    Δ = softplus(raw + dt_bias) (module docstring, with the deviations from the block)."""
+    """Mamba-2's SSD core: a per-head decay exp(−exp(A_log)·Δ) (2·exp(−exp(A_log)·Δ) − 1 with
+    ``negative_eigenvalues``), keys scaled by Δ = softplus(raw + dt_bias) (module docstring,
+    with the deviations from the block)."""
 
     Params = Mamba2Params
     gates = {"dt": "head"}
@@ -349,7 +408,12 @@ class Mamba2(DecayedLinearAttention):
     # 316× where it is below √ε), and mamba2's rows nearly cancel now and then (a strong decay
     # and a small Δ leave one term q·k Δ v, with q·k near 0): there the inputs' rounding is of
     # the row's own size. Limits 2.5× to 3.6× the worst at n = 512 (at 2048 tokens one
-    # bfloat16 draw of 16 reached 1.0: a near-zero row whose sign the rounding flipped)
+    # bfloat16 draw of 16 reached 1.0: a near-zero row whose sign the rounding flipped).
+    # With negative_eigenvalues, the same 64 draws at n = 512 (other seeds: off, worst 1.3e-5,
+    # 2.9e-2, 0.26): worst 1.7e-5, 3.6e-2 and 0.37 (bare: 3.2e-6, 2.7e-3, 2.4e-2), and at
+    # 2048 (the test's draw, 3 more): float32 2.2e-6 to 5.5e-6, float16 1.1e-2 to 1.5e-2,
+    # bfloat16 0.095 to 0.21; alternating signs and transitions near 0 cancel rows more often.
+    # The same limits hold, float32 30× the worst, bfloat16 only 1.4×
     error_tolerance = {"float64": 1e-12, "float32": 5e-4, "float16": 3e-1, "bfloat16": 5e-1}
 
     def __init__(self, params: Mamba2Params, shape: VariantShape) -> None:
@@ -390,6 +454,13 @@ class Mamba2(DecayedLinearAttention):
         dt = F.softplus(raw + per_key_value_head(self.dt_bias, heads, k))  # (B, H_kv, M, 1)
         log_decay = -torch.exp(per_key_value_head(self.A_log, heads, k)) * dt
         return q, k * dt, v, log_decay
+
+    def transitions(self, log_decay):
+        """e^{g} in (0, 1], or with ``negative_eigenvalues`` 2·e^{g} − 1 in (−1, 1] as its
+        log-magnitude and sign (`signed_transition`)."""
+        if self.params.negative_eigenvalues:
+            return signed_transition(log_decay)
+        return log_decay, None
 
 
 class DecayedIncremental(IncrementalAttention):
