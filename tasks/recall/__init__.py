@@ -101,23 +101,25 @@ class RecallParams:
     causal: bool = True  # false: bidirectional attention (nothing after a query reveals it)
 
 
-def training_mixture(p: RecallParams) -> list[tuple[int, int]]:
-    """(seq_len, n_kv_pairs) of the training mixture, fewest pairs first (see module docstring)."""
+def training_mixture(p: RecallParams, extra: int = 0) -> list[tuple[int, int]]:
+    """(seq_len, n_kv_pairs) of the training mixture, fewest pairs first (see module docstring).
+    ``extra`` tokens a sequence needs beyond 4·pairs (forgetting's reassignments) lengthen a
+    configuration to max(tokens_per_pair·pairs, 4·pairs + extra), still capped at seq_len."""
     pairs = [p.n_kv_pairs]
     while pairs[-1] % 2 == 0 and pairs[-1] // 2 >= p.min_kv_pairs:
         pairs.append(pairs[-1] // 2)
-    return [(min(p.seq_len, p.tokens_per_pair * k), k) for k in reversed(pairs)]
+    return [(min(p.seq_len, max(p.tokens_per_pair * k, 4 * k + extra)), k) for k in reversed(pairs)]
 
 
-def evaluation_ladder(p: RecallParams) -> list[tuple[int, int]]:
+def evaluation_ladder(p: RecallParams, extra: int = 0) -> list[tuple[int, int]]:
     """(seq_len, n_kv_pairs) of the test ladder: the training pairs, then ``test_doublings``
-    doublings past ``n_kv_pairs``, each at max(4·pairs, the shortest training length)."""
-    train_cfgs = training_mixture(p)
+    doublings past ``n_kv_pairs``, each at max(4·pairs + extra, the shortest training length)."""
+    train_cfgs = training_mixture(p, extra)
     shortest = min(length for length, _ in train_cfgs)
     pairs = [k for _, k in train_cfgs] + [
         p.n_kv_pairs * 2**i for i in range(1, p.test_doublings + 1)
     ]
-    return [(max(4 * k, shortest), k) for k in pairs]
+    return [(max(4 * k + extra, shortest), k) for k in pairs]
 
 
 @register_task("recall")
@@ -234,6 +236,14 @@ class Recall(Task):
         *LEARNING_CURVE_METRICS,
     )
 
+    def training_configs(self) -> list[tuple[int, int]]:
+        """(seq_len, n_kv_pairs) of the training mixture (`training_mixture`)."""
+        return training_mixture(self.params)
+
+    def test_configs(self) -> list[tuple[int, int]]:
+        """(seq_len, n_kv_pairs) of the test ladder (`evaluation_ladder`)."""
+        return evaluation_ladder(self.params)
+
     def density_size(self) -> tuple[int, int, bool]:
         """The longest training sequence (``seq_len``)."""
         return self.params.seq_len, self.params.seq_len, self.params.causal
@@ -278,7 +288,7 @@ class Recall(Task):
                 f"task.test_doublings={p.test_doublings} and task.short_conv={p.short_conv} must "
                 f"be >= 0 and task.embed_dropout={p.embed_dropout} below 1."
             )
-        most = max(k for _, k in evaluation_ladder(p))
+        most = max(k for _, k in self.test_configs())
         if p.vocab_size // 2 - 1 < most:
             raise ValueError(
                 f"task.vocab_size={p.vocab_size} has too few keys for the test ladder's {most} "
@@ -292,7 +302,7 @@ class Recall(Task):
             d_model=p.d_model,
             n_layers=p.n_layers,
             n_heads=p.n_heads,
-            max_len=max(length for length, _ in evaluation_ladder(p)),
+            max_len=max(length for length, _ in self.test_configs()),
             vocab_size=p.vocab_size,
             output_dim=p.vocab_size,
             causal=p.causal,
@@ -335,7 +345,7 @@ class Recall(Task):
         torch.manual_seed(ctx.seed)
         model = self.build_model(ctx)
         gen = self.data_generator(1)
-        sets = [self.data(p.train_size, c, gen) for c in training_mixture(p)]
+        sets = [self.data(p.train_size, c, gen) for c in self.training_configs()]
         order = torch.Generator().manual_seed(ctx.seed)
         queue: list[tuple[int, torch.Tensor]] = []  # (configuration, sequence indices)
 
@@ -352,7 +362,7 @@ class Recall(Task):
             x, y = sets[i]
             return query_loss(model, x[idx].to(ctx.device), y[idx].to(ctx.device))
 
-        validation = {c: self.split(c, validation=True) for c in evaluation_ladder(p)}
+        validation = {c: self.split(c, validation=True) for c in self.test_configs()}
         targets = sum(int((y != IGNORE).sum()) for _, y in validation.values())
 
         def evaluate() -> tuple[float, float]:
@@ -367,7 +377,7 @@ class Recall(Task):
             model,
             loss_on_batch,
             cfg,
-            desc=f"recall/{ctx.variant_name}",
+            desc=f"{self.name}/{ctx.variant_name}",
             evaluate=evaluate,
             rule=StopRule(ceiling=1.0, chance=1 / (p.vocab_size - p.vocab_size // 2)),
         )
@@ -381,28 +391,35 @@ class Recall(Task):
         return self.data(size, config, self.data_generator(stream + config[1]))
 
     @torch.no_grad()
+    def predict(self, model: SequenceModel, ctx: JobContext, xy) -> torch.Tensor:
+        """(n, N) predictions at the query positions of sequences ``xy`` (−100 elsewhere), in
+        batches of about ``EVAL_TOKENS`` tokens."""
+        x, y = xy
+        step = max(1, EVAL_TOKENS // x.shape[1])
+        return torch.cat(
+            [
+                predict_queries(model, x[i : i + step].to(ctx.device), y[i : i + step])
+                for i in range(0, x.shape[0], step)
+            ]
+        )
+
     def score(self, model: SequenceModel, ctx: JobContext, xy) -> float:
         """Zoology's accuracy on sequences ``xy`` of one configuration: per sequence the
         fraction of its queries answered, averaged over sequences."""
-        x, y = xy
-        size = x.shape[0]
-        step = max(1, EVAL_TOKENS // x.shape[1])
-        per_sequence = torch.cat(
-            [
-                sequence_accuracy(
-                    predict_queries(model, x[i : i + step].to(ctx.device), y[i : i + step]),
-                    y[i : i + step],
-                )
-                for i in range(0, size, step)
-            ]
-        )
-        return float(per_sequence.mean())
+        return float(sequence_accuracy(self.predict(model, ctx, xy), xy[1]).mean())
+
+    def test_points(self, splits: dict, predicted: dict) -> list[MetricPoint]:
+        """Points a subclass adds from the test splits (configuration → (x, y)) and the
+        predictions on them (configuration → (n, N)); none here."""
+        return []
 
     def run(self, ctx: JobContext) -> TaskResult:
         p = self.params
         model, outcome = self.fit(ctx)
-        tests = evaluation_ladder(p)
-        by_config = {c: self.score(model, ctx, self.split(c)) for c in tests}
+        tests = self.test_configs()
+        splits = {c: self.split(c) for c in tests}
+        predicted = {c: self.predict(model, ctx, xy) for c, xy in splits.items()}
+        by_config = {c: float(sequence_accuracy(predicted[c], splits[c][1]).mean()) for c in tests}
         trained = [
             a for (length, k), a in by_config.items() if k <= p.n_kv_pairs and length <= p.seq_len
         ]
@@ -426,7 +443,12 @@ class Recall(Task):
             points.append(MetricPoint("accuracy_by_pairs", acc, "n_kv_pairs", k))
             points.append(MetricPoint("density_by_pairs", model.density(length), "n_kv_pairs", k))
             points.append(MetricPoint("context_guess_by_pairs", 1 / k, "n_kv_pairs", k))
-        details = {**outcome.details(), "train_configs": training_mixture(p), "test_configs": tests}
+        points.extend(self.test_points(splits, predicted))
+        details = {
+            **outcome.details(),
+            "train_configs": self.training_configs(),
+            "test_configs": tests,
+        }
         longest = max(length for length, _ in tests)
         try:
             state = state_bytes(model, longest, ctx.dtype)
