@@ -33,6 +33,11 @@ struct Span {  // keys [start, start + len) of one head, each logit shifted by b
   float bias;
   int64_t lo;
   int64_t hi;
+  // where given, key p's logit in lane r is shifted instead by the float-float pair
+  // (hi[p - start] + row_hi[r]) + (lo[p - start] + row_lo[r]) (Scratch): a per-pair bias
+  // whose two halves nearly cancel, summed without losing the low half (forget_forward)
+  const float* key_hi = nullptr;
+  const float* key_lo = nullptr;
 };
 
 // store the scores `acc` of key p for the tile's lanes (rows r0 + lane), -inf in the lanes that
@@ -91,6 +96,7 @@ struct Scratch {
   std::vector<float> S;
   std::vector<Span> spans;
   Vec lane[NV];  // lane indices 0 .. R - 1 as floats, NV vectors
+  Vec row_hi[NV], row_lo[NV];  // the lanes' halves of a per-pair bias (Span::key_hi)
   Scratch() {
     alignas(64) float idx[R];
     for (int64_t r = 0; r < R; ++r) idx[r] = float(r);
@@ -116,7 +122,9 @@ void attend_tile(Rows Q, Rows K, Rows V, int64_t D, int64_t DV, int64_t r0, int6
     const int64_t a = std::max(s.start, r0 + s.lo);
     const int64_t b = std::min(s.start + s.len, r0 + rows - 1 + s.hi + 1);
     if (b > a) {
-      w.spans[kept++] = Span{a, b - a, s.bias, s.lo, s.hi};
+      const int64_t skip = a - s.start;
+      w.spans[kept++] = Span{a, b - a, s.bias, s.lo, s.hi, s.key_hi ? s.key_hi + skip : nullptr,
+                             s.key_lo ? s.key_lo + skip : nullptr};
       total += b - a;
     }
   }
@@ -140,6 +148,10 @@ void attend_tile(Rows Q, Rows K, Rows V, int64_t D, int64_t DV, int64_t r0, int6
       Vec a[KEYS][NV];
       for (int t = 0; t < KEYS; ++t)
         for (int64_t v = 0; v < NV; ++v) a[t][v] = bias;
+      if (sp.key_hi)
+        for (int t = 0; t < KEYS; ++t)
+          for (int64_t v = 0; v < NV; ++v)
+            a[t][v] = (Vec(sp.key_hi[j + t]) + w.row_hi[v]) + (Vec(sp.key_lo[j + t]) + w.row_lo[v]);
       const float* k0 = kb + j * ks;
       for (int64_t d = 0; d < D; ++d) {
         Vec qd[NV];
@@ -155,7 +167,9 @@ void attend_tile(Rows Q, Rows K, Rows V, int64_t D, int64_t DV, int64_t r0, int6
     }
     for (; j < sp.len; ++j) {
       Vec a[NV];
-      for (int64_t v = 0; v < NV; ++v) a[v] = bias;
+      for (int64_t v = 0; v < NV; ++v)
+        a[v] = sp.key_hi ? (Vec(sp.key_hi[j]) + w.row_hi[v]) + (Vec(sp.key_lo[j]) + w.row_lo[v])
+                         : bias;
       const float* k0 = kb + j * ks;
       for (int64_t d = 0; d < D; ++d) {
         const Vec kd(k0[d]);
@@ -307,6 +321,59 @@ std::tuple<at::Tensor, at::Tensor> blocks_forward(at::Tensor q, at::Tensor k, at
   return {out, lse};
 }
 
+// x as a float-float pair: hi = x rounded, lo = what rounding lost (x = hi + lo to ~2^-48)
+inline void split(double x, float& hi, float& lo) {
+  hi = float(x);
+  lo = float(x - double(hi));
+}
+
+// Forgetting attention (FoX): query i sees key p with its logit shifted by c_i - c_p, c (BH, M)
+// the float64 cumulative log forget gates; causal: keys p <= min(i, M - 1), with c_{min(i, M-1)};
+// else every key, with c_{M-1} for every query. A tile's keys carry c_ref - c_p and its lanes
+// c_i - c_ref (ref: its last row), each as a float-float pair summed by halves: every pair's
+// shift is c_i - c_p to float32 rounding of its own size, small for the keys that carry
+// weight, however far c has fallen
+at::Tensor forget_forward(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor cum, bool causal,
+                          double scale) {
+  check_inputs(q, k, v);
+  TORCH_CHECK(cum.scalar_type() == at::kDouble && cum.dim() == 2 && cum.size(0) == q.size(0) &&
+              cum.size(1) == k.size(1), "forget_forward: cum (BH, M) float64");
+  q = q.contiguous(); k = k.contiguous(); v = v.contiguous(); cum = cum.contiguous();
+  const int64_t BH = q.size(0), N = q.size(1), M = k.size(1), D = q.size(2), DV = v.size(2);
+  auto out = at::empty({BH, N, DV}, q.options());
+  const int64_t tiles = (N + R - 1) / R;
+  const double* C = cum.data_ptr<double>();
+#pragma omp parallel num_threads(at::get_num_threads())
+  {
+    Scratch w;
+    std::vector<float> key_hi(M), key_lo(M);
+    alignas(64) float lse[R], rh[R], rl[R];
+#pragma omp for schedule(dynamic, 4)
+    for (int64_t task = 0; task < BH * tiles; ++task) {
+      const int64_t bh = task / tiles, r0 = (task % tiles) * R;
+      const int64_t rows = std::min<int64_t>(R, N - r0);
+      const int64_t len = causal ? std::min<int64_t>(M, r0 + rows) : M;
+      const double* c = C + bh * M;
+      const double ref = c[len - 1];
+      for (int64_t p = 0; p < len; ++p) split(ref - c[p], key_hi[p], key_lo[p]);
+      for (int64_t r = 0; r < R; ++r) {
+        const int64_t row = std::min<int64_t>(r0 + std::min<int64_t>(r, rows - 1), M - 1);
+        split(causal ? c[row] - ref : 0.0, rh[r], rl[r]);
+      }
+      for (int64_t u = 0; u < NV; ++u) {
+        w.row_hi[u] = Vec::loadu(rh + u * W);
+        w.row_lo[u] = Vec::loadu(rl + u * W);
+      }
+      w.spans.assign(1, Span{0, len, 0.f, -FAR, causal ? 0 : FAR, key_hi.data(), key_lo.data()});
+      attend_tile(Rows{q.data_ptr<float>() + bh * N * D, D},
+                  Rows{k.data_ptr<float>() + bh * M * D, D},
+                  Rows{v.data_ptr<float>() + bh * M * DV, DV}, D, DV, r0, rows, float(scale), w,
+                  out.data_ptr<float>() + (bh * N + r0) * DV, DV, lse);
+    }
+  }
+  return out;
+}
+
 // Sparse Transformer's dilated keys, merged into a result over other keys: query i also sees
 // the keys i - t * s for t >= gap (and i + t * s unless causal). `out` and `lse` (BH, N, Dv)
 // and (BH, N) hold softmax attention over the other keys (the local band: `banded_forward`)
@@ -380,4 +447,7 @@ TORCH_LIBRARY(attnbench_tiles, m) {
   m.def("dilated_merge_(Tensor(a!) out, Tensor(b!) lse, Tensor q, Tensor k, Tensor v, int s,"
         " int gap, bool causal, float scale) -> ()");
   m.impl("dilated_merge_", c10::DispatchKey::CPU, TORCH_FN(dilated_merge_));
+  m.def("forget_forward(Tensor q, Tensor k, Tensor v, Tensor cum, bool causal, float scale)"
+        " -> Tensor");
+  m.impl("forget_forward", c10::DispatchKey::CPU, TORCH_FN(forget_forward));
 }

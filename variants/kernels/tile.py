@@ -1,7 +1,7 @@
 """A compiled CPU kernel for softmax attention over short spans of keys: the forward without
 autograd of the banded engine (`banded.banded_attention`: `window`, `strided`'s local part) and
 of the block-sparse engine (`blocksparse.block_sparse_attention`: `bigbird`, `learned_pattern`;
-`strided`'s dilated part).
+`strided`'s dilated part), and `fox`'s dense forward with its per-pair forget bias.
 
 Why compiled: torch's CPU flash kernel runs short key spans (a block of queries and its 64-256
 keys) at about half its long-span rate, so window 64 reached 0.3 and bigbird block 32 0.4 of
@@ -27,6 +27,12 @@ lo <= p − i <= hi. The banded op's tile has its band (lo = −before, hi = aft
 strided with few dilated keys, one span per dilated offset whose rule is a single diagonal; the
 block op's spans are the key blocks its query block lists (hi = 0: causal). Both return the row
 log-sum-exp too, for exact merges (strided); a row without a key gets 0 and −∞.
+
+The Forgetting Transformer's bias (`compiled_forget`, for `fox`) is one per (query, key) pair,
+c_i − c_p from cumulative log forget gates: a tile's span carries c_ref − c_p per key and its
+lanes c_i − c_ref (ref: the tile's last row), each a float-float pair (the float32 rounding of
+the float64 value and what the rounding lost) added half by half, so a pair's bias is exact to
+the float32 rounding of its own size however far c has fallen, at four vector adds per key.
 
 The C++ is ``tile.cpp`` beside this module (`compiled`), built on first use; it serves float32,
 head dimension at most 256 and a value dimension a multiple of 16. Elsewhere, or where it cannot
@@ -63,7 +69,7 @@ def _load() -> bool:
         "attnbench_tiles",
         SOURCE,
         compiled.capability(),
-        "window, strided, bigbird and learned_pattern use their slower SDPA paths.",
+        "window, strided, bigbird, learned_pattern and fox use their slower SDPA paths.",
     )
 
 
@@ -169,6 +175,35 @@ def compiled_blocks(
         scale,
     )
     return out.view(bsz, heads, n, dv), lse.view(bsz, heads, n)
+
+
+def compiled_forget(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cum: torch.Tensor,
+    causal: bool,
+    scale: float,
+) -> torch.Tensor | None:
+    """Forgetting attention (B, H, N, Dv) by the compiled kernel: query i sees key p with the
+    logit shifted by c_i − c_p, ``cum`` (B, H, M) the keys' cumulative log forget gates c (any
+    dtype; summed in float64 is what keeps c_i − c_p exact); causal: keys p <= min(i, M − 1)
+    with c_{min(i, M−1)}, else every key with c_{M−1} for every query. None where the kernel
+    does not serve the call (`_served`; q, k, v with the same heads)."""
+    if k.shape[:2] != q.shape[:2] or not _served(q, k, v):
+        return None
+    bsz, heads, n, d = q.shape
+    m, dv = k.shape[-2], v.shape[-1]
+    note(path())
+    out = torch.ops.attnbench_tiles.forget_forward(
+        q.reshape(bsz * heads, n, d),
+        k.reshape(bsz * heads, m, d),
+        v.reshape(bsz * heads, m, dv),
+        cum.to(torch.float64).reshape(bsz * heads, m),
+        causal,
+        scale,
+    )
+    return out.view(bsz, heads, n, dv)
 
 
 def compiled_dilated_merge_(

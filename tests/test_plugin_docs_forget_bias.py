@@ -2,7 +2,7 @@
 incremental form decodes what its causal forward computes, in memory linear in the context, and
 the shipped contract suite passes on it.
 
-Each check runs in a process of its own: the example registers the variant "fox", which must
+Each check runs in a process of its own: the example registers the variant "forget_bias", which must
 not join the registry of the process running the rest of the suite."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-MARKER = "# my_attention/fox.py"
+MARKER = "# my_attention/forget_bias.py"
 
 pytestmark = pytest.mark.slow  # processes, and a 32k prefill (about 10 s in all on two cores)
 
@@ -26,7 +26,7 @@ from attnbench import VariantShape, build_variant, incremental_form
 
 torch.manual_seed(0)
 B, H, D, N = 2, 2, 16, 150
-variant = build_variant("fox", {}, VariantShape(n_heads=H, head_dim=D, max_len=N)).double()
+variant = build_variant("forget_bias", {}, VariantShape(n_heads=H, head_dim=D, max_len=N)).double()
 q, k, v = (torch.randn(B, H, N, D, dtype=torch.float64) for _ in range(3))
 raw = 2 * torch.randn(B, H, N, 1, dtype=torch.float64)  # forget gates spread over (0, 1)
 full = variant(q, k, v, causal=True, gates={"forget": raw})
@@ -63,7 +63,8 @@ B, H, D, STEPS = 1, 1, 16, 4  # one head: the prefill's work is quadratic, its m
 def serve(n):
     # (peak MiB of a prefill of n tokens then STEPS steps, elements of every tensor the decoder
     # holds, the decoder); inputs and the decoder are built before the measured work
-    variant = build_variant("fox", {}, VariantShape(n_heads=H, head_dim=D, max_len=n + STEPS))
+    shape = VariantShape(n_heads=H, head_dim=D, max_len=n + STEPS)
+    variant = build_variant("forget_bias", {}, shape)
     g = torch.Generator().manual_seed(n)
     q, k, v, raw = (torch.randn(B, H, n + STEPS, w, generator=g) for w in (D, D, D, 1))
     decoder = incremental_form(variant, batch=B, max_len=n + STEPS, head_dim=D)
@@ -123,14 +124,14 @@ def run(tmp_path: Path, code: str, env: dict[str, str] | None = None) -> str:
     return done.stdout
 
 
-def test_the_fox_decoder_equals_its_causal_forward(tmp_path):
+def test_the_forget_bias_decoder_equals_its_causal_forward(tmp_path):
     """Prefill, steps and a prefill that continues the sequence equal the causal forward over
     the whole sequence, in float64 to 1e-10; with the default block and with one-row blocks."""
     run(tmp_path, EQUAL)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc, limits memory")
-def test_the_fox_decoder_holds_memory_linear_in_the_context(tmp_path):
+def test_the_forget_bias_decoder_holds_memory_linear_in_the_context(tmp_path):
     """A 32k prefill (then steps) holds 4x the state of an 8k one, allocates no n x n tensor
     (the address space allows 1.5 GiB more than before the measurement; one 32k x 32k float32
     tensor is 4 GiB) and its peak resident memory is at most 4x that of 8k (a linear footprint
@@ -142,19 +143,19 @@ def test_the_fox_decoder_holds_memory_linear_in_the_context(tmp_path):
 CONTRACT = """
 from attnbench.testing import VariantContractTests
 
-import fox
+import forget_bias
 
 
-class TestFox(VariantContractTests):
-    variant = "fox"
+class TestForgetBias(VariantContractTests):
+    variant = "forget_bias"
 """
 
 
-def test_the_shipped_contract_suite_passes_on_the_fox_example(tmp_path):
-    (tmp_path / "fox.py").write_text(example(), encoding="utf-8")
-    (tmp_path / "test_fox.py").write_text(CONTRACT, encoding="utf-8")
+def test_the_shipped_contract_suite_passes_on_the_forget_bias_example(tmp_path):
+    (tmp_path / "forget_bias.py").write_text(example(), encoding="utf-8")
+    (tmp_path / "test_forget_bias.py").write_text(CONTRACT, encoding="utf-8")
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_fox.py"],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_forget_bias.py"],
         capture_output=True,
         text=True,
         cwd=tmp_path,
