@@ -22,6 +22,17 @@ MAD_TINY = dict(  # a few steps of MAD's tasks (tasks/mad)
     n_heads=2,
 )
 
+STATE_TINY = dict(  # a few steps of the state-tracking tasks (tasks/state_tracking)
+    train_length=20,
+    test_lengths=[40],
+    train_size=16,
+    test_size=8,
+    val_size=8,
+    steps=2,
+    batch_size=8,
+    d_model=16,
+)
+
 # (task, tiny params, (n, causal) the variant must be scored at)
 SETTINGS = [
     (
@@ -46,6 +57,23 @@ SETTINGS = [
             vocab_size=64,
             train_size=32,
             test_size=8,
+            steps=2,
+            batch_size=8,
+            d_model=16,
+        ),
+        (32, True),
+    ),
+    (
+        "forgetting_recall",
+        dict(
+            seq_len=32,
+            n_kv_pairs=4,
+            min_kv_pairs=4,
+            n_updates=2,
+            vocab_size=64,
+            train_size=32,
+            test_size=8,
+            val_size=8,
             steps=2,
             batch_size=8,
             d_model=16,
@@ -96,6 +124,10 @@ SETTINGS = [
         for task, n in [("fuzzy_recall", 24), ("noisy_recall", 23)]  # noisy: MAD's shift by one
     ],
     *[(task, dict(MAD_TINY, seq_len=16), (16, True)) for task in ("memorization", "compression")],
+    *[
+        (task, dict(STATE_TINY), (20, True))  # the training length (tasks/state_tracking)
+        for task in ("parity", "modular_arithmetic", "word_problem")
+    ],
 ]
 
 
