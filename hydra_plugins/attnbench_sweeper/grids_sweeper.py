@@ -187,8 +187,10 @@ class GridsSweeper(BasicSweeper):
             kept += 1
             (expanded,) = self.split_arguments(parser.parse_overrides(lines), None)
             for job in expanded:
-                if tuple(job) not in seen:
-                    seen.add(tuple(job))
+                # one job per set of overrides, whatever their order: a command-line override
+                # appended to one grid can repeat another grid's job with its keys reordered
+                if (key := tuple(sorted(job))) not in seen:
+                    seen.add(key)
                     jobs.append(job)
                     if alone:
                         self.alone_jobs.add(tuple(job))
