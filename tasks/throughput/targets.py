@@ -206,6 +206,61 @@ def _mixer_targets(name: str) -> list[Target]:
     ]
 
 
+def _dplr_targets(name: str) -> list[Target]:
+    """kda and rwkv7 run the chunked diagonal-plus-low-rank engine (`dplr_chunks`): per-channel
+    pair weights within a chunk, one product per chunk where its decay is mild and
+    element-wise exps of differences (C·D per pair of positions, exact for any decay) where
+    it is steep, on chunks of 16, where the per-head mixers need one C×C product on chunks
+    of 32. They do not meet `_mixer_targets`' 4× at 8k. Their claims: the crossover, at least
+    as fast as dense causal SDPA at 16k (8k reported), linear in the length, forward+backward
+    at 8k at least as fast as dense causal's. Measured in one process, one thread, on 2 shared
+    cores at load 4 to 9 (ranges over runs): SDPA / kda at 8k 1.1 to 2.0, at 16k 2.2 to 3.6,
+    fwd+bwd at 8k 1.6 to 2.3; SDPA / rwkv7 at 8k 1.2 to 2.7, at 16k 3.2 to 4.8, fwd+bwd 1.7 to
+    3.2; kda alone 4k / 8k / 16k 147 / 444 / 736 ms (time(16k) / time(8k) 1.7 to 3.3 as the
+    load moved). Bounds about half the lower ends (two threads help SDPA more than the
+    engine's loop over chunks)."""
+    at8, at16 = _case(name, 8192), _case(name, 16384)
+    bwd8 = Case(name, 8192, True, {}, backward=True)
+    return [
+        Target(f"{name}: dense causal SDPA / {name} at 8k", SDPA_C8, at8, None, True),
+        Target(f"{name}: dense causal SDPA / {name} at 16k", SDPA_C16, at16, 1.0, True),
+        Target(f"{name}: time(16k) / time(8k)", at16, at8, 3.0, False),
+        Target(f"{name}: fwd+bwd, dense causal SDPA / {name} at 8k", SDPA_C8_BWD, bwd8, 1.0, True),
+    ]
+
+
+def _delta_product_targets() -> list[Target]:
+    """gated_delta_product applies householder_steps (2 by default) delta-rule steps per token
+    through gated_delta_net's chunked engine on the sub-steps interleaved, so at N tokens it
+    costs what gated_delta_net costs at 2N (measured: 153 ms against 151 ms at 8k and 16k, CPU
+    time, one thread, one process), and the mixers' bounds (`_mixer_targets`) do not hold for
+    it: its SDPA ratio at 8k is at least 1.5 (measured 2.1 in CPU time at load 5, 3.2 in wall
+    time at load 2.4 on 2 shared cores; gated_delta_net 5.4 and 6.8), forward+backward at
+    least as fast as dense causal's (measured 2.7), and time(16k) / time(8k) at most 3.5: its
+    16k runs 32k sub-steps, where the engine itself scales worse (gated_delta_net's
+    time(32k) / time(16k) measured 2.9; gated_delta_product's 16k / 8k 2.7 to 3.1)."""
+    name = "gated_delta_product"
+    at8, at16 = _case(name, 8192), _case(name, 16384)
+    bwd8 = Case(name, 8192, True, {}, backward=True)
+    return [
+        Target(f"{name}: dense causal SDPA / {name} at 8k", SDPA_C8, at8, 1.5, True),
+        Target(f"{name}: time(16k) / time(8k)", at16, at8, 3.5, False),
+        Target(f"{name}: fwd+bwd, dense causal SDPA / {name} at 8k", SDPA_C8_BWD, bwd8, 1.0, True),
+    ]
+
+
+def _fox_targets() -> list[Target]:
+    """fox is dense causal softmax attention with a forget-gate bias on every pair: in float32
+    on the CPU it runs the tile kernel (`variants.kernels.tile.compiled_forget`), which adds
+    each pair's bias inside the tile and builds no bias tensor. Its claim: within 2× of dense
+    causal SDPA's time at 8k (SDPA / fox at least 0.5). Measured in one process, 2 threads, on
+    2 shared cores at load 4 to 9: fox on the kernel 0.70 to 0.80 of SDPA's time (one round
+    1.56 in a load spike); on the SDPA path with a float64 bias it took 3.5 to 5×, so the
+    target fails where the kernel cannot be built, as the window targets do."""
+    at8 = _case("fox", 8192)
+    return [Target("fox: dense causal SDPA / fox at 8k", SDPA_C8, at8, 0.5, True)]
+
+
 def _mesa_targets() -> list[Target]:
     """mesa solves a linear system per token (its conjugate-gradient steps cost about 60
     linear-attention passes at 8k), so its claim is the crossover: at least as fast as dense
@@ -334,7 +389,10 @@ def all_targets() -> list[Target]:
         *_linear_cost_targets("linear", feature_map="elu1"),
         *_linear_cost_targets("decay"),
         *(t for name in MIXERS for t in _mixer_targets(name)),
+        *_delta_product_targets(),
+        *(t for name in ("kda", "rwkv7") for t in _dplr_targets(name)),
         *_mesa_targets(),
+        *_fox_targets(),
         *_sparse_targets("strided"),
         *_sparse_targets("bigbird"),
         Target(
