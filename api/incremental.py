@@ -132,7 +132,7 @@ class IncrementalAttention:
         width), as the variant's forward takes them)."""
         self._check(q, k, v)
         if self.variant.gates:
-            out = self._extend(q, k, v, check_gates(self.variant, gates, k))
+            out = self._extend(q, k, v, check_gates(self.variant, gates, k, v))
         elif gates:
             raise ValueError(f"variant '{self.variant_name}' takes no gates.")
         else:

@@ -12,6 +12,10 @@ attnbench's checkout to run them. Use it from a plugin's test module::
     class TestCosine(VariantContractTests):
         variant = "cosine_softmax"  # the name your entry point registers
 
+
+    class TestCosineSharp(TestCosine):
+        params = {"scale": 20.0}  # the same suite with these hyperparameters
+
 The base class's name does not start with ``Test``, so pytest collects only the subclasses. The
 variant is found through the installed entry points (`attnbench.load_plugins`), so install the
 plugin into the test environment (``pip install -e '.[test]'``), or import its module in the test
@@ -22,7 +26,8 @@ plugin's ``test`` extra), not a dependency of attnbench. Apart from pytest it us
 the public API of `attnbench`, so it runs unchanged outside attnbench's own repository.
 
 Every test builds its variant with ``VariantShape(n_heads=3, head_dim=8, max_len=2048)`` (the
-grouped-query tests: 4 heads) and the default hyperparameters, on CPU in float32 (plus one
+grouped-query tests: 4 heads) and the hyperparameters of ``variant_params`` (the class attribute
+``params``; by default none: the variant's defaults), on CPU in float32 (plus one
 bfloat16 test; the incremental form's equality tests in float64), with parameters initialised
 from a fixed seed so a failure reproduces. The incremental form's tests skip, saying why, for a
 variant that registers none (it is optional), and the grouped-query test for a form without
@@ -73,9 +78,14 @@ def random_qkv(
 
 
 def _make(
-    name: str, max_len: int = MAX_LEN, heads: int = H, kv_heads: int | None = None
+    name: str,
+    params: dict[str, Any] | None = None,
+    max_len: int = MAX_LEN,
+    heads: int = H,
+    kv_heads: int | None = None,
 ) -> AttentionVariant:
-    """The variant ``name`` with default hyperparameters, its parameters initialised from seed 0.
+    """The variant ``name`` with hyperparameters ``params`` (None or {}: the defaults), its
+    parameters initialised from seed 0.
 
     Skips the test, with the variant's one sentence, where it is unavailable on CPU here
     (`AttentionVariant.unavailable`: a wrapped library or a CUDA device missing).
@@ -88,7 +98,7 @@ def _make(
         torch.manual_seed(0)
         try:
             shape = VariantShape(n_heads=heads, head_dim=D, max_len=max_len, n_kv_heads=kv_heads)
-            variant = _build_variant(name, {}, shape)
+            variant = _build_variant(name, dict(params or {}), shape)
         except UnsupportedError as exc:  # its library is missing here: skip, with the reason
             pytest.skip(str(exc))
     reason = variant.unavailable("cpu")  # the tests run on CPU; a CUDA-only variant skips
@@ -97,19 +107,28 @@ def _make(
     return variant
 
 
-def gates_of_keys(variant: AttentionVariant, k: torch.Tensor) -> dict[str, torch.Tensor]:
+def gates_of_keys(
+    variant: AttentionVariant, k: torch.Tensor, value_dim: int | None = None
+) -> dict[str, torch.Tensor]:
     """Raw gates for a gated variant (`AttentionVariant.gates`) as fixed functions of each key
-    (B, H_kv, M, D): about unit scale, different for every gate. Gates that follow the keys
-    position by position keep every contract test meaningful unchanged: a batch element's
-    gates are its own, perturbing the future perturbs only future gates, and repeating a
-    key/value head repeats its gates. {} for an ungated variant."""
+    (B, H_kv, M, D): about unit scale, different for every gate; a "value" gate has
+    ``value_dim`` channels (None: D). Gates that follow the keys position by position keep
+    every contract test meaningful unchanged: a batch element's gates are its own, perturbing
+    the future perturbs only future gates, and repeating a key/value head repeats its gates.
+    {} for an ungated variant."""
     d = k.shape[-1]
+    dv = d if value_dim is None else value_dim
     idx = torch.arange(d, device=k.device, dtype=k.dtype)
     gates = {}
     for i, (name, width) in enumerate(sorted(variant.gates.items())):
         if width == "head":
             weights = torch.cos(idx * (i + 1) + 0.5) * (2.0 / d) ** 0.5
             gates[name] = (k * weights).sum(dim=-1, keepdim=True)
+        elif width == "value":  # k times a fixed D×Dv matrix of cosines, made in float64
+            rows = torch.arange(d, dtype=torch.float64)[:, None] * (i + 1)
+            columns = torch.arange(dv, dtype=torch.float64) * 0.7
+            weights = torch.cos(rows + columns + 0.5) * (2.0 / d) ** 0.5
+            gates[name] = k @ weights.to(device=k.device, dtype=k.dtype)
         else:
             gates[name] = k.roll(i + 1, dims=-1)
     return gates
@@ -124,28 +143,32 @@ def _call(
 ) -> torch.Tensor:
     """``variant(q, k, v, causal)``, with `gates_of_keys` for a gated variant."""
     if variant.gates:
-        return variant(q, k, v, causal=causal, gates=gates_of_keys(variant, k))
+        return variant(q, k, v, causal=causal, gates=gates_of_keys(variant, k, v.shape[-1]))
     return variant(q, k, v, causal=causal)
 
 
 def _feed(decoder: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """The decoder's ``step`` for one token, ``prefill`` for more, with `gates_of_keys` of the
     tokens' keys for a gated variant (the same gates `_call` gives the forward)."""
-    gates = gates_of_keys(decoder.variant, k) if decoder.variant.gates else None
+    gates = gates_of_keys(decoder.variant, k, v.shape[-1]) if decoder.variant.gates else None
     if q.shape[-2] == 1:
         return decoder.step(q, k, v, gates)
     return decoder.prefill(q, k, v, gates)
 
 
 class VariantContractTests:
-    """The contract tests for one variant, named by the ``variant_name`` fixture.
+    """The contract tests for one variant, named by the ``variant_name`` fixture and built with
+    the hyperparameters of the ``variant_params`` fixture.
 
-    Subclass it and set ``variant`` to the registered name; or, to run it over several variants,
-    override the ``variant_name`` fixture (e.g. with ``params=[...]``), as attnbench's own suite
-    does over its whole registry.
+    Subclass it and set ``variant`` to the registered name (and ``params`` to hyperparameters
+    other than the defaults, e.g. ``{"negative_eigenvalues": True}``); or, to run it over several
+    variants or settings, override the ``variant_name`` and ``variant_params`` fixtures (e.g.
+    with ``params=[...]``), as attnbench's own suite does over its whole registry.
     """
 
     variant: ClassVar[str] = ""  # the registered name of the variant under test
+    # hyperparameters the variant is built with in every test; {}: its defaults
+    params: ClassVar[dict[str, Any]] = {}
 
     @pytest.fixture
     def variant_name(self) -> str:
@@ -157,7 +180,13 @@ class VariantContractTests:
             )
         return self.variant
 
-    def test_declares_its_contract(self, variant_name):
+    @pytest.fixture
+    def variant_params(self) -> dict[str, Any]:
+        """The hyperparameters of the variant under test: the class attribute ``params`` ({}:
+        the defaults)."""
+        return dict(self.params)
+
+    def test_declares_its_contract(self, variant_name, variant_params):
         """The class attributes the harness reads are set and well-formed.
 
         The listing (``attnbench-variants``), every result record and the leaderboard's
@@ -165,13 +194,15 @@ class VariantContractTests:
         ``check_inputs`` reads ``requires_equal_lengths``, without running the variant; so they
         must hold valid values.
         """
-        variant = _make(variant_name)
+        variant = _make(variant_name, variant_params)
         assert variant.family, "set the class attribute `family`"
         assert variant.cost in COST_CLASSES, f"cost {variant.cost!r} is not one of {COST_CLASSES}"
         assert isinstance(variant.supports_causal, bool)
         assert isinstance(variant.requires_equal_lengths, bool)
 
-    def test_the_pattern_sizes_it_checks_are_the_ones_it_declares(self, variant_name, monkeypatch):
+    def test_the_pattern_sizes_it_checks_are_the_ones_it_declares(
+        self, variant_name, variant_params, monkeypatch
+    ):
         """Every parameter the variant checks as a pattern size (`check_size`) is in its
         ``size_params``, and each of those is a parameter: a record names them, and the board
         writes a fraction of the sequence as one ("window=0.2n") only for those."""
@@ -185,7 +216,7 @@ class VariantContractTests:
             return original(self, key)
 
         monkeypatch.setattr(AttentionVariant, "check_size", spy)
-        variant = _make(variant_name)
+        variant = _make(variant_name, variant_params)
         declared = type(variant).size_params
         assert isinstance(declared, tuple) and all(isinstance(k, str) for k in declared)
         assert set(checked) <= set(declared), (
@@ -195,27 +226,27 @@ class VariantContractTests:
         assert all(hasattr(variant.params, k) for k in declared)
 
     @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-    def test_shapes_and_value_dim(self, variant_name, causal):
+    def test_shapes_and_value_dim(self, variant_name, variant_params, causal):
         """The output is (B, H, N, Dv) in the input dtype, with Dv ≠ D.
 
         Dv = 5 differs from D = 8, so a variant that returns something of the query's width, or
         mixes up the key and value axes, fails here rather than deep inside a model.
         """
-        variant = _make(variant_name)
+        variant = _make(variant_name, variant_params)
         if causal and not variant.supports_causal:
             pytest.skip("non-causal variant")
         q, k, v = random_qkv(b=2, h=H, n=17, d=D, dv=5)
         out = _call(variant, q, k, v, causal=causal)
         assert out.shape == (2, H, 17, 5) and out.dtype == torch.float32
 
-    def test_cross_attention_lengths(self, variant_name):
+    def test_cross_attention_lengths(self, variant_name, variant_params):
         """N queries attend over M ≠ N keys, or the variant refuses with the documented reason.
 
         Positional patterns (windows, decays) declare ``requires_equal_lengths`` and must raise
         `UnsupportedError` (recorded as "unsupported", not as a crash); everyone else must
         return (B, H, N, Dv).
         """
-        variant = _make(variant_name)
+        variant = _make(variant_name, variant_params)
         q, k, v = random_qkv(b=1, h=H, n=7, m=19, d=D)
         if variant.requires_equal_lengths:  # positional patterns refuse, with a reason
             with pytest.raises(UnsupportedError, match="needs as many keys as queries"):
@@ -223,14 +254,14 @@ class VariantContractTests:
             return
         assert _call(variant, q, k, v).shape == (1, H, 7, D)
 
-    def test_batch_independence(self, variant_name):
+    def test_batch_independence(self, variant_name, variant_params):
         """Each batch element's output depends on that element alone.
 
         A normalisation or pooling taken over the batch axis by mistake would make results
         depend on the batch size the harness happens to use. Tolerance 1e-5: batched and
         single-element calls may reduce in a different order in float32.
         """
-        variant = _make(variant_name)
+        variant = _make(variant_name, variant_params)
         q, k, v = random_qkv(b=3, h=H, n=20, d=D)
         causal = variant.supports_causal
         full = _call(variant, q, k, v, causal=causal)
@@ -239,33 +270,33 @@ class VariantContractTests:
             torch.testing.assert_close(full[b : b + 1], alone, rtol=1e-5, atol=1e-5)
 
     @pytest.mark.parametrize("n", [1, 2, 63, 2048])
-    def test_finite_for_random_inputs(self, variant_name, n):
+    def test_finite_for_random_inputs(self, variant_name, variant_params, n):
         """No inf or NaN for Gaussian inputs, causal and not, from one token up to 2048.
 
         n = 1 and 2 catch empty or degenerate normalisers (a causal first row sees one key);
         63 is not a multiple of any block or chunk size, so it catches padding mistakes; 2048
         is long enough for unnormalised sums or exponentials to overflow.
         """
-        variant = _make(variant_name)
+        variant = _make(variant_name, variant_params)
         q, k, v = random_qkv(b=1, h=H, n=n, d=D, seed=n)
         for causal in [False, True] if variant.supports_causal else [False]:
             assert torch.isfinite(_call(variant, q, k, v, causal=causal)).all()
 
-    def test_gradients_flow_to_inputs_and_parameters(self, variant_name):
+    def test_gradients_flow_to_inputs_and_parameters(self, variant_name, variant_params):
         """q, k, v and every parameter receive finite, non-zero gradients.
 
         The training tasks learn through the variant: a detached path, a parameter that never
         enters the output, or a NaN gradient would make the variant look untrainable rather
         than fail.
         """
-        variant = _make(variant_name)
+        variant = _make(variant_name, variant_params)
         # long enough for block patterns to have several blocks, so their parameters matter
         q, k, v = (t.requires_grad_(True) for t in random_qkv(b=1, h=H, n=200, d=D))
         _call(variant, q, k, v, causal=variant.supports_causal).square().sum().backward()
         for t in (q, k, v, *variant.parameters()):
             assert t.grad is not None and torch.isfinite(t.grad).all() and t.grad.abs().sum() > 0
 
-    def test_causality_is_a_leak_test(self, variant_name):
+    def test_causality_is_a_leak_test(self, variant_name, variant_params):
         """Output at t must not change when any position > t changes (not a mask inspection).
 
         Perturbing the future of q, k and v catches every route information can take (a mask
@@ -275,7 +306,7 @@ class VariantContractTests:
         ignore it. Tolerance 1e-5 relative, 1e-6 absolute: the prefix must be unchanged up to
         float32 rounding, while the perturbation (×10 Gaussian) changes it by far more.
         """
-        variant = _make(variant_name)
+        variant = _make(variant_name, variant_params)
         q, k, v = random_qkv(b=1, h=H, n=24, d=D, seed=3)
         if not variant.supports_causal:
             with pytest.raises(UnsupportedError):
@@ -295,7 +326,7 @@ class VariantContractTests:
             assert not torch.allclose(out[:, :, t + 1 :], base[:, :, t + 1 :])
 
     @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-    def test_attention_weights_reproduce_forward(self, variant_name, causal):
+    def test_attention_weights_reproduce_forward(self, variant_name, variant_params, causal):
         """``attention_weights(q, k) @ v == forward(q, k, v)``, shape (B, H, N, M).
 
         The concentration task analyses the weights in place of the forward pass, and the
@@ -304,7 +335,7 @@ class VariantContractTests:
         NotImplementedError (it cannot materialise its weights). Tolerance 1e-5: the two paths
         may sum in a different order.
         """
-        variant = _make(variant_name)
+        variant = _make(variant_name, variant_params)
         if causal and not variant.supports_causal:
             pytest.skip("non-causal variant")
         q, k, v = random_qkv(b=2, h=H, n=33, d=D)
@@ -318,13 +349,13 @@ class VariantContractTests:
         )
 
     @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-    def test_density_is_a_fraction_that_weights_confirm(self, variant_name, causal):
+    def test_density_is_a_fraction_that_weights_confirm(self, variant_name, variant_params, causal):
         """``density`` is in (0, 1], and a sparse variant scores no fewer pairs than its weights
         keep (a nonzero weight is a scored pair), at a length that is no multiple of a block.
 
         Every task records density beside its scores, and the board sets quality against it.
         """
-        variant = _make(variant_name)
+        variant = _make(variant_name, variant_params)
         if causal and not variant.supports_causal:
             pytest.skip("non-causal variant")
         n = 37
@@ -339,18 +370,20 @@ class VariantContractTests:
         kept = float((weights != 0).sum()) / H
         assert variant.scored_pairs(n, n, causal) >= kept - 1e-6
 
-    def test_bfloat16_runs(self, variant_name):
+    def test_bfloat16_runs(self, variant_name, variant_params):
         """The variant runs in bfloat16 (the GPU sweeps' dtype) and agrees with float32.
 
         Catches float32 constants or buffers that do not follow ``.to(dtype)``, and
         overflow or underflow in a reduced-precision normaliser.
         """
-        variant = _make(variant_name).to(torch.bfloat16)
+        variant = _make(variant_name, variant_params).to(torch.bfloat16)
         q, k, v = random_qkv(b=1, h=H, n=32, d=D, dtype=torch.bfloat16)
         out = _call(variant, q, k, v, causal=variant.supports_causal)
         assert out.dtype == torch.bfloat16 and torch.isfinite(out).all()
         ref = _call(
-            _make(variant_name), *(t.float() for t in (q, k, v)), causal=variant.supports_causal
+            _make(variant_name, variant_params),
+            *(t.float() for t in (q, k, v)),
+            causal=variant.supports_causal,
         )
         # bf16 has an 8-bit mantissa: agreement to a few percent of the output scale
         assert (out.float() - ref).abs().max() <= 0.05 * ref.abs().max() + 0.05
@@ -382,11 +415,11 @@ class VariantContractTests:
         [(151,), (1,) * 151, (61, 1, 1, 23, 1, 2, 62)],
         ids=["prefill", "steps", "prefill+steps+prefill"],
     )
-    def test_incremental_form_equals_causal_forward(self, variant_name, schedule):
+    def test_incremental_form_equals_causal_forward(self, variant_name, variant_params, schedule):
         """Token by token (``step``), all at once (``prefill``) or mixed, with prefills that
         continue a sequence and cross chunk and block edges: the outputs equal the causal
         forward over the whole sequence at every position."""
-        variant = _make(variant_name).double()
+        variant = _make(variant_name, variant_params).double()
         n = self.INCREMENTAL_LEN
         decoder = self._incremental(variant, n)
         q, k, v = random_qkv(b=2, h=H, n=n, d=D, dv=5, seed=7, dtype=torch.float64)
@@ -400,11 +433,11 @@ class VariantContractTests:
         assert t == n and decoder.position == n
         torch.testing.assert_close(torch.cat(outs, dim=2), expected, rtol=1e-9, atol=1e-9)
 
-    def test_incremental_state_is_what_it_holds(self, variant_name):
+    def test_incremental_state_is_what_it_holds(self, variant_name, variant_params):
         """After n tokens the tensors held have ``state_size(n)`` elements per sequence, and
         their storage is exactly what the full sequence needs (a cache reserved once for
         ``max_len``, nothing more); past ``max_len`` the decoder refuses, naming it."""
-        variant = _make(variant_name)
+        variant = _make(variant_name, variant_params)
         n = self.INCREMENTAL_LEN
         decoder = self._incremental(variant, n, dtype=torch.float32)
         q, k, v = random_qkv(b=2, h=H, n=n, d=D, dv=5, seed=1)
@@ -422,11 +455,13 @@ class VariantContractTests:
         with pytest.raises(ValueError, match="max_len=151"), torch.no_grad():
             _feed(decoder, *(x[:, :, :1] for x in (q, k, v)))
 
-    def test_incremental_state_over_lengths_and_flat_for_linear_cost(self, variant_name):
+    def test_incremental_state_over_lengths_and_flat_for_linear_cost(
+        self, variant_name, variant_params
+    ):
         """After 64, 512 and 4096 tokens the state held is what ``state_size`` says, measured
         from the tensors; and a variant of cost "n" holds the same state at all three: the O(1)
         memory per sequence that makes it cheap to decode."""
-        variant = _make(variant_name, max_len=4096)
+        variant = _make(variant_name, variant_params, max_len=4096)
         sizes = []
         for n in (64, 512, 4096):
             decoder = self._incremental(variant, n, batch=1, dtype=torch.float32)
@@ -442,7 +477,7 @@ class VariantContractTests:
     @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
     @pytest.mark.parametrize("kv_heads", [1, 2], ids=["multi-query", "grouped-query"])
     def test_forward_with_fewer_key_value_heads_equals_repeated_heads(
-        self, variant_name, kv_heads, causal
+        self, variant_name, variant_params, kv_heads, causal
     ):
         """Keys and values with 1 or 2 heads for 4 query heads (``VariantShape.n_kv_heads``):
         the outputs equal the forward on keys and values repeated for each query head's group
@@ -452,7 +487,7 @@ class VariantContractTests:
         calling the variant repeats them first, and this checks only that the call does. 77
         positions: no multiple of a chunk (64) or of a block. Built with ``n_kv_heads``, as a
         task builds it."""
-        variant = _make(variant_name, heads=4, kv_heads=kv_heads).double()
+        variant = _make(variant_name, variant_params, heads=4, kv_heads=kv_heads).double()
         if causal and not variant.supports_causal:
             pytest.skip(f"variant '{variant_name}' is not causal")
         q, _, _ = random_qkv(b=2, h=4, n=77, d=D, dv=5, seed=21, dtype=torch.float64)
@@ -470,12 +505,14 @@ class VariantContractTests:
         assert grouped.shape == (2, 4, 77, 5)
         torch.testing.assert_close(grouped, repeated, rtol=1e-9, atol=1e-9)
 
-    def test_key_value_heads_that_do_not_divide_the_query_heads_are_refused(self, variant_name):
+    def test_key_value_heads_that_do_not_divide_the_query_heads_are_refused(
+        self, variant_name, variant_params
+    ):
         """3 key/value heads for 4 query heads: refused in one sentence naming both counts, in
         the shape and in the call, never a broadcast error from deep inside a kernel."""
         with pytest.raises(ValueError, match="n_kv_heads=3 must divide the 4 query heads"):
             VariantShape(n_heads=4, head_dim=D, max_len=64, n_kv_heads=3)
-        variant = _make(variant_name, heads=4)
+        variant = _make(variant_name, variant_params, heads=4)
         q, _, _ = random_qkv(b=1, h=4, n=16)
         _, k, v = random_qkv(b=1, h=3, n=16)
         with pytest.raises(ValueError, match="3 .*heads|must divide"):
@@ -483,12 +520,12 @@ class VariantContractTests:
 
     @pytest.mark.parametrize("kv_heads", [1, 2], ids=["multi-query", "grouped-query"])
     def test_grouped_query_heads_equal_the_forward_on_repeated_keys_and_values(
-        self, variant_name, kv_heads
+        self, variant_name, variant_params, kv_heads
     ):
         """Fewer key/value heads than query heads (4 query heads; 1 or 2 key/value heads): the
         outputs equal the causal forward with each key/value head repeated for its group of query
         heads, and a form that shares them holds no more state than its key/value heads need."""
-        variant = _make(variant_name, heads=4).double()
+        variant = _make(variant_name, variant_params, heads=4).double()
         n = self.INCREMENTAL_LEN
         decoder = self._incremental(variant, n, kv_heads=kv_heads)
         q, _, _ = random_qkv(b=2, h=4, n=n, d=D, dv=5, seed=11, dtype=torch.float64)

@@ -26,11 +26,13 @@ Gates (data-dependent mixers: the delta rule, gated linear attention, Mamba-2, t
 In those papers a per-token gate (a step size β, a decay α, a time step Δ) comes from the layer's
 input, like q, k and v. A variant declares what it needs as data, ``gates = {"beta": "head"}``: a
 width ``"head"`` is one value per key/value head and token, ``"key"`` one per key channel (D
-values). The shared layer (`attnbench.toolkit.layer`) projects each declared gate from its input
-with one linear map, and ``forward(q, k, v, causal, gates)`` receives a dict name → tensor of *raw*
-(pre-activation) values, (B, H_kv, M, 1) or (B, H_kv, M, D) for M keys. The variant applies its
-paper's parametrisation (β = sigmoid(raw), log α = logsigmoid(raw)/τ, Δ = softplus(raw + bias))
-and owns the parameters that go with it. Why this form: the projection is the same for every
+values), ``"value"`` one per value channel (Dv values: an extra value per token, as Gated
+DeltaProduct writes several per token). The shared layer (`attnbench.toolkit.layer`) projects
+each declared gate from its input with one linear map, and ``forward(q, k, v, causal, gates)``
+receives a dict name → tensor of *raw* (pre-activation) values, (B, H_kv, M, 1), (B, H_kv, M, D)
+or (B, H_kv, M, Dv) for M keys. The variant applies its paper's parametrisation
+(β = sigmoid(raw), log α = logsigmoid(raw)/τ, Δ = softplus(raw + bias)) and owns the parameters
+that go with it. Why this form: the projection is the same for every
 variant (so they are compared with identical layers, as q, k and v are), while the maths of a gate
 stays in one place, the variant; a plugin gets the same facility by declaring ``gates``. Why per
 key/value head: a gate governs how the state is written and forgotten, and the state is per
@@ -68,7 +70,8 @@ from torch import nn
 from attnbench.registry import Registry
 
 COST_CLASSES = ("n²", "n·w", "n")
-GATE_WIDTHS = ("head", "key")  # one value per key/value head and token; one per key channel
+# one value per key/value head and token; one per key channel; one per value channel
+GATE_WIDTHS = ("head", "key", "value")
 # the in-context estimators a variant may claim to implement (`AttentionVariant.estimator`)
 ESTIMATORS = ("least_squares", "ridge", "online_gd", "gd_step")
 
@@ -248,7 +251,7 @@ class AttentionVariant(nn.Module):
             if not self.grouped_query and k.dim() == 4 and q.dim() == 4:
                 k, v = repeat_kv_heads(k, q.shape[1]), repeat_kv_heads(v, q.shape[1])
             return super().__call__(q, k, v, causal=causal)
-        gates = check_gates(self, gates, k)
+        gates = check_gates(self, gates, k, v)
         if not self.grouped_query and k.dim() == 4 and q.dim() == 4:
             heads = q.shape[1]
             k, v = repeat_kv_heads(k, heads), repeat_kv_heads(v, heads)
@@ -369,16 +372,25 @@ class AttentionVariant(nn.Module):
             raise UnsupportedError(f"variant '{self.name}' does not support causal masking.")
 
 
-def gate_width(width: str, head_dim: int) -> int:
-    """Values per key/value head and token of a gate of ``width`` ("head": 1, "key": D)."""
-    return 1 if width == "head" else head_dim
+def gate_width(width: str, head_dim: int, value_dim: int | None = None) -> int:
+    """Values per key/value head and token of a gate of ``width`` ("head": 1, "key": D,
+    "value": Dv, which is D where ``value_dim`` is not given, as in the shared layer)."""
+    if width == "head":
+        return 1
+    if width == "value" and value_dim is not None:
+        return value_dim
+    return head_dim
 
 
 def check_gates(
-    variant: AttentionVariant, gates: dict[str, torch.Tensor] | None, k: torch.Tensor
+    variant: AttentionVariant,
+    gates: dict[str, torch.Tensor] | None,
+    k: torch.Tensor,
+    v: torch.Tensor | None = None,
 ) -> dict[str, torch.Tensor]:
     """The gates ``variant`` declares, each of shape (B, H_kv, M, width) beside keys ``k``
-    (B, H_kv, M, D); one sentence naming what is missing or misshapen otherwise."""
+    (B, H_kv, M, D) and values ``v`` (B, H_kv, M, Dv; None: Dv = D); one sentence naming what
+    is missing or misshapen otherwise."""
     gates = dict(gates or {})
     missing = sorted(set(variant.gates) - set(gates))
     extra = sorted(set(gates) - set(variant.gates))
@@ -389,12 +401,14 @@ def check_gates(
             "the shared layer projects them (attnbench.toolkit.layer), a timing feeds "
             "attnbench.variant.random_gates."
         )
+    value_dim = None if v is None else v.shape[-1]
     for name, width in variant.gates.items():
-        expected = (*k.shape[:3], gate_width(width, k.shape[-1]))
+        expected = (*k.shape[:3], gate_width(width, k.shape[-1], value_dim))
         if tuple(gates[name].shape) != expected:
+            last = {"head": "1", "key": "D", "value": "Dv"}[width]
             raise ValueError(
                 f"variant '{variant.name}': gate '{name}' must have shape {expected} (B, H_kv, "
-                f"M, {'1' if width == 'head' else 'D'}) beside keys {tuple(k.shape)}; got "
+                f"M, {last}) beside keys {tuple(k.shape)}; got "
                 f"{tuple(gates[name].shape)}."
             )
     return gates
@@ -410,16 +424,18 @@ def random_gates(
     device: torch.device | str = "cpu",
     dtype: torch.dtype = torch.float32,
     generator: torch.Generator | None = None,
+    value_dim: int | None = None,
 ) -> dict[str, torch.Tensor]:
     """Standard-normal raw gates of the shapes ``variant`` declares, for ``batch`` sequences of
-    ``length`` keys on ``kv_heads`` heads: what a timing feeds a gated variant, as it feeds
-    standard-normal q, k and v ({} for an ungated variant)."""
+    ``length`` keys on ``kv_heads`` heads (values of ``value_dim`` channels; None: ``head_dim``):
+    what a timing feeds a gated variant, as it feeds standard-normal q, k and v ({} for an
+    ungated variant)."""
     return {
         name: torch.randn(
             batch,
             kv_heads,
             length,
-            gate_width(width, head_dim),
+            gate_width(width, head_dim, value_dim),
             generator=generator,
             device=device,
             dtype=dtype,

@@ -49,6 +49,8 @@ def reference(variant, q, k, v, gates, causal=True):
     b, h, n, d = q.shape
     kv, m, dv = k.shape[1], k.shape[2], v.shape[-1]
     beta = torch.sigmoid(gates["beta"].double()[..., 0])  # (B, H_kv, M)
+    if variant.params.negative_eigenvalues:  # β ∈ (0, 2): I − β k kᵀ has eigenvalue 1 − β < 0
+        beta = 2 * beta
     if "alpha" in gates:
         a_log = variant.A_log.detach().double()
         dt_bias = variant.dt_bias.detach().double()
@@ -236,6 +238,52 @@ def test_a_decay_per_query_head_keeps_a_state_per_query_head(name):
     torch.testing.assert_close(torch.cat(outs, dim=2), expected, rtol=0, atol=1e-10)
     states = 4 if name == "gated_delta_net" else 1
     assert decoder.state_size(90) == states * 8 * 5
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize(
+    "n, chunk, kv, causal",
+    [(1, 64, 4, True), (63, 16, 1, True), (65, 64, 2, True), (70, 7, 2, True), (37, 8, 2, False)],
+)
+def test_negative_eigenvalues_chunked_equals_the_recurrence(name, n, chunk, kv, causal):
+    """``negative_eigenvalues``: β = 2·sigmoid(raw) ∈ (0, 2), the chunked form against the
+    token loop (float64, 1e-10: measured 8.6e-15, summation order only) over chunk sizes that
+    do and do not divide the length, grouped heads, causal and not. The raw β gates are spread
+    (×2 in `inputs`) so that β > 1, a negative eigenvalue 1 − β, occurs at most tokens; the
+    same variant with the flag off gives other outputs (the flag reaches the rule)."""
+    variant = make(name, kv_heads=kv, chunk_size=chunk, negative_eigenvalues=True)
+    q, k, v, gates = inputs(4, kv, n, seed=n + 1, variant=variant)
+    off = make(name, kv_heads=kv, chunk_size=chunk)
+    with torch.no_grad():
+        out = variant(q, k, v, causal=causal, gates=gates)
+        plain = off(q, k, v, causal=causal, gates=gates)
+    expected = reference(variant, q, k, v, gates, causal=causal)
+    torch.testing.assert_close(out, expected, rtol=0, atol=1e-10)
+    assert (gates["beta"] > 0).float().mean() > 0.3  # β = 2·sigmoid(raw) > 1 at those
+    assert float((out - plain).abs().max()) > 1e-3
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_negative_eigenvalues_decoding_after_a_context_equals_the_forward(name):
+    """``negative_eigenvalues``: a prefill of 50 tokens then 30 steps, and a prefill of 80 in
+    two parts, equal the causal forward over the 80 (float64, 1e-12: the steps apply the
+    recurrence, the prefills replay the chunked form; measured 3.5e-15), and the state is
+    still D×Dv per key/value head."""
+    variant = make(name, kv_heads=2, chunk_size=16, negative_eigenvalues=True)
+    q, k, v, gates = inputs(4, 2, 80, seed=6, variant=variant)
+    with torch.no_grad():
+        expected = variant(q, k, v, causal=True, gates=gates)
+        for cuts in ((50, *range(51, 81)), (33, 80)):
+            decoder = incremental_form(variant, 2, 80, 8, 5, dtype=torch.float64, kv_heads=2)
+            outs, start = [], 0
+            for end in cuts:
+                part = (x[:, :, start:end] for x in (q, k, v))
+                gate = _cut(gates, start, end)
+                step = decoder.step if end - start == 1 else decoder.prefill
+                outs.append(step(*part, gate))
+                start = end
+            torch.testing.assert_close(torch.cat(outs, 2), expected, rtol=0, atol=1e-12)
+    assert decoder.state_size(80) == 2 * 8 * 5
 
 
 def _cut(gates, start, end):

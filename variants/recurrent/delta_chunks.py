@@ -128,7 +128,7 @@ def delta_rule_chunked(
             ``causal`` N must equal M. None: only the final state is wanted.
         k: (B, H_kv, M, D) keys (normalised by the caller: the rule assumes ‖k‖ ≈ 1).
         v: (B, H_kv, M, Dv) values.
-        beta: (B, H_kv, M) write strengths β_t in [0, 1].
+        beta: (B, H_kv, M) write strengths β_t in [0, 2] (above 1: a negative eigenvalue).
         log_alpha: (B, H_kv, M) log-decays g_t = log α_t ≤ 0; None: α = 1 (the delta rule).
         chunk: positions per chunk C.
         state: (B, H_kv, D, Dv) the state before the first token; None: zeros.

@@ -30,5 +30,5 @@ class GatedMixer(AttentionVariant):
         gates: dict[str, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         self.check_inputs(q, k, v, causal)
-        gates = check_gates(self, gates, k)  # also where forward is called directly
+        gates = check_gates(self, gates, k, v)  # also where forward is called directly
         return self.run(q, k, v, gates, causal)[0].to(q.dtype)
