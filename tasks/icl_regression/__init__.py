@@ -729,10 +729,11 @@ class AttentionSystem(torch.nn.Module):
         self.w_v = torch.nn.Parameter(torch.ones(()))
         self.h = ctx.build_variant(VariantShape(n_heads=1, head_dim=d, max_len=n))
         # a gated variant's gates come from the input, as q and k do: a learnable map each
+        # (a "value" gate as wide as the values, one channel: y)
         self.w_gates = torch.nn.ParameterDict(
             {
                 name: torch.nn.Parameter(
-                    torch.randn(gate_width(width, d), d, generator=gen) / d**0.5
+                    torch.randn(gate_width(width, d, 1), d, generator=gen) / d**0.5
                 )
                 for name, width in self.h.gates.items()
             }

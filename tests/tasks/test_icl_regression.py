@@ -7,6 +7,7 @@ import torch
 
 from attnbench.harness.jobs.preflight import ConfigError, check_overrides
 from attnbench.task import JobContext, build_task
+from attnbench.variant import VARIANTS
 from attnbench.tasks.icl_regression import (
     AttentionSystem,
     IclRegression,
@@ -343,3 +344,17 @@ def test_a_line_search_that_overflows_keeps_the_best_point_and_says_so(monkeypat
     assert curve[-1][1] == min(loss for _, loss in curve[:-1]) == curve[0][1]
     assert all(torch.equal(a, b) for a, b in zip(system.parameters(), start, strict=True))
     assert "overflow" in system.stopped and "best point kept" in system.stopped
+
+
+@pytest.mark.parametrize(
+    "name", [n for n in VARIANTS.names() if VARIANTS.get(n).gates and not VARIANTS.get(n).library]
+)
+def test_every_gated_variant_gets_gates_of_its_widths_in_an_attention_system(name):
+    """Each gate's map gives the width the variant declares: one per head, D per key, and one
+    per value (the system's single value channel, y), so that a forward runs and is finite."""
+    from attnbench.tasks.icl_regression import AttentionSystem
+
+    ctx = JobContext(name, {}, torch.device("cpu"), torch.float32, 0, 1)
+    system = AttentionSystem(ctx, 3, 8, torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.isfinite(system(torch.randn(8, 3), torch.randn(8))).all()
