@@ -178,15 +178,25 @@ def test_task_defaults_run_every_sparse_variant_at_most_half_dense(task):
     assert density_violations(jobs) == []
 
 
-def test_the_quick_preset_has_jobs_for_every_sparse_variant_on_every_quality_task():
-    """The bound is not met vacuously: every pair is a job of `sweep=quick` (peers aside)."""
+def test_every_sparse_variant_meets_every_quality_task_in_some_preset():
+    """The bound is not met vacuously: every pair (sparse variant of ours, quality task) is a job
+    of some preset. `sweep=quick` trains every variant on two quality columns only (its smoke
+    board, docs/sweeps.md "What quick costs and shows"); `sweep=standard` puts every variant on
+    every task, so a quality task that no preset trains a sparse variant on fails here."""
     pairs = {
         (dict(o.split("=", 1) for o in job)["variant"], dict(o.split("=", 1) for o in job)["task"])
-        for job in preset_jobs("quick")
+        for sweep in SWEEPS
+        for job in preset_jobs(sweep)
     }
     ours = [v for v in sparse_variants() if not VARIANTS.get(v).library]
-    for task in (t for t in TASKS.names() if is_quality(t)):
-        assert {(v, task) for v in ours} <= pairs
+    missing = [
+        (v, task)
+        for task in TASKS.names()
+        if is_quality(task)
+        for v in ours
+        if (v, task) not in pairs
+    ]
+    assert missing == []
 
 
 def test_a_dense_window_is_reported():
