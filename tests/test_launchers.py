@@ -45,8 +45,9 @@ def test_joblib_launcher_runs_jobs_with_a_time_budget_in_parallel_workers(tmp_pa
     - A job with a budget, started from a joblib worker, was told the worker's default start
       method, "loky", which a fresh interpreter cannot set: it died at start-up (``cannot find
       context for 'loky'``) and every job of the sweep was recorded failed (issue #44).
-    - The progress moves as each job ends: the quick sweep's joblib batch is 220 jobs, and
-      counted only when it returned, the line stood still for four minutes.
+    - The progress moves as each job ends: a joblib batch is every parallel job of a sweep (the
+      quick sweep's was 220 jobs), and counted only when it returned, the line stood still for
+      minutes.
     """
     results = tmp_path / "results"
     proc = run_cli(
