@@ -118,6 +118,21 @@ SETTINGS = [
         (40, True),  # the context the generated tokens attend over, causal
     ),
     ("concentration", dict(seq_len=30, scales=[1.0], n_batches=1, head_dim=8), (30, False)),
+    (
+        "lm",  # the code corpus: always installed (the running Python's standard library)
+        dict(
+            corpus="code",
+            context=20,
+            tokens=80,
+            batch_size=4,
+            eval_tokens=80,
+            val_tokens=20,
+            d_model=16,
+            n_layers=1,
+            new_tokens=2,
+        ),
+        (20, True),  # the training context
+    ),
     ("concentration", dict(source="recall", recall_steps=1), (64, True)),
     *[
         (task, dict(MAD_TINY, seq_len=24), (n, True))
