@@ -123,7 +123,6 @@ from attnbench.variants.recurrent.delta_chunks import (
     products_flops,
 )
 from attnbench.variants.recurrent.mixer import GatedMixer
-from attnbench.variants.recurrent.output_norm import normalise_output
 from attnbench.variants.recurrent.precision import compute_dtype
 
 QK_ACTIVATIONS = ("silu", "identity")
@@ -319,20 +318,6 @@ class DeltaRule(GatedMixer):
         worth = b * kv * m >= TUNE_FROM and fk.device.type == "cpu"
         chosen = autotune.choose(f"{self.name} chunks", shape_class, candidates, probe, worth)
         return int(chosen["chunk"])
-
-    def run(self, q, k, v, gates, causal, state=None):
-        """`_run` on inputs and gates widened to `compute_dtype`, its output through `finish`:
-        (out, final state), which `GatedMixer.forward` reads."""
-        work = compute_dtype(q.dtype)
-        if gates is not None:
-            gates = {name: g.to(work) for name, g in gates.items()}
-        out, state = self._run(q.to(work), k.to(work), v.to(work), gates, causal, state)
-        return self.finish(out), state
-
-    def finish(self, out: torch.Tensor) -> torch.Tensor:
-        """The rule's output as the variant gives it: RMS-normalised per head and position
-        where ``output_norm`` is set (`normalise_output`), else as it is."""
-        return normalise_output(out) if self.params.output_norm else out
 
     def attention_weights(
         self,

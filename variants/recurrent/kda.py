@@ -64,7 +64,6 @@ from attnbench.variants.recurrent.dplr_chunks import (
     dplr_step,
 )
 from attnbench.variants.recurrent.mixer import GatedMixer
-from attnbench.variants.recurrent.output_norm import normalise_output
 from attnbench.variants.recurrent.precision import compute_dtype
 
 QK_ACTIVATIONS = ("silu", "identity")
@@ -173,18 +172,6 @@ class KimiDeltaAttention(GatedMixer):
         if causal and n > m:  # queries past the last key read S_M
             out = torch.cat([out, per_query_head(fq[:, :, m:], state)], dim=2)
         return out, state
-
-    def run(self, q, k, v, gates, causal, state=None):
-        """`_run` on inputs and gates widened to `compute_dtype`, its output through `finish`."""
-        work = compute_dtype(q.dtype)
-        if gates is not None:
-            gates = {name: g.to(work) for name, g in gates.items()}
-        out, state = self._run(q.to(work), k.to(work), v.to(work), gates, causal, state)
-        return self.finish(out), state
-
-    def finish(self, out: torch.Tensor) -> torch.Tensor:
-        """RMS-normalised per head and position where ``output_norm`` is set, else as it is."""
-        return normalise_output(out) if self.params.output_norm else out
 
     def attention_weights(self, q, k, causal=False, gates=None) -> torch.Tensor:
         """The (B, H, N, M) matrix A with forward(q, k, v) = A v (the forward of the identity

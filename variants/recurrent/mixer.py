@@ -1,4 +1,4 @@
-"""The forward the recurrent mixers share (`delta_net`, `gated_delta_net`, `gla`, `mamba2`,
+"""The forward the recurrent mixers share (the delta family, `kda`, `rwkv7`, `gla`, `mamba2`,
 `mesa`): check the inputs and the gates, run the variant's engine (``run``, which computes in
 `compute_dtype` and returns the output with the final state), and hand the output back in the
 inputs' dtype.
@@ -12,14 +12,31 @@ import torch
 
 from attnbench import AttentionVariant
 from attnbench.variant import check_gates
+from attnbench.variants.recurrent.output_norm import normalise_output
+from attnbench.variants.recurrent.precision import compute_dtype
 
 
 class GatedMixer(AttentionVariant):
     """An `AttentionVariant` whose ``run(q, k, v, gates, causal, state=None)`` returns
     ``(out, state)``: its forward is the engine's output."""
 
-    def run(self, q, k, v, gates, causal, state=None) -> tuple[torch.Tensor, object]:
+    def _run(self, q, k, v, gates, causal, state=None) -> tuple[torch.Tensor, object]:
+        """The engine on inputs and gates already in the working dtype: (out, final state)."""
         raise NotImplementedError
+
+    def run(self, q, k, v, gates, causal, state=None) -> tuple[torch.Tensor, object]:
+        """`_run` on inputs and gates widened to `compute_dtype`, its output through `finish`
+        (a mixer whose engine does its own widening overrides this)."""
+        work = compute_dtype(q.dtype)
+        if gates is not None:
+            gates = {name: g.to(work) for name, g in gates.items()}
+        out, state = self._run(q.to(work), k.to(work), v.to(work), gates, causal, state)
+        return self.finish(out), state
+
+    def finish(self, out: torch.Tensor) -> torch.Tensor:
+        """The engine's output as the variant gives it: RMS-normalised per head and position
+        where the variant's ``output_norm`` is set (`normalise_output`), else as it is."""
+        return normalise_output(out) if getattr(self.params, "output_norm", False) else out
 
     def forward(
         self,
