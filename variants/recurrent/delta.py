@@ -122,7 +122,7 @@ from attnbench.variants.recurrent.delta_chunks import (
     delta_rule_chunked,
     products_flops,
 )
-from attnbench.variants.recurrent.mixer import GatedMixer
+from attnbench.variants.recurrent.mixer import ValueLinearMixer
 from attnbench.variants.recurrent.precision import compute_dtype
 
 QK_ACTIVATIONS = ("silu", "identity")
@@ -204,7 +204,7 @@ def _gate(gates: dict[str, torch.Tensor] | None, name: str, k: torch.Tensor) -> 
     return raw.to(k.dtype)
 
 
-class DeltaRule(GatedMixer):
+class DeltaRule(ValueLinearMixer):
     """What the two variants share: features, gates, the chunked forward (module docstring)."""
 
     family = "delta"
@@ -318,31 +318,6 @@ class DeltaRule(GatedMixer):
         worth = b * kv * m >= TUNE_FROM and fk.device.type == "cpu"
         chosen = autotune.choose(f"{self.name} chunks", shape_class, candidates, probe, worth)
         return int(chosen["chunk"])
-
-    def attention_weights(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        causal: bool = False,
-        gates: dict[str, torch.Tensor] | None = None,
-    ) -> torch.Tensor:
-        """The (B, H, N, M) matrix A with forward(q, k, v) = A v: the output is linear in the
-        values for given q, k and gates, so A is the forward of the identity as values (each
-        key's value a unit vector). The weights depend on the gates: without them, refused; so is a
-        variant with ``output_norm``, whose output is no linear map of the values."""
-        if gates is None:
-            raise NotImplementedError(
-                f"variant '{self.name}' weighs keys by its gates: its attention weights need them."
-            )
-        if self.params.output_norm:
-            raise NotImplementedError(
-                f"variant '{self.name}' normalises its output per position (output_norm), which "
-                "no matrix of weights applied to the values reproduces; output_norm=false gives "
-                "the rule's weights."
-            )
-        b, kv, m, _ = k.shape
-        eye = torch.eye(m, dtype=k.dtype, device=k.device).expand(b, kv, m, m)
-        return self.forward(q, k, eye, causal=causal, gates=gates)
 
     def forward_flops(self, batch, heads, n, m, d, dv, causal) -> float:
         """The matrix products of the chunked form at the chunk length of the last call (the

@@ -63,7 +63,7 @@ from attnbench.variants.recurrent.dplr_chunks import (
     dplr_flops,
     dplr_step,
 )
-from attnbench.variants.recurrent.mixer import GatedMixer
+from attnbench.variants.recurrent.mixer import ValueLinearMixer
 from attnbench.variants.recurrent.precision import compute_dtype
 
 QK_ACTIVATIONS = ("silu", "identity")
@@ -93,7 +93,7 @@ def raw_gate(gates: dict[str, torch.Tensor] | None, name: str, k: torch.Tensor, 
 
 
 @register_variant("kda")
-class KimiDeltaAttention(GatedMixer):
+class KimiDeltaAttention(ValueLinearMixer):
     """Kimi Delta Attention: the gated delta rule with a per-channel decay, chunked."""
 
     Params = KDAParams
@@ -172,23 +172,6 @@ class KimiDeltaAttention(GatedMixer):
         if causal and n > m:  # queries past the last key read S_M
             out = torch.cat([out, per_query_head(fq[:, :, m:], state)], dim=2)
         return out, state
-
-    def attention_weights(self, q, k, causal=False, gates=None) -> torch.Tensor:
-        """The (B, H, N, M) matrix A with forward(q, k, v) = A v (the forward of the identity
-        as values: the output is linear in v for given q, k and gates); refused without gates
-        and with ``output_norm`` (no matrix reproduces a per-row normalisation)."""
-        if gates is None:
-            raise NotImplementedError(
-                "variant 'kda' weighs keys by its gates: its attention weights need them."
-            )
-        if self.params.output_norm:
-            raise NotImplementedError(
-                "variant 'kda' normalises its output per position (output_norm), which no matrix "
-                "of weights applied to the values reproduces; output_norm=false gives the rule's."
-            )
-        b, kv, m, _ = k.shape
-        eye = torch.eye(m, dtype=k.dtype, device=k.device).expand(b, kv, m, m)
-        return self.forward(q, k, eye, causal=causal, gates=gates)
 
     def forward_flops(self, batch, heads, n, m, d, dv, causal) -> float:
         """The matrix products of the chunked form (`dplr_flops`); the element-wise pairwise

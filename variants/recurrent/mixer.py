@@ -49,3 +49,34 @@ class GatedMixer(AttentionVariant):
         self.check_inputs(q, k, v, causal)
         gates = check_gates(self, gates, k, v)  # also where forward is called directly
         return self.run(q, k, v, gates, causal)[0].to(q.dtype)
+
+
+class ValueLinearMixer(GatedMixer):
+    """A mixer whose output, before its output norm, is linear in the values for given q, k and
+    gates (the delta family, kda, rwkv7): its attention weights are its forward of the
+    identity as values."""
+
+    def attention_weights(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        causal: bool = False,
+        gates: dict[str, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """The (B, H, N, M) matrix A with forward(q, k, v) = A v: the forward of the identity as
+        values (each key's value a unit vector). The weights depend on the gates: without them,
+        refused; so is a variant with ``output_norm``, whose output is no linear map of the
+        values."""
+        if gates is None:
+            raise NotImplementedError(
+                f"variant '{self.name}' weighs keys by its gates: its attention weights need them."
+            )
+        if self.params.output_norm:
+            raise NotImplementedError(
+                f"variant '{self.name}' normalises its output per position (output_norm), which "
+                "no matrix of weights applied to the values reproduces; output_norm=false gives "
+                "the rule's weights."
+            )
+        b, kv, m, _ = k.shape
+        eye = torch.eye(m, dtype=k.dtype, device=k.device).expand(b, kv, m, m)
+        return self.forward(q, k, eye, causal=causal, gates=gates)

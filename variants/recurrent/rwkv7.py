@@ -76,7 +76,7 @@ from attnbench.variants.recurrent.dplr_chunks import (
     dplr_flops,
     dplr_step,
 )
-from attnbench.variants.recurrent.mixer import GatedMixer
+from attnbench.variants.recurrent.mixer import ValueLinearMixer
 from attnbench.variants.recurrent.precision import compute_dtype
 
 DECAY_SPAN = math.exp(-0.5)  # log w ∈ (−e^{−1/2}, 0): fla's 0.6065306597126334
@@ -108,7 +108,7 @@ def _first_layer_init(d: int) -> dict[str, torch.Tensor]:
 
 
 @register_variant("rwkv7")
-class RWKV7(GatedMixer):
+class RWKV7(ValueLinearMixer):
     """RWKV-7's WKV recurrence: a per-channel decay plus a rank-one removal, chunked."""
 
     Params = RWKV7Params
@@ -170,23 +170,6 @@ class RWKV7(GatedMixer):
         if causal and n > m:  # queries past the last key read S_M
             out = torch.cat([out, per_query_head(q[:, :, m:], state)], dim=2)
         return out, state
-
-    def attention_weights(self, q, k, causal=False, gates=None) -> torch.Tensor:
-        """The (B, H, N, M) matrix A with forward(q, k, v) = A v (the forward of the identity
-        as values); refused without gates and with ``output_norm``."""
-        if gates is None:
-            raise NotImplementedError(
-                "variant 'rwkv7' weighs keys by its gates: its attention weights need them."
-            )
-        if self.params.output_norm:
-            raise NotImplementedError(
-                "variant 'rwkv7' normalises its output per position (output_norm), which no "
-                "matrix of weights applied to the values reproduces; output_norm=false gives "
-                "the recurrence's."
-            )
-        b, kv, m, _ = k.shape
-        eye = torch.eye(m, dtype=k.dtype, device=k.device).expand(b, kv, m, m)
-        return self.forward(q, k, eye, causal=causal, gates=gates)
 
     def forward_flops(self, batch, heads, n, m, d, dv, causal) -> float:
         """The matrix products of the chunked form (`dplr_flops`); the element-wise pairwise
