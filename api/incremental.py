@@ -42,6 +42,7 @@ from typing import ClassVar
 
 import torch
 
+from attnbench.masks import document_bounds
 from attnbench.registry import Registry
 from attnbench.variant import (
     AttentionVariant,
@@ -99,6 +100,14 @@ class IncrementalAttention:
         self.head_dim, self.value_dim = head_dim, value_dim or head_dim
         self.device, self.dtype = torch.device(device), dtype
         self.position = 0
+        self._built_with = (variant, batch, max_len, head_dim, value_dim, device, dtype, kv_heads)
+
+    def reset(self) -> None:
+        """Forget every token: the state of a decoder just built (position 0), as a serving
+        engine does when a slot takes its next request, and as a packed prefill does at each
+        document boundary. Built again from the constructor's arguments, so a form needs no code
+        of its own for it."""
+        type(self).__init__(self, *self._built_with)
 
     def state_size(self, n: int) -> int:
         """Elements of state one sequence holds after n tokens (n ≤ max_len): exactly what
@@ -126,10 +135,30 @@ class IncrementalAttention:
         k: torch.Tensor,
         v: torch.Tensor,
         gates: dict[str, torch.Tensor] | None = None,
+        cu_seqlens: torch.Tensor | list[int] | None = None,
     ) -> torch.Tensor:
         """The n tokens of (B, H, n, ·) ``q, k, v`` at once: their causal outputs (B, H, n, Dv).
         A gated variant's form takes the n tokens' raw ``gates`` too (name → (B, kv_heads, n,
-        width), as the variant's forward takes them)."""
+        width), as the variant's forward takes them).
+
+        ``cu_seqlens`` (cumulative document lengths, as `AttentionVariant`'s packed call takes
+        them): the n tokens are documents packed one after another; the state is `reset` at
+        each boundary, so every document's outputs are those of the document decoded alone and
+        the decoder ends holding the last document's state (a fresh decoder is needed: the first
+        document starts at position 0)."""
+        if cu_seqlens is not None:
+            if self.position:
+                raise ValueError(
+                    f"incremental '{self.variant_name}': a packed prefill starts a fresh "
+                    f"sequence, but {self.position} tokens were seen; call reset() first."
+                )
+            bounds = document_bounds(cu_seqlens, q.shape[-2] if q.dim() == 4 else 0)
+            outs = []
+            for a, b in zip(bounds, bounds[1:]):
+                self.reset()
+                cut = {n: g[..., a:b, :] for n, g in (gates or {}).items()}
+                outs.append(self.prefill(q[..., a:b, :], k[..., a:b, :], v[..., a:b, :], cut or None))
+            return torch.cat(outs, dim=-2)
         self._check(q, k, v)
         if self.variant.gates:
             out = self._extend(q, k, v, check_gates(self.variant, gates, k, v))

@@ -46,3 +46,44 @@ def window_pairs(n: int, window: int, causal: bool) -> int:
     if causal:
         return int((before + 1).sum())
     return int((before + np.minimum(n - 1 - i, window - 1) + 1).sum())
+
+
+def document_bounds(cu_seqlens, n: int) -> list[int]:
+    """The cumulative document lengths ``cu_seqlens`` ([0, l₁, l₁ + l₂, …, n], as FlashAttention's
+    varlen functions, PyTorch's and flash-linear-attention's ``cu_seqlens`` name them) as a list
+    of ints, checked against a packed sequence of n tokens: one sentence naming the value and the
+    fix otherwise."""
+    if isinstance(cu_seqlens, torch.Tensor):
+        if cu_seqlens.dim() != 1 or cu_seqlens.is_floating_point():
+            raise ValueError(
+                f"cu_seqlens must be a 1-D integer tensor of cumulative document lengths; got "
+                f"shape {tuple(cu_seqlens.shape)}, dtype {cu_seqlens.dtype}."
+            )
+        bounds = [int(x) for x in cu_seqlens.tolist()]
+    else:
+        bounds = [int(x) for x in cu_seqlens]
+    if (
+        len(bounds) < 2
+        or bounds[0] != 0
+        or bounds[-1] != n
+        or any(b <= a for a, b in zip(bounds, bounds[1:]))
+    ):
+        raise ValueError(
+            f"cu_seqlens={bounds} must rise strictly from 0 to the packed length {n} "
+            "(cumulative document lengths, e.g. [0, 512, 1536] for documents of 512 and 1024)."
+        )
+    return bounds
+
+
+def document_pattern(
+    cu_seqlens, n: int, causal: bool, device: torch.device | str | None = None
+) -> torch.Tensor:
+    """(n, n) bool: True where query i and key j lie in the same document of the packed
+    sequence (and j <= i when ``causal``): the document mask of a packed batch, for references
+    and dense paths. Building it costs n² booleans, which is why the throughput task times it
+    apart from the kernel."""
+    bounds = document_bounds(cu_seqlens, n)
+    lengths = torch.tensor([b - a for a, b in zip(bounds, bounds[1:])], device=device)
+    doc = torch.repeat_interleave(torch.arange(len(lengths), device=device), lengths)
+    same = doc.unsqueeze(1) == doc.unsqueeze(0)
+    return same & causal_pattern(n, n, device) if causal else same

@@ -47,7 +47,7 @@ from attnbench import incremental_form as _incremental_form
 from attnbench import load_plugins as _load_plugins
 from attnbench import why_no_incremental_form as _why_no_incremental_form
 
-__all__ = ["VariantContractTests", "random_qkv"]
+__all__ = ["VariantContractTests", "packed_error", "random_qkv"]
 
 H, D = 3, 8  # heads and head dim: small and odd-sized, so a mixed-up axis shows as a shape error
 MAX_LEN = 2048  # the longest sequence any test below uses
@@ -154,6 +154,36 @@ def _feed(decoder: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> to
     if q.shape[-2] == 1:
         return decoder.step(q, k, v, gates)
     return decoder.prefill(q, k, v, gates)
+
+
+# documents of a packed sequence in the packing tests: one shorter than a chunk (64) or block,
+# one crossing two chunk edges, one of 11; no boundary on a multiple of 64
+PACKED_LENGTHS = (37, 80, 11)
+
+
+def packed_error(
+    variant: AttentionVariant, dtype: torch.dtype = torch.float64, causal: bool = True
+) -> float:
+    """The largest difference between a packed call over `PACKED_LENGTHS` documents
+    (``cu_seqlens``) and each document run alone, over max(1, max |alone|): 0 up to rounding
+    for a variant that honours document boundaries, the size of the leak for one that does
+    not. A variant that refuses packing (`UnsupportedError`) raises it."""
+    bounds = [0]
+    for length in PACKED_LENGTHS:
+        bounds.append(bounds[-1] + length)
+    q, k, v = random_qkv(b=2, h=H, n=bounds[-1], d=D, dv=5, seed=11, dtype=dtype)
+    gates = gates_of_keys(variant, k, 5) if variant.gates else None
+    with torch.no_grad():
+        packed = variant(q, k, v, causal=causal, gates=gates, cu_seqlens=bounds)
+        alone = torch.cat(
+            [
+                _call(variant, q[..., a:b, :], k[..., a:b, :], v[..., a:b, :], causal=causal)
+                for a, b in zip(bounds, bounds[1:])
+            ],
+            dim=-2,
+        )
+    scale = max(1.0, alone.abs().max().item())
+    return ((packed - alone).abs().max() / scale).item()
 
 
 class VariantContractTests:
@@ -370,6 +400,31 @@ class VariantContractTests:
         kept = float((weights != 0).sum()) / H
         assert variant.scored_pairs(n, n, causal) >= kept - 1e-6
 
+    @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
+    def test_packed_documents_equal_each_document_alone(self, variant_name, variant_params, dtype):
+        """Documents packed into one sequence (``cu_seqlens``) give exactly the outputs of each
+        document run alone, causal and not: no key of another document is seen, a recurrent
+        state restarts at each boundary, a positional pattern restarts its positions. Or the
+        variant refuses packing in one sentence (`UnsupportedError`), never leaks.
+
+        Tolerance: float64 1e-9 (the two calls may reduce in another order; a leak moves outputs
+        by 1e-2 or more); float32 twice the variant's declared float32 tolerance (each call is
+        within it of the exact value)."""
+        variant = _make(variant_name, variant_params)
+        if dtype == torch.float64:
+            variant = variant.double()
+        limit = 1e-9 if dtype == torch.float64 else 2 * variant.error_tolerance["float32"]
+        for causal in [False, True] if variant.supports_causal else [False]:
+            try:
+                error = packed_error(variant, dtype, causal)
+            except UnsupportedError as exc:
+                assert variant.packing == "none", f"refused packing without packing='none': {exc}"
+                return
+            assert error <= limit, (
+                f"{variant_name} (causal={causal}): a packed call differs from its documents "
+                f"run alone by {error:.2e} (limit {limit:.0e}): it leaks across documents"
+            )
+
     def test_bfloat16_runs(self, variant_name, variant_params):
         """The variant runs in bfloat16 (the GPU sweeps' dtype) and agrees with float32.
 
@@ -432,6 +487,34 @@ class VariantContractTests:
                 t += size
         assert t == n and decoder.position == n
         torch.testing.assert_close(torch.cat(outs, dim=2), expected, rtol=1e-9, atol=1e-9)
+
+    def test_incremental_form_resets_at_each_document_boundary(self, variant_name, variant_params):
+        """A packed prefill (``cu_seqlens``) decodes each document as a fresh decoder decodes it
+        alone, and the next step continues the last document only; ``reset`` forgets every
+        token. Tolerance as the incremental form's equality (float64, 1e-9)."""
+        variant = _make(variant_name, variant_params).double()
+        n = self.INCREMENTAL_LEN
+        bounds = [0, 29, 97, n - 1]  # three documents, then one more step of the last
+        q, k, v = random_qkv(b=2, h=H, n=n, d=D, dv=5, seed=9, dtype=torch.float64)
+        gates = gates_of_keys(variant, k, 5) if variant.gates else {}
+        decoder = self._incremental(variant, n)
+        with torch.no_grad():
+            cut = {name: g[..., : n - 1, :] for name, g in gates.items()}
+            packed = decoder.prefill(
+                *(x[..., : n - 1, :] for x in (q, k, v)), cut or None, cu_seqlens=bounds
+            )
+            last = _feed(decoder, *(x[..., n - 1 :, :] for x in (q, k, v)))
+            expected = []
+            for a, b in zip(bounds, bounds[1:]):
+                alone = self._incremental(variant, n)
+                expected.append(_feed(alone, *(x[..., a:b, :] for x in (q, k, v))))
+            expected.append(_feed(alone, *(x[..., n - 1 :, :] for x in (q, k, v))))
+            decoder.reset()
+            again = _feed(decoder, *(x[..., :29, :] for x in (q, k, v)))
+        assert decoder.position == 29
+        torch.testing.assert_close(torch.cat([packed, last], dim=2), torch.cat(expected, dim=2),
+                                   rtol=1e-9, atol=1e-9)
+        torch.testing.assert_close(again, expected[0], rtol=1e-9, atol=1e-9)
 
     def test_incremental_state_is_what_it_holds(self, variant_name, variant_params):
         """After n tokens the tensors held have ``state_size(n)`` elements per sequence, and

@@ -40,6 +40,19 @@ key/value head. Timed tasks feed standard-normal raw gates (`random_gates`). A g
 mixer called with ``causal=False`` reads, at every query, the state after the last key (as
 linear attention's q·(KᵀV)).
 
+Packed sequences (``cu_seqlens``): training packs documents into one sequence and serving batches
+requests of different lengths. ``variant(q, k, v, causal, gates, cu_seqlens=[0, l₁, l₁ + l₂, …,
+N])`` takes documents packed along the sequence axis (the cumulative lengths FlashAttention's,
+PyTorch's and flash-linear-attention's varlen functions call ``cu_seqlens``; every batch row
+packed alike, usually B = 1) and returns, for each document, exactly the outputs of that document
+run alone: no key of another document is seen, a recurrent state starts afresh at each boundary,
+a positional pattern restarts its positions. ``packing`` says how: ``"split"`` (the default, so a
+plugin is correct without a line of code) runs ``forward`` once per document and concatenates;
+``"native"`` passes ``cu_seqlens`` (a 1-D int64 tensor on q's device) to ``forward(…,
+cu_seqlens=…)``, which honours it in one pass (a chunked engine that resets its state at each
+document's first chunk); ``"none"`` refuses with `UnsupportedError`. The contract suite checks,
+for every variant, that a packed call equals its documents run alone.
+
 Adding a variant::
 
     @dataclass
@@ -67,6 +80,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from attnbench.masks import document_bounds
 from attnbench.registry import Registry
 
 COST_CLASSES = ("n²", "n·w", "n")
@@ -74,6 +88,8 @@ COST_CLASSES = ("n²", "n·w", "n")
 GATE_WIDTHS = ("head", "key", "value")
 # the in-context estimators a variant may claim to implement (`AttentionVariant.estimator`)
 ESTIMATORS = ("least_squares", "ridge", "online_gd", "gd_step")
+# how a variant serves documents packed into one sequence (`AttentionVariant.packing`)
+PACKINGS = ("native", "split", "none")
 
 
 def allowed_pairs(n: int, m: int, causal: bool) -> int:
@@ -177,6 +193,9 @@ class AttentionVariant(nn.Module):
             repeats them to H heads first, so ``forward`` always sees H.
         gates: The per-token gates ``forward`` needs, name → width ("head" or "key"), projected
             from the layer's input and passed raw (module docstring); {} for none.
+        packing: How a packed call (``cu_seqlens``) is served: "split" (default: forward per
+            document), "native" (forward takes ``cu_seqlens``), "none" (refused); module
+            docstring.
         estimator: The regression a layer of this variant solves in context when keys are the
             inputs and values the outputs (Wang et al. 2025, "test-time regression"): one of
             `ESTIMATORS` ("least_squares" for attention without normalisation, theory §3;
@@ -199,6 +218,8 @@ class AttentionVariant(nn.Module):
     library: ClassVar[str] = ""  # PyPI distribution of the implementation; "" = attnbench
     grouped_query: ClassVar[bool] = False  # forward shares k, v across query heads natively
     gates: ClassVar[dict[str, str]] = {}  # gate name → width, "head" or "key" (module docstring)
+    # how a packed call (``cu_seqlens``) is served: one of PACKINGS (module docstring)
+    packing: ClassVar[str] = "split"
     # the parameters that are pattern sizes (`size_at`, `check_size`): a record names them, so
     # that the board writes a fraction of the sequence as one ("window 0.2n", "stride n/3")
     size_params: ClassVar[tuple[str, ...]] = ()
@@ -237,26 +258,65 @@ class AttentionVariant(nn.Module):
         v: torch.Tensor,
         causal: bool = False,
         gates: dict[str, torch.Tensor] | None = None,
+        cu_seqlens: torch.Tensor | list[int] | None = None,
     ) -> torch.Tensor:
         """``forward``, with keys and values of fewer heads than the queries repeated to one per
         query head first unless the variant shares them itself (``grouped_query``): so a
         plugin that never heard of grouped-query heads still gives the right outputs. A gated
         variant (``gates``) gets its gates, checked and repeated with the keys; an ungated one is
-        called as before, without them."""
-        if not self.gates:
-            if gates:
-                raise ValueError(
-                    f"variant '{self.name}' takes no gates; got {', '.join(sorted(gates))}."
-                )
-            if not self.grouped_query and k.dim() == 4 and q.dim() == 4:
-                k, v = repeat_kv_heads(k, q.shape[1]), repeat_kv_heads(v, q.shape[1])
-            return super().__call__(q, k, v, causal=causal)
-        gates = check_gates(self, gates, k, v)
+        called as before, without them.
+
+        ``cu_seqlens``: documents packed along the sequence (module docstring, "Packed
+        sequences"); each document's outputs are those of the document run alone."""
+        if self.gates:
+            gates = check_gates(self, gates, k, v)
+        elif gates:
+            raise ValueError(
+                f"variant '{self.name}' takes no gates; got {', '.join(sorted(gates))}."
+            )
+        if cu_seqlens is not None:
+            return self._packed(q, k, v, causal, gates, cu_seqlens)
         if not self.grouped_query and k.dim() == 4 and q.dim() == 4:
             heads = q.shape[1]
             k, v = repeat_kv_heads(k, heads), repeat_kv_heads(v, heads)
-            gates = {name: repeat_kv_heads(g, heads) for name, g in gates.items()}
+            gates = {name: repeat_kv_heads(g, heads) for name, g in (gates or {}).items()}
+        if not self.gates:
+            return super().__call__(q, k, v, causal=causal)
         return super().__call__(q, k, v, causal=causal, gates=gates)
+
+    def _packed(self, q, k, v, causal, gates, cu_seqlens) -> torch.Tensor:
+        """The packed call: refused, split into documents, or the variant's own one-pass form
+        (`packing`)."""
+        if self.packing not in PACKINGS:
+            raise TypeError(
+                f"variant '{self.name}': packing {self.packing!r} is not one of {PACKINGS}."
+            )
+        if self.packing == "none":
+            raise UnsupportedError(
+                f"variant '{self.name}' cannot honour document boundaries (packing = 'none'): "
+                "run each document as its own sequence, or pad them into a batch."
+            )
+        if q.dim() != 4 or q.shape[-2] != k.shape[-2]:
+            raise ValueError(
+                f"variant '{self.name}': packed documents need as many keys as queries (one "
+                f"packed sequence); got q {tuple(q.shape)}, k {tuple(k.shape)}."
+            )
+        bounds = document_bounds(cu_seqlens, q.shape[-2])
+        if self.packing == "split":
+            outs = []
+            for a, b in zip(bounds, bounds[1:]):
+                doc_gates = {n: g[..., a:b, :] for n, g in (gates or {}).items()}
+                cut = [t[..., a:b, :] for t in (q, k, v)]
+                outs.append(self(*cut, causal=causal, gates=doc_gates or None))
+            return torch.cat(outs, dim=-2)
+        if not self.grouped_query:
+            heads = q.shape[1]
+            k, v = repeat_kv_heads(k, heads), repeat_kv_heads(v, heads)
+            gates = {name: repeat_kv_heads(g, heads) for name, g in (gates or {}).items()}
+        cu = torch.tensor(bounds, dtype=torch.long, device=q.device)
+        if not self.gates:
+            return super().__call__(q, k, v, causal=causal, cu_seqlens=cu)
+        return super().__call__(q, k, v, causal=causal, gates=gates, cu_seqlens=cu)
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False
@@ -483,6 +543,10 @@ def _check_contract(name: str, cls: type[AttentionVariant]) -> None:
         raise TypeError(
             f"variant '{name}': gates must map gate names to a width in {GATE_WIDTHS}, "
             f"got {cls.gates!r}."
+        )
+    if cls.packing not in PACKINGS:
+        raise TypeError(
+            f"variant '{name}': packing {cls.packing!r} is not one of {PACKINGS}."
         )
     if cls.estimator not in ("", *ESTIMATORS):
         raise TypeError(
