@@ -38,6 +38,7 @@ tasks record it as ``unsupported``, never as a failure.
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import ClassVar
 
 import torch
@@ -154,10 +155,12 @@ class IncrementalAttention:
                 )
             bounds = document_bounds(cu_seqlens, q.shape[-2] if q.dim() == 4 else 0)
             outs = []
-            for a, b in zip(bounds, bounds[1:]):
+            for a, b in pairwise(bounds):
                 self.reset()
                 cut = {n: g[..., a:b, :] for n, g in (gates or {}).items()}
-                outs.append(self.prefill(q[..., a:b, :], k[..., a:b, :], v[..., a:b, :], cut or None))
+                outs.append(
+                    self.prefill(q[..., a:b, :], k[..., a:b, :], v[..., a:b, :], cut or None)
+                )
             return torch.cat(outs, dim=-2)
         self._check(q, k, v)
         if self.variant.gates:

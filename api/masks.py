@@ -8,6 +8,7 @@ the position with weight e⁰.
 from __future__ import annotations
 
 import functools
+from itertools import pairwise
 
 import numpy as np
 import torch
@@ -66,7 +67,7 @@ def document_bounds(cu_seqlens, n: int) -> list[int]:
         len(bounds) < 2
         or bounds[0] != 0
         or bounds[-1] != n
-        or any(b <= a for a, b in zip(bounds, bounds[1:]))
+        or any(b <= a for a, b in pairwise(bounds))
     ):
         raise ValueError(
             f"cu_seqlens={bounds} must rise strictly from 0 to the packed length {n} "
@@ -83,7 +84,7 @@ def document_pattern(
     and dense paths. Building it costs n² booleans, which is why the throughput task times it
     apart from the kernel."""
     bounds = document_bounds(cu_seqlens, n)
-    lengths = torch.tensor([b - a for a, b in zip(bounds, bounds[1:])], device=device)
+    lengths = torch.tensor([b - a for a, b in pairwise(bounds)], device=device)
     doc = torch.repeat_interleave(torch.arange(len(lengths), device=device), lengths)
     same = doc.unsqueeze(1) == doc.unsqueeze(0)
     return same & causal_pattern(n, n, device) if causal else same

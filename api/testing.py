@@ -36,6 +36,7 @@ variant that registers none (it is optional), and the grouped-query test for a f
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any, ClassVar
 
 import pytest
@@ -178,7 +179,7 @@ def packed_error(
         alone = torch.cat(
             [
                 _call(variant, q[..., a:b, :], k[..., a:b, :], v[..., a:b, :], causal=causal)
-                for a, b in zip(bounds, bounds[1:])
+                for a, b in pairwise(bounds)
             ],
             dim=-2,
         )
@@ -505,15 +506,16 @@ class VariantContractTests:
             )
             last = _feed(decoder, *(x[..., n - 1 :, :] for x in (q, k, v)))
             expected = []
-            for a, b in zip(bounds, bounds[1:]):
+            for a, b in pairwise(bounds):
                 alone = self._incremental(variant, n)
                 expected.append(_feed(alone, *(x[..., a:b, :] for x in (q, k, v))))
             expected.append(_feed(alone, *(x[..., n - 1 :, :] for x in (q, k, v))))
             decoder.reset()
             again = _feed(decoder, *(x[..., :29, :] for x in (q, k, v)))
         assert decoder.position == 29
-        torch.testing.assert_close(torch.cat([packed, last], dim=2), torch.cat(expected, dim=2),
-                                   rtol=1e-9, atol=1e-9)
+        torch.testing.assert_close(
+            torch.cat([packed, last], dim=2), torch.cat(expected, dim=2), rtol=1e-9, atol=1e-9
+        )
         torch.testing.assert_close(again, expected[0], rtol=1e-9, atol=1e-9)
 
     def test_incremental_state_is_what_it_holds(self, variant_name, variant_params):

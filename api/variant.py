@@ -75,6 +75,7 @@ import dataclasses
 import importlib.metadata
 import math
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any, ClassVar
 
 import torch
@@ -304,7 +305,7 @@ class AttentionVariant(nn.Module):
         bounds = document_bounds(cu_seqlens, q.shape[-2])
         if self.packing == "split":
             outs = []
-            for a, b in zip(bounds, bounds[1:]):
+            for a, b in pairwise(bounds):
                 doc_gates = {n: g[..., a:b, :] for n, g in (gates or {}).items()}
                 cut = [t[..., a:b, :] for t in (q, k, v)]
                 outs.append(self(*cut, causal=causal, gates=doc_gates or None))
@@ -545,9 +546,7 @@ def _check_contract(name: str, cls: type[AttentionVariant]) -> None:
             f"got {cls.gates!r}."
         )
     if cls.packing not in PACKINGS:
-        raise TypeError(
-            f"variant '{name}': packing {cls.packing!r} is not one of {PACKINGS}."
-        )
+        raise TypeError(f"variant '{name}': packing {cls.packing!r} is not one of {PACKINGS}.")
     if cls.estimator not in ("", *ESTIMATORS):
         raise TypeError(
             f"variant '{name}': estimator {cls.estimator!r} is not one of {ESTIMATORS} (or '')."

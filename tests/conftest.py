@@ -102,6 +102,32 @@ def _services_last(items: list) -> None:
     items.sort(key=lambda item: item.path.name in SERVICE_MODULES)  # stable: order kept within
 
 
+FILE_SECONDS = Path(__file__).with_name("file_seconds.json")  # scripts/slow-tests.py writes it
+
+
+def _longest_files_first(items: list) -> None:
+    """Under pytest-xdist (``--dist loadfile --no-loadscope-reorder``: a file's tests stay on one
+    worker, handed out in this order) the files go longest first (`FILE_SECONDS`, measured), so
+    that no long file starts last while the other core idles; the AVX2 rerun's file before all
+    (its minute and a half of one core, `pytest_collection_finish`, overlaps the other worker's
+    tests) and the service modules after all (`_services_last`). A file not measured yet counts
+    as short."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    seconds = json.loads(FILE_SECONDS.read_text(encoding="utf-8"))
+
+    def order(item) -> tuple:
+        name = item.nodeid.split("::")[0]
+        return (
+            not name.endswith(AVX2_RERUN.split("::")[0]),
+            item.path.name in SERVICE_MODULES,
+            -seconds.get(name, 0),
+            name,
+        )
+
+    items.sort(key=order)  # stable: the tests of one file keep their order
+
+
 def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None, timeout: float = 300):
     """Run one of attnbench's console scripts from this environment; returns CompletedProcess."""
     exe = shutil.which(args[0], path=str(BIN)) or args[0]
@@ -272,12 +298,15 @@ def _mark_measured_slow(items: list) -> None:
 def pytest_collection_modifyitems(config, items):
     _mark_measured_slow(items)  # before -m deselects (pytest's own hook runs after conftest's)
     _services_last(items)
+    _longest_files_first(items)
 
 
 def pytest_collection_finish(session):
     """Start the theory tests' AVX2 rerun in the background when it is among the tests this
     session runs (`test_theory_on_avx2.start`): a minute and a half of one core that the suite
     leaves idle, instead of a minute and a half at its end."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # every worker collects every test: the one that runs it starts the rerun
     if any(item.nodeid.endswith(AVX2_RERUN) for item in session.items):
         import test_theory_on_avx2
 

@@ -62,7 +62,7 @@ def start() -> None:
     out = tempfile.NamedTemporaryFile("w+", prefix="attnbench-avx2-", suffix=".log")  # noqa: SIM115 (closed by stop)
     env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2"}
     files = theory_test_files(numerical_only=True)
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files]
+    command = [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", *files]
     _RUN["out"] = out
     _RUN["process"] = subprocess.Popen(
         command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, text=True

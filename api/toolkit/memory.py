@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import gc
 import multiprocessing
 import re
 import signal
@@ -190,6 +191,7 @@ def peak_memory_mib(work: Callable[[], object], device: torch.device) -> float |
         work()
         torch.cuda.synchronize(device)
         return (torch.cuda.max_memory_allocated(device) - base) / _MIB
+    gc.collect()  # garbage freed during the work would lower the RSS under the baseline
     try:
         base_kib = _reset_cpu_peak()
     except OSError:

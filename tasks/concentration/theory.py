@@ -34,7 +34,6 @@ import math
 from collections.abc import Callable
 
 import torch
-from scipy import integrate, special, stats
 
 APPLIES_MAX_REL_SE = 0.35  # largest r at which a form is drawn (r: relative SE of the mean of f²)
 SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
@@ -43,6 +42,8 @@ SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
 def gaussian_expectation(f: Callable[[float], float], beta: float, gamma: float) -> float:
     """E f(β + γε) for ε ~ N(0, 1), by adaptive quadrature (relative accuracy, no absolute floor,
     so small expectations such as far tails keep their digits)."""
+    from scipy import integrate, stats  # imported here: scipy.stats costs every process 1 s
+
     value, _ = integrate.quad(
         lambda x: f(beta + gamma * x) * stats.norm.pdf(x), -math.inf, math.inf, epsabs=0
     )
@@ -98,6 +99,8 @@ def relu_moment(k: int, t: float) -> float:
     k!·e^{−t²/4}/√(2π)·D_{−k−1}(−t). Unlike the polynomial-times-Φ forms (M₂ = (t²+1)Φ(t) +
     tφ(t), …) it does not cancel catastrophically for very negative t.
     """
+    from scipy import special  # imported on use, as in gaussian_expectation
+
     return (
         math.factorial(k)
         * math.exp(-(t**2) / 4)
@@ -134,6 +137,8 @@ def pointwise_s(
 
 def sigmoid(x: float) -> float:
     """σ(x), without overflow for very negative x."""
+    from scipy import special  # imported on use, as in gaussian_expectation
+
     return float(special.expit(x))
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import scipy.stats
 import torch
 
 X_DISTS = ("gaussian", "uniform")
@@ -145,6 +144,8 @@ def online_gd(xs: torch.Tensor, ys: torch.Tensor, queries: torch.Tensor) -> torc
 
 def coordinate_moments(x_dist: str, x_scale: float) -> tuple[float, float]:
     """(E x_k², E x_k⁴) of one input coordinate: N(0, x_scale²) or U[−x_scale, x_scale]."""
+    import scipy.stats  # imported on use: it costs every process that loads the plugins 1 s
+
     if x_dist == "gaussian":
         dist = scipy.stats.norm(scale=x_scale)
     elif x_dist == "uniform":

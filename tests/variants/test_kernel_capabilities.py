@@ -57,7 +57,19 @@ def _start(cap: str) -> subprocess.Popen:
     files = [str(HERE / "test_tile_kernel.py"), str(HERE / "test_topk_kernel.py")]
     files.append(str(Path(__file__)))
     return subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", SELECTED, *files],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-n",
+            "0",
+            "-p",
+            "no:cacheprovider",
+            "-k",
+            SELECTED,
+            *files,
+        ],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
