@@ -308,13 +308,23 @@ def _run_with_progress(configs: list, run_job: Any) -> list[str]:
     return run_ids
 
 
-def results(path: str | os.PathLike = "results", *, every_run: bool = False) -> pd.DataFrame:
+def results(
+    path: str | os.PathLike = "results", *, every_run: bool = False, include_stale: bool = False
+) -> pd.DataFrame:
     """The results table of a results folder (or a table file) as a DataFrame, one row per
-    metric point (columns: docs/results.md), with a ``chosen`` column: the rows the board ranks.
+    metric point (columns: docs/results.md), with the board's two verdicts on each row:
+    ``chosen``, a row the board ranks, and ``untrusted``, a value its figures leave out.
 
-    By default only those rows: runs of the installed code (``current``), and, of a task that
+    By default only the chosen rows: runs of the installed code (``current``; the board leaves
+    older code's runs out, and so does this, with a warning counting them; ``include_stale=True``
+    takes them too, as ``attnbench-leaderboard --include-stale`` shows them), and, of a task that
     tunes a parameter (`Tuning`, e.g. the learning rate), the value its validation picked per
-    variant and setting; so a plain mean over a variant's rows is the board's figure.
+    variant and setting (`harness.leaderboard.tuning.select_tuned`). The board's figure for a
+    variant in a task's column is then the mean, over settings (``task_params``), of each
+    setting's mean over the ok, not derived, not ``untrusted`` rows of the task's headline
+    metric: a plain mean where every setting has as many seeds. An ``untrusted`` value (an
+    unsteady timing, an inaccurate kernel, a run still learning at its cap:
+    `harness.leaderboard.steadiness`) counts only for a variant that has no other.
     ``every_run=True`` returns every row (older code, the values that lost), ``chosen`` marking
     the board's.
 
@@ -323,9 +333,17 @@ def results(path: str | os.PathLike = "results", *, every_run: bool = False) -> 
     against other code than the installed attnbench; where it cannot be (a read-only folder),
     read as it is and judged for the installed code, with the board's line as a warning.
 
+    Example (a task's column of the board, ``task`` and its headline ``metric`` named)::
+
+        rows = attnbench.results("results")
+        mine = rows[(rows.task == task) & (rows.metric == metric) & (rows.status == "ok")
+                    & ~rows.derived & ~rows.untrusted]
+        mine.groupby(["variant", "task_params"])["value"].mean().groupby("variant").mean()
+
     Raises:
         ValueError: no results there, or a table that cannot be read; one sentence.
     """
+    from attnbench.harness.leaderboard.ranking import count_stale
     from attnbench.harness.results.freshness import FreshnessError, fresh_table
 
     source = Path(path)
@@ -341,18 +359,29 @@ def results(path: str | os.PathLike = "results", *, every_run: bool = False) -> 
             frame, infos = load(source, COLUMNS)[:2]
     except (FreshnessError, TableError) as exc:
         raise ValueError(str(exc)) from None
-    frame = frame.assign(chosen=_chosen(frame, infos))
-    return frame if every_run else frame[frame["chosen"]].reset_index(drop=True)
+    frame = _board_verdicts(frame, infos, include_stale)
+    if every_run:
+        return frame
+    if not include_stale and (stale := count_stale(frame)):
+        warnings.warn(
+            f"attnbench.results: {stale} run(s) of {path} are of older code than the installed "
+            "attnbench and left out, as the board leaves them out; include_stale=True returns "
+            "them (as attnbench-leaderboard --include-stale shows them).",
+            stacklevel=2,
+        )
+    return frame[frame["chosen"]].reset_index(drop=True)
 
 
-def _chosen(frame: pd.DataFrame, infos: dict) -> pd.Series:
-    """Whether each row of ``frame`` is one the board ranks: of a current run, and of the tuned
-    value its task's validation picked (`harness.leaderboard.tuning.select_tuned`)."""
-    from attnbench.harness.leaderboard.ranking import with_machine
+def _board_verdicts(frame: pd.DataFrame, infos: dict, include_stale: bool) -> pd.DataFrame:
+    """``frame`` with the board's verdicts on each row, by the board's own rules: ``chosen``, a
+    row the board ranks (`harness.leaderboard.ranking.shown_rows`, then of a tuned task the
+    value validation picked: `harness.leaderboard.tuning.select_tuned`), and ``untrusted``
+    (`harness.leaderboard.steadiness.judge_steadiness`)."""
+    from attnbench.harness.leaderboard.ranking import shown_rows
+    from attnbench.harness.leaderboard.steadiness import UNTRUSTED, judge_steadiness
     from attnbench.harness.leaderboard.tuning import select_tuned
 
-    current = frame["current"].astype(bool) if "current" in frame else pd.Series(True, frame.index)
-    if frame.empty or not current.any():
-        return current
-    kept, _ = select_tuned(with_machine(frame[current]), infos)
-    return pd.Series(frame.index.isin(kept.index), index=frame.index)
+    shown = shown_rows(frame, include_stale)
+    kept = select_tuned(shown, infos)[0] if not shown.empty else shown
+    untrusted = judge_steadiness(frame, infos)[UNTRUSTED].astype(bool)
+    return frame.assign(chosen=frame.index.isin(kept.index), untrusted=untrusted)

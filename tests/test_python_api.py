@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
+import warnings
+from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import REPO, run_cli
+from conftest import REFERENCE, REPO, run_cli
 
 import attnbench
+from attnbench.metrics import Metric
+from attnbench.task_info import TaskInfo, Tuning
 
 GAUSSIAN = {"task.source": "gaussian", "task.seq_len": 64, "task.n_batches": 1, "threads": 1}
 
@@ -293,11 +298,11 @@ def _board_values(table: pd.DataFrame, infos: dict, task: str) -> pd.Series:
     the rows it shows (`harness.leaderboard.site`): tuned values picked, verdicts judged once."""
     from attnbench.harness.leaderboard.columns import overview_columns
     from attnbench.harness.leaderboard.peers import labelled
-    from attnbench.harness.leaderboard.ranking import standings, with_machine
+    from attnbench.harness.leaderboard.ranking import shown_rows, standings
     from attnbench.harness.leaderboard.steadiness import judge_steadiness
     from attnbench.harness.leaderboard.tuning import select_tuned
 
-    shown = judge_steadiness(with_machine(table[table["current"]]), infos)
+    shown = judge_steadiness(shown_rows(table), infos)
     shown = labelled(select_tuned(shown, infos)[0])
     columns = overview_columns(shown, infos)
     values = standings(columns.frame, columns.headlines).values[task][0]
@@ -336,3 +341,103 @@ def test_results_are_the_rows_the_board_ranks(reference_as_current):
         if mine.groupby("task_params")["seed"].nunique().nunique() == 1:
             assert mine["value"].mean() == pytest.approx(board[variant], abs=1e-12)
     assert rows(every, "softmax")["value"].mean() < board["softmax"] - 0.05
+
+
+@pytest.mark.slow
+def test_the_board_s_figure_of_the_committed_reference_is_the_mean_of_its_results(tmp_path):
+    """On the committed reference as committed (runs of older code, so both read it with their
+    include-stale option), softmax's recall on the board's page is the mean over settings of
+    each setting's mean of `attnbench.results`' rows: the page is built by the board itself
+    (`build_site`), from the committed table's recall rows (the column depends on no other
+    rows; the whole table takes 20 s). The table is read where it lies and copied, never
+    collected: the committed folder is only read."""
+    from attnbench.harness.leaderboard import build_site
+    from attnbench.harness.results.collect import _read_with_meta, write_table
+
+    rows = attnbench.results(REFERENCE / "results.parquet", include_stale=True)
+    frame, meta = _read_with_meta(REFERENCE / "results.parquet")
+    folder = tmp_path / "recall"
+    write_table(frame[frame["task"] == "recall"], folder / "results.parquet", meta)
+    page = build_site(folder, tmp_path / "site", include_stale=True).read_text()
+    row = page.split('id="overview-table"')[1].split('<td data-sort="softmax">softmax</td>')[1]
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", row.split("</tr>")[0])
+    shown = next(c for c in cells if " · #" in c)  # "0.997 ± 0.00028 · #2"
+    recall = rows[
+        (rows["task"] == "recall")
+        & (rows["variant"] == "softmax")
+        & (rows["metric"] == meta.tasks["recall"].headline)
+        & (rows["status"] == "ok")
+        & ~rows["derived"]
+        & ~rows["untrusted"]
+    ]
+    assert not recall.empty and recall["chosen"].all()
+    figure = recall.groupby("task_params")["value"].mean().mean()
+    assert shown.split(" ")[0] == f"{figure:.3g}"
+
+
+def _table(tmp_path, rows: list[dict]) -> Path:
+    """A results table file of ``rows`` (dicts of a few columns) of the task `TRAINED`."""
+    from attnbench.harness.results.collect import COLUMNS, TableMeta, write_table
+
+    base = dict.fromkeys(COLUMNS) | {
+        "status": "ok", "variant_params": "{}", "device": "cpu", "hardware": "Some CPU",
+        "threads": 1, "dtype": "float32", "derived": False, "current": True,
+    }  # fmt: skip
+    frame = pd.DataFrame([base | r for r in rows], columns=COLUMNS)
+    path = tmp_path / "results.parquet"
+    write_table(frame, path, TableMeta(tasks={"train": TRAINED}))
+    return path
+
+
+def _run(variant, lr, acc, val, seed=0, current=True, converged=None) -> list[dict]:
+    """A trained run's rows: its test and validation accuracy, and its convergence flag."""
+    run = {
+        "run_id": f"{variant}-{lr}-{seed}-{current}", "task": "train", "variant": variant,
+        "task_params": json.dumps({"lr": lr, "size": 8}), "seed": seed, "current": current,
+    }  # fmt: skip
+    flag = [] if converged is None else [run | {"metric": "converged", "value": converged}]
+    return [run | {"metric": "acc", "value": acc}, run | {"metric": "val", "value": val}, *flag]
+
+
+TRAINED = TaskInfo(
+    name="train",
+    headline="acc",
+    metrics=[Metric(name, True, "") for name in ("acc", "val", "converged")],
+    tuning=Tuning(["lr"], "val"),
+    convergence={"acc": "converged"},
+)
+
+
+def test_results_marks_the_rows_the_board_ranks_and_the_values_it_leaves_out(tmp_path):
+    """``chosen``: runs of the installed code at the learning rate validation picked;
+    ``untrusted``: a run still learning at its cap (its values count only where a variant has
+    no other); runs of older code are left out with a warning counting them, and returned by
+    ``include_stale=True`` as the board's option shows them."""
+    path = _table(
+        tmp_path,
+        [
+            *_run("A", 0.01, acc=0.8, val=0.9, seed=0),
+            *_run("A", 0.01, acc=0.7, val=0.9, seed=1),
+            *_run("A", 0.001, acc=0.99, val=0.5),  # tests best, lost on validation
+            *_run("A", 0.01, acc=0.1, val=0.9, seed=2, current=False),  # older code
+            *_run("B", 0.01, acc=0.6, val=0.6, converged=1.0),
+            *_run("B", 0.01, acc=0.2, val=0.6, seed=1, converged=0.0),  # still learning
+        ],
+    )
+    with pytest.warns(UserWarning, match=r"1 run\(s\) of .* older code .* include_stale=True"):
+        chosen = attnbench.results(path)
+    acc = chosen[chosen["metric"] == "acc"].set_index(["variant", "seed"])
+    assert acc["value"].to_dict() == {("A", 0): 0.8, ("A", 1): 0.7, ("B", 0): 0.6, ("B", 1): 0.2}
+    assert acc.index[acc["untrusted"]].tolist() == [("B", 1)]
+    assert chosen["chosen"].all()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # every row: nothing is left out, nothing to warn of
+        every = attnbench.results(path, every_run=True)
+    assert len(every) == 14 and every["chosen"].sum() == len(chosen)
+    lost = every[every["task_params"].str.contains('"lr": 0.001')]
+    assert not lost["chosen"].any() and not every.loc[~every["current"], "chosen"].any()
+
+    stale = attnbench.results(path, include_stale=True)
+    assert set(stale.loc[stale["metric"] == "acc", "seed"]) == {0, 1, 2}
+    assert stale.loc[~stale["current"], "value"].tolist() == [0.1, 0.9]

@@ -116,6 +116,21 @@ def with_machine(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.assign(**{MACHINE: machine_labels(frame)})
 
 
+def shown_rows(frame: pd.DataFrame, include_stale: bool = False) -> pd.DataFrame:
+    """The rows of a collected results table that the board shows, with their machine: those of
+    the installed code (collection's ``current``), so that old code's numbers never mix with new
+    ones; every row with ``include_stale`` (``attnbench-leaderboard --include-stale``). The
+    board's page and `attnbench.results` both read a table through this rule."""
+    return with_machine(frame if include_stale else frame[frame["current"].astype(bool)])
+
+
+def count_stale(frame: pd.DataFrame) -> int:
+    """How many runs of a collected results table are of older code: those `shown_rows` leaves
+    out by default, which the board's header counts."""
+    stale = ~frame["current"].astype(bool) & ~frame["derived"].astype(bool)
+    return int(frame.loc[stale, "run_id"].nunique())
+
+
 @dataclass
 class Headline:
     """A task's headline metric: name, direction (None: not ranked), description, and the 0/1
