@@ -62,6 +62,7 @@ DENSITY = Metric(
     None,  # a property of the variant at this length, not a score: never ranked
     "Fraction of the allowed (causal) query–key pairs the variant scores at the task's sequence "
     "length (1: dense or linear-cost)",
+    label="density",
 )
 
 

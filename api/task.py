@@ -78,6 +78,8 @@ class Task:
     ] = {}  # chart metric → {metric: label} drawn per line, dashed, in the line's colour
     # metric → {reference metric: label}: one bar per variant, the references as levels
     bar_charts: ClassVar[dict[str, dict[str, str]]] = {}
+    # y metric → x metric: single values of the same runs drawn against each other
+    scatter_charts: ClassVar[dict[str, str]] = {}
     cost_metric: ClassVar[str] = (
         ""  # a metric measuring cost: other tasks' quality is drawn against it
     )
@@ -174,6 +176,7 @@ class Task:
             chart_references={k: dict(v) for k, v in cls.chart_references.items()},
             chart_companions={k: dict(v) for k, v in cls.chart_companions.items()},
             bar_charts={k: dict(v) for k, v in cls.bar_charts.items()},
+            scatter_charts=dict(cls.scatter_charts),
             cost_metric=cls.cost_metric,
             scaling_fits=list(cls.scaling_fits),
             tuning=Tuning(list(cls.tuning.params), cls.tuning.select_by) if cls.tuning else None,

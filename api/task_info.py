@@ -123,6 +123,12 @@ class TaskInfo:
         bar_charts: metric → {reference metric: label}: the metric's single values (points
             without a curve coordinate) drawn as one bar per variant and setting, each reference
             as a horizontal level (e.g. a model's error beside the least-squares error).
+        scatter_charts: y metric → x metric: the two single values (points without a curve
+            coordinate) of the same runs drawn one against the other, one marker per variant
+            configuration and setting at the seeds' means; two metrics of one unit also get the
+            line where they are equal (e.g. a training step's time against its mixers' time:
+            the horizontal gap between two variants is their kernels' speed ratio, the vertical
+            gap their whole models').
         cost_metric: A metric of this task that measures cost (e.g. latency); the leaderboard
             plots the other tasks' quality against it. Empty: the task measures no cost.
         scaling_fits: Log-log fits computed at collection (`harness.results.scaling`).
@@ -180,6 +186,7 @@ class TaskInfo:
     chart_references: dict[str, dict[str, str]] = field(default_factory=dict)
     chart_companions: dict[str, dict[str, str]] = field(default_factory=dict)
     bar_charts: dict[str, dict[str, str]] = field(default_factory=dict)
+    scatter_charts: dict[str, str] = field(default_factory=dict)
     cost_metric: str = ""
     scaling_fits: list[ScalingFit] = field(default_factory=list)
     tuning: Tuning | None = None

@@ -102,7 +102,12 @@ class SelectiveCopy(Task):
             "Token accuracy at the output positions (MAD's: argmax, no teacher forcing)",
             label="copy accuracy",
         ),
-        Metric("val_accuracy", True, "accuracy on the validation split (picks tuned lr)"),
+        Metric(
+            "val_accuracy",
+            True,
+            "accuracy on the validation split (picks tuned lr)",
+            label="validation accuracy",
+        ),
         Metric(
             "exact_match",
             True,

@@ -173,6 +173,8 @@ def _generated_colours(n: int) -> tuple[str, ...]:
     """``n`` colours beyond the palette, each the one of a grid of 4096 (none lighter than
     `MAX_LIGHTNESS`) farthest from the palette and those generated before it: however many
     variants a page draws, no two share a colour or look alike where avoidable."""
+    if n <= 0:  # the palette suffices: no grid to search (it costs a build half a second)
+        return ()
     grid = [
         f"#{r:02x}{g:02x}{b:02x}"
         for r in range(0, 256, 17)

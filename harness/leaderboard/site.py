@@ -35,13 +35,14 @@ from attnbench.harness.leaderboard.charts import (
     chart,
     curve_figure,
     merged_figure,
+    scatter_figure,
     variant_colours,
 )
 from attnbench.harness.leaderboard.columns import overview_columns
 from attnbench.harness.leaderboard.overview import overview
 from attnbench.harness.leaderboard.peers import labelled, peer_section, unavailable
 from attnbench.harness.leaderboard.publish import SITE_MARK, SiteError, check_paths, copy_records
-from attnbench.harness.leaderboard.ranking import MACHINE, with_machine
+from attnbench.harness.leaderboard.ranking import MACHINE, count_stale, shown_rows
 from attnbench.harness.leaderboard.steadiness import (
     count_still_learning,
     count_unsteady,
@@ -62,7 +63,7 @@ from attnbench.harness.leaderboard.tables import (
     unfinished_table,
     unsupported_line,
 )
-from attnbench.harness.leaderboard.tradeoffs import tradeoff_charts
+from attnbench.harness.leaderboard.tradeoffs import pair_points, tradeoff_charts
 from attnbench.harness.leaderboard.tuning import Choice, select_tuned, tuning_table
 from attnbench.harness.leaderboard.views.chooser import chooser_data, embeddable
 from attnbench.harness.leaderboard.views.summary import best_per_column, cost_regimes
@@ -303,6 +304,42 @@ def _bar_charts(
     return charts
 
 
+def _scatter_charts(
+    task: str, rows: pd.DataFrame, info: TaskInfo | None, colours: dict[str, str]
+) -> list[Chart]:
+    """One chart per declared pair (`TaskInfo.scatter_charts`) and task setting: each
+    configuration's y against its x (`pair_points`: single values of the same runs, seeds
+    averaged); two metrics of one unit get the line where they are equal, dashed, so that a
+    point's distance from it reads as what the rest of the run adds to the x quantity."""
+    runs = rows[~rows["derived"] & rows["x_value"].isna()]
+    charts = []
+    info = info or TaskInfo(task)
+    words = Words(info)
+    for y_metric, x_metric in info.scatter_charts.items():
+        having = set(runs.loc[runs["metric"] == y_metric, "run_id"])
+        having &= set(runs.loc[runs["metric"] == x_metric, "run_id"])
+        mine = runs[runs["run_id"].isin(having)]
+        for i, (label, group) in enumerate(_bar_settings(mine, words) if having else []):
+            points = pair_points(group, x_metric, y_metric)
+            if points.empty:
+                continue
+            x_title, y_title = words.metric_unit(x_metric), words.metric_unit(y_metric)
+            title = f"{info.title}: {words.metric(y_metric)} against {words.metric(x_metric)}"
+            drawn = group[group["metric"] == y_metric]  # pair_points's machine and dtype
+            where = " · ".join(map(str, drawn.groupby([MACHINE, "dtype"]).size().idxmax()))
+            subtitle = f"{label} · {where}" if label else where
+            fig = scatter_figure(points, x_title, y_title, title, colours, subtitle=subtitle)
+            x_declared, y_declared = info.metric(x_metric), info.metric(y_metric)
+            if x_declared and y_declared and x_declared.unit == y_declared.unit:
+                ends = [float(min(points[["x", "y"]].min())), float(max(points[["x", "y"]].max()))]
+                name = f"{words.metric(y_metric)} = {words.metric(x_metric)}"
+                line = {"color": "#888888", "dash": "dash", "width": 1}
+                fig.add_trace(go.Scatter(x=ends, y=ends, mode="lines", name=name, line=line))
+            chart_id = f"chart-{task}-{y_metric}-{x_metric}" + (f"-{i}" if label else "")
+            charts.append(chart(chart_id, fig))
+    return charts
+
+
 def _fits_note(info: TaskInfo | None) -> str:
     """One line saying what a task's scaling fits are, from its declarations, in words."""
     parts = []
@@ -339,6 +376,7 @@ def _sections(
         notes: list[str] = []
         charts = _task_charts(frame, task, rows, info, colours, notes)
         charts += _bar_charts(task, rows, info, colours, notes)
+        charts += _scatter_charts(task, rows, info, colours)
         sections.append(
             TaskSection(
                 name=task,
@@ -492,13 +530,9 @@ def _environment() -> jinja2.Environment:
 
 
 def _shown(frame: pd.DataFrame, include_stale: bool) -> tuple[pd.DataFrame, int]:
-    """The rows the page shows, with their machine (`ranking.machine_labels`), and how many
-    runs of older code it leaves out: by default only records of the installed code
-    (collection's ``current``), so that old code's numbers never mix with new ones."""
-    stale = frame.loc[~frame["current"] & ~frame["derived"], "run_id"].nunique()
-    if not include_stale:
-        frame = frame[frame["current"]]
-    return with_machine(frame), stale
+    """The rows the page shows, with their machine, and how many runs of older code it leaves
+    out (`ranking.shown_rows`, the rule `attnbench.results` reads a table by too)."""
+    return shown_rows(frame, include_stale), count_stale(frame)
 
 
 @dataclass

@@ -114,19 +114,27 @@ def _cost_points(
 
 def density_points(rows: pd.DataFrame, metric: str) -> pd.DataFrame:
     """Columns label, variant, x (density), y (``metric``) from one column's ok run rows
-    ``rows``: see the module docstring. A variant with several configurations is labelled with
-    the parameters that differ between them ("window window=0.2"). Empty where the runs record
-    no density."""
+    ``rows``: see the module docstring and `pair_points`. Empty where the runs record no
+    density."""
+    return pair_points(rows, DENSITY, metric)
+
+
+def pair_points(rows: pd.DataFrame, x_metric: str, metric: str) -> pd.DataFrame:
+    """Columns label, variant, x (``x_metric``), y (``metric``) from ok run rows ``rows``: each
+    run's mean of both (a run lacking either is left out), then their mean per configuration,
+    on the machine and dtype with the most ``metric`` rows. A variant with several
+    configurations is labelled with the parameters that differ between them ("window
+    window=0.2"). Empty where no run records both."""
     empty = pd.DataFrame(columns=["label", "variant", "x", "y"])
     quality = rows[rows["metric"] == metric]
-    if quality.empty or not (rows["metric"] == DENSITY).any():
+    if quality.empty or not (rows["metric"] == x_metric).any():
         return empty
     machine, dtype = quality.groupby([MACHINE, "dtype"]).size().idxmax()
     here = rows[(rows[MACHINE] == machine) & (rows["dtype"] == dtype)]
     per_run = pd.DataFrame(
         {
             "y": here[here["metric"] == metric].groupby("run_id")["value"].mean(),
-            "x": here[here["metric"] == DENSITY].groupby("run_id")["value"].mean(),
+            "x": here[here["metric"] == x_metric].groupby("run_id")["value"].mean(),
         }
     ).dropna()
     if per_run.empty:

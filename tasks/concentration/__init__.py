@@ -270,8 +270,18 @@ class Concentration(Task):
             "Entropy of |a|/Σ|a| (nats), mean over non-empty rows",
             label="attention entropy",
         ),
-        Metric("effective_size", None, "exp(entropy): keys effectively attended (non-empty rows)"),
-        Metric("max_weight", None, "Largest weight of |a|/Σ|a|, mean over non-empty rows"),
+        Metric(
+            "effective_size",
+            None,
+            "exp(entropy): keys effectively attended (non-empty rows)",
+            label="keys effectively attended",
+        ),
+        Metric(
+            "max_weight",
+            None,
+            "Largest weight of |a|/Σ|a|, mean over non-empty rows",
+            label="largest weight",
+        ),
         Metric(
             "empty_rows",
             None,
@@ -296,6 +306,7 @@ class Concentration(Task):
             "sparsity_s_theory",
             None,
             "The variant's own closed-form S (theory.md §2), only where it applies at this N",
+            label="row sparsity S, closed form",
         ),
         DENSITY,
     )

@@ -184,42 +184,91 @@ class IclRegression(Task):
             "Squared error / d of the model (prompt: by number of examples)",
             label="error / d",
         ),
-        Metric("mse_q05", None, "5% bootstrap quantile of the mean error (prompt mode)"),
-        Metric("mse_q95", None, "95% bootstrap quantile of the mean error (prompt mode)"),
+        Metric(
+            "mse_q05",
+            None,
+            "5% bootstrap quantile of the mean error (prompt mode)",
+            label="error / d, 5% bootstrap quantile",
+        ),
+        Metric(
+            "mse_q95",
+            None,
+            "95% bootstrap quantile of the mean error (prompt mode)",
+            label="error / d, 95% bootstrap quantile",
+        ),
         Metric(
             "mse_mean",
             False,
             "Model error / d averaged over the numbers of examples",
             label="error / d (mean over examples)",
         ),
-        Metric("val_mse_mean", False, "mse_mean on the validation prompts (picks tuned lr)"),
-        Metric("mse_least_squares", None, "Min-norm least squares on the same prompts"),
-        Metric("mse_ridge", None, "Ridge regression (λ = σ²) on the same prompts"),
+        Metric(
+            "val_mse_mean",
+            False,
+            "mse_mean on the validation prompts (picks tuned lr)",
+            label="validation error / d (mean over examples)",
+        ),
+        Metric(
+            "mse_least_squares",
+            None,
+            "Min-norm least squares on the same prompts",
+            label="least squares error / d",
+        ),
+        Metric(
+            "mse_ridge",
+            None,
+            "Ridge regression (λ = σ²) on the same prompts",
+            label="ridge regression error / d",
+        ),
         Metric(
             "mse_averaging",
             None,
             "Averaging w = mean(y·x)/s on the same prompts (s: E x_k², attention_system: the "
             "sample second moment)",
+            label="averaging estimator error / d",
         ),
-        Metric("mse_knn3", None, "3-nearest-neighbours (attention_system: leave-one-out)"),
-        Metric("mse_lasso", None, "Lasso (α = lasso_alpha) on the same prompts (w_sparsity > 0)"),
-        Metric("mse_gd_step", None, "One gradient step from w = 0 with the optimal step size"),
+        Metric(
+            "mse_knn3",
+            None,
+            "3-nearest-neighbours (attention_system: leave-one-out)",
+            label="3-nearest-neighbours error / d",
+        ),
+        Metric(
+            "mse_lasso",
+            None,
+            "Lasso (α = lasso_alpha) on the same prompts (w_sparsity > 0)",
+            label="lasso error / d",
+        ),
+        Metric(
+            "mse_gd_step",
+            None,
+            "One gradient step from w = 0 with the optimal step size",
+            label="one gradient step error / d",
+        ),
         Metric(
             "mse_online_gd",
             None,
             "One pass of online gradient descent, normalised steps (the delta rule's estimator)",
+            label="online gradient descent error / d",
         ),
         Metric(
             "mse_vs_estimator",
             False,
             "mse_mean / the mean error of the estimator the variant implements in theory "
             "(AttentionVariant.estimator), on the same prompts (prompt mode)",
+            label="error relative to the variant's estimator",
         ),
-        Metric("mse_zero", None, "The zero predictor, (w·x)²/d on the same prompts"),
+        Metric(
+            "mse_zero",
+            None,
+            "The zero predictor, (w·x)²/d on the same prompts",
+            label="zero predictor error / d",
+        ),
         Metric(
             "error_rate_vs_ls",
             False,
             "‖β_eq − β_LS‖/‖β_LS‖, worst run (attention_system, where the system is linear)",
+            label="distance of the solution from least squares",
         ),
         Metric(
             "loss_ratio_vs_ls",
@@ -233,14 +282,37 @@ class IclRegression(Task):
             "mse / mse_gd_step on the same prompts (one_layer)",
             label="error relative to one gradient step",
         ),
-        Metric("loss_ratio_vs_gd_se", None, "Standard error of loss_ratio_vs_gd (paired)"),
         Metric(
-            "cosine_vs_gd", None, "Cosine similarity of the layer's and the GD step's predictions"
+            "loss_ratio_vs_gd_se",
+            None,
+            "Standard error of loss_ratio_vs_gd (paired)",
+            label="error relative to one gradient step, standard error",
         ),
-        Metric("gd_over_zero", None, "mse_gd_step / mse_zero on the same prompts (one_layer)"),
-        Metric("gd_over_zero_se", None, "Standard error of gd_over_zero (paired)"),
-        Metric("gd_over_zero_theory", None, "The exact expected value of gd_over_zero"),
-        Metric("final_loss", False, "Training loss at the end"),
+        Metric(
+            "cosine_vs_gd",
+            None,
+            "Cosine similarity of the layer's and the GD step's predictions",
+            label="cosine similarity to one gradient step",
+        ),
+        Metric(
+            "gd_over_zero",
+            None,
+            "mse_gd_step / mse_zero on the same prompts (one_layer)",
+            label="one gradient step relative to the zero predictor",
+        ),
+        Metric(
+            "gd_over_zero_se",
+            None,
+            "Standard error of gd_over_zero (paired)",
+            label="one gradient step relative to the zero predictor, standard error",
+        ),
+        Metric(
+            "gd_over_zero_theory",
+            None,
+            "The exact expected value of gd_over_zero",
+            label="one gradient step relative to the zero predictor, theory",
+        ),
+        Metric("final_loss", False, "Training loss at the end", label="final training loss"),
         *(
             Metric(
                 f"mse_{name}",
@@ -251,7 +323,12 @@ class IclRegression(Task):
             for name, text in icl_shifts.SHIFTS.items()
         ),
         *(
-            Metric(f"mse_{name}_least_squares", None, f"Least squares on the same prompts: {text}")
+            Metric(
+                f"mse_{name}_least_squares",
+                None,
+                f"Least squares on the same prompts: {text}",
+                label=f"least squares error / d, {text}",
+            )
             for name, text in icl_shifts.SHIFTS.items()
         ),
         DENSITY,

@@ -12,13 +12,15 @@ on held-out documents, at the training context and at 2× and 4× it (docs/lm.md
   offsets drawn uniformly from the training split (the job seed draws them); next-byte
   cross-entropy at every position.
 * **Convergence** (`attnbench.toolkit.convergence`): the learning curve is the validation
-  split's bpb at the training context, its noise two standard errors of a difference of two
-  means over the validation windows (2·√2·s/√W, s the windows' standard deviation of bpb,
-  the counterpart of `binomial_noise`). The `StopRule` expresses a lower-is-better loss
-  directly: ``higher_is_better=False``, ``ceiling=0`` (no model reaches 0 bits: never
-  "solved"), ``chance=8`` (a uniform byte model). So training stops early only on a plateau
-  (the last doubling of tokens gained less than the noise, past half the budget, and the model
-  below 8 bpb by more than its noise); a run still improving at the budget is still learning.
+  split's bpb at the training context against the training tokens seen (``tokens_seen``:
+  windows × context, so that curves of different contexts share an axis), its noise two
+  standard errors of a difference of two means over the validation windows (2·√2·s/√W, s the
+  windows' standard deviation of bpb, the counterpart of `binomial_noise`). The `StopRule`
+  expresses a lower-is-better loss directly: ``higher_is_better=False``, ``ceiling=0`` (no
+  model reaches 0 bits: never "solved"), ``chance=8`` (a uniform byte model). So training
+  stops early only on a plateau (the last doubling of tokens gained less than the noise, past
+  half the budget, and the model below 8 bpb by more than its noise); a run still improving at
+  the budget is still learning.
 * **Test** (`bpb_by_length`): ``eval_tokens`` bytes of the test split, in segments of 4 ×
   ``context`` + 1 bytes spread evenly over it; at each length n (1×, 2×, 4×) every segment is
   cut into windows of n and every byte of every window is scored (so a window's first bytes have
@@ -27,8 +29,10 @@ on held-out documents, at the training context and at 2× and 4× it (docs/lm.md
 * **Baselines** (`attnbench.tasks.lm.ngram`) on the same scored bytes: the training split's
   order-0 distribution (``unigram_bpb``) and an order-3 interpolated Kneser–Ney model
   (``ngram_bpb``), both fitted on the training split.
-* **Speed** (`attnbench.tasks.lm.speed`): ``train_tokens_per_s``, ``generate_tokens_per_s``
-  and ``mixer_share``.
+* **Speed** (`attnbench.tasks.lm.speed`): ``train_tokens_per_s``, ``generate_tokens_per_s``,
+  ``mixer_share`` and the two times it is the ratio of, ``step_ms`` and ``mixer_ms``, which the
+  board draws one against the other (``scatter_charts``): two variants' horizontal gap is their
+  kernels' speed ratio, their vertical gap their whole models'.
 """
 
 from __future__ import annotations
@@ -50,7 +54,6 @@ from attnbench.toolkit.convergence import StopRule
 from attnbench.toolkit.model import ModelConfig, SequenceModel
 from attnbench.toolkit.training import (
     CONVERGED,
-    EXAMPLES_AXIS,
     EXAMPLES_SEEN,
     LEARNING_CURVE,
     MS_PER_STEP,
@@ -60,6 +63,7 @@ from attnbench.toolkit.training import (
 
 CORPORA = ("prose", "code")
 LENGTH = "length"  # the curve axis: the evaluation window in bytes
+TOKENS_SEEN = "tokens_seen"  # the learning curve's axis: training tokens (bytes) seen
 FACTORS = (1, 2, 4)  # evaluation lengths, in training contexts
 EVAL_BATCH_TOKENS = 32768  # bytes per evaluation forward
 LN2 = math.log(2.0)
@@ -98,8 +102,8 @@ LM_LEARNING_CURVE = (
     Metric(
         LEARNING_CURVE,
         False,
-        "Validation bits per byte at the training context against the training windows seen "
-        "(log-spaced points; a window is context bytes)",
+        "Validation bits per byte at the training context against the training tokens seen "
+        "(log-spaced points)",
         "bits/byte",
         label="validation bpb while training",
     ),
@@ -110,7 +114,9 @@ LM_LEARNING_CURVE = (
         "noise); 0: still learning at the budget, so not ranked",
         label="converged",
     ),
-    Metric(EXAMPLES_SEEN, None, "Training windows seen when training stopped", label="windows"),
+    Metric(
+        EXAMPLES_SEEN, None, "Training windows seen when training stopped", label="windows seen"
+    ),
     Metric(
         MS_PER_STEP,
         None,
@@ -127,7 +133,7 @@ class LanguageModel(Task):
     """Byte-level language modelling on held-out prose or code (module docstring)."""
 
     Params = LMParams
-    label = "Language model (bits per byte)"
+    label = "Byte-level language model"
     description = (
         "Byte-level language model at a fixed token budget; bits per byte on held-out documents "
         "of Shakespeare (prose) or the Python standard library (code), at 1x, 2x and 4x the "
@@ -138,9 +144,11 @@ class LanguageModel(Task):
     tuning = Tuning(["lr", "weight_decay"], "val_bpb")
     axes = (
         Metric(LENGTH, None, "Evaluation window", "bytes", label="evaluation length"),
-        EXAMPLES_AXIS,
+        Metric(TOKENS_SEEN, None, "Training tokens (bytes) seen", label="training tokens"),
     )
     charts = ("bpb_by_length", LEARNING_CURVE)
+    # where a kernel's speed-up meets the whole model: a step's time against its mixers'
+    scatter_charts = {"step_ms": "mixer_ms"}
     chart_references = {
         "bpb_by_length": {
             "ngram_bpb_by_length": "order-3 Kneser-Ney",
@@ -154,14 +162,14 @@ class LanguageModel(Task):
             False,
             "Bits per byte on the held-out test documents at the training context",
             "bits/byte",
-            label="bpb",
+            label="held-out bits per byte",
         ),
         Metric(
             "bpb_by_length",
             False,
             "Held-out bits per byte with windows of 1x, 2x and 4x the training context",
             "bits/byte",
-            label="bpb",
+            label="held-out bits per byte",
         ),
         Metric(
             "bpb_4x",
@@ -193,8 +201,20 @@ class LanguageModel(Task):
             "bits/byte",
             label="order-3 n-gram bpb",
         ),
-        Metric("unigram_bpb_by_length", None, "The order-0 baseline at each length", "bits/byte"),
-        Metric("ngram_bpb_by_length", None, "The order-3 baseline at each length", "bits/byte"),
+        Metric(
+            "unigram_bpb_by_length",
+            None,
+            "The order-0 baseline at each length",
+            "bits/byte",
+            label="order-0 bpb",
+        ),
+        Metric(
+            "ngram_bpb_by_length",
+            None,
+            "The order-3 baseline at each length",
+            "bits/byte",
+            label="order-3 n-gram bpb",
+        ),
         Metric(
             "train_tokens_per_s",
             True,
@@ -216,7 +236,29 @@ class LanguageModel(Task):
             "Share of a training step's time spent in the mixers' forward and backward",
             label="mixer share of a step",
         ),
-        Metric("tokens_seen", None, "Training tokens seen when training stopped", "tokens"),
+        Metric(
+            "step_ms",
+            None,
+            "Time of one training step (forward, backward, optimiser) at the training batch, "
+            "timed in rounds alternating with the mixers' (median; machine and load dependent)",
+            "ms",
+            label="time of a whole step",
+        ),
+        Metric(
+            "mixer_ms",
+            None,
+            "Time of the mixers' forward and backward within one training step, timed alone on "
+            "the step's inputs (median of the rounds; the kernels' share of the step)",
+            "ms",
+            label="mixers' time in a step",
+        ),
+        Metric(
+            TOKENS_SEEN,
+            None,
+            "Training tokens seen when training stopped",
+            "tokens",
+            label="training tokens seen",
+        ),
         Metric(
             "final_loss",
             False,
@@ -316,6 +358,16 @@ class LanguageModel(Task):
         )
         return float(bpb.mean()), noise
 
+    def in_tokens(self, points: list[MetricPoint]) -> list[MetricPoint]:
+        """The training points (`TrainOutcome.points`) with the learning curve against training
+        tokens (windows seen × context) rather than windows: comparable across contexts."""
+        return [
+            MetricPoint(q.metric, q.value, TOKENS_SEEN, q.x_value * self.params.context)
+            if q.x_name == EXAMPLES_SEEN
+            else q
+            for q in points
+        ]
+
     def run(self, ctx: JobContext) -> TaskResult:
         p = self.params
         corpus: Corpus = load_corpus(p.corpus)
@@ -368,7 +420,7 @@ class LanguageModel(Task):
         _, gen_rate, gen_mode = generate(model, prompt, p.new_tokens)
         tokens_per_step = p.batch_size * p.context
         points = [
-            *outcome.points(),
+            *self.in_tokens(outcome.points()),
             MetricPoint("bpb", by_length[p.context]),
             MetricPoint("bpb_4x", by_length[longest]),
             MetricPoint("val_bpb", outcome.convergence.points[-1].value),
@@ -377,7 +429,9 @@ class LanguageModel(Task):
             MetricPoint("train_tokens_per_s", 1000.0 * tokens_per_step / outcome.ms_per_step),
             MetricPoint("generate_tokens_per_s", gen_rate),
             MetricPoint("mixer_share", share["mixer_share"]),
-            MetricPoint("tokens_seen", outcome.steps * tokens_per_step),
+            MetricPoint("step_ms", share["step_ms"]),
+            MetricPoint("mixer_ms", share["mixer_ms"]),
+            MetricPoint(TOKENS_SEEN, outcome.steps * tokens_per_step),
             MetricPoint("final_loss", outcome.curve[-1][1]),
             MetricPoint("density", model.density(p.context)),
         ]
@@ -393,7 +447,5 @@ class LanguageModel(Task):
             "eval_lengths": sorted(by_length),
             "scored_bytes": int(len(scored)),
             "generate_mode": gen_mode,
-            "mixer_ms": share["mixer_ms"],
-            "step_ms_isolated": share["step_ms"],
         }
         return TaskResult(points=points, details=details)

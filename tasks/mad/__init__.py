@@ -88,7 +88,12 @@ class MadTask(Task):
             "Token accuracy at the scored positions of fresh sequences",
             label="accuracy",
         ),
-        Metric("val_accuracy", True, "accuracy on the validation split (picks tuned lr and wd)"),
+        Metric(
+            "val_accuracy",
+            True,
+            "accuracy on the validation split (picks tuned lr and wd)",
+            label="validation accuracy",
+        ),
         Metric(
             "chance_accuracy",
             None,

@@ -223,7 +223,10 @@ class Recall(Task):
             label="chance",
         ),
         Metric(
-            "context_guess_by_pairs", None, "Accuracy of answering a random value of the context"
+            "context_guess_by_pairs",
+            None,
+            "Accuracy of answering a random value of the context",
+            label="accuracy of a random value of the context",
         ),
         Metric(
             "final_loss",
@@ -232,7 +235,12 @@ class Recall(Task):
             label="final training loss",
         ),
         DENSITY,
-        Metric("density_by_pairs", None, "density at each test configuration's length"),
+        Metric(
+            "density_by_pairs",
+            None,
+            "density at each test configuration's length",
+            label="density at the row's length",
+        ),
         *LEARNING_CURVE_METRICS,
     )
 

@@ -109,8 +109,14 @@ class ForgettingRecall(Recall):
             "order_blind_by_pairs",
             None,
             "1 − U/(2P): perfect recall that cannot tell which of two values came last",
+            label="accuracy of order-blind perfect recall",
         ),
-        Metric("order_blind_reassigned", None, "1/2: either of a reassigned key's two values"),
+        Metric(
+            "order_blind_reassigned",
+            None,
+            "1/2: either of a reassigned key's two values",
+            label="order-blind accuracy on reassigned keys",
+        ),
     )
 
     def training_configs(self) -> list[tuple[int, int]]:

@@ -188,6 +188,11 @@ def test_a_tiny_job_writes_bpb_at_three_lengths_and_the_baselines(tmp_path):
     for name in ("bpb", "ngram_bpb", "unigram_bpb", "train_tokens_per_s", "mixer_share"):
         assert math.isfinite(values[(name, None)])
     assert values[("ngram_bpb", None)] < values[("unigram_bpb", None)]
+    # the learning curve against training tokens (windows × context); the step's and mixers' times
+    curve = [m for m in record["metrics"] if m["metric"] == "learning_curve"]
+    assert curve and {m["x_name"] for m in curve} == {"tokens_seen"}
+    assert max(m["x_value"] for m in curve) == values[("tokens_seen", None)]
+    assert 0 < values[("mixer_ms", None)] < values[("step_ms", None)]
     assert record["details"]["corpus_sha256"] == load_corpus("code").sha256
     assert record["details"]["generate_mode"] == "incremental"
 
