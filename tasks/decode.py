@@ -141,9 +141,26 @@ class Decode(Task):
             "ms",
             label="per-token latency",
         ),
-        Metric("decode_iqr", None, "Interquartile range of the per-token latency", "ms"),
-        Metric("decode_ref_ms", None, "The bare SDPA call per token in the same rounds", "ms"),
-        Metric("tokens_per_s", True, "Generated tokens per second (B / per-token latency)"),
+        Metric(
+            "decode_iqr",
+            None,
+            "Interquartile range of the per-token latency",
+            "ms",
+            label="per-token latency, interquartile range",
+        ),
+        Metric(
+            "decode_ref_ms",
+            None,
+            "The bare SDPA call per token in the same rounds",
+            "ms",
+            label="one SDPA call per token",
+        ),
+        Metric(
+            "tokens_per_s",
+            True,
+            "Generated tokens per second (B / per-token latency)",
+            label="generated tokens per second",
+        ),
         Metric(
             "prefill_ms",
             False,
@@ -151,9 +168,27 @@ class Decode(Task):
             "ms",
             label="prefill time",
         ),
-        Metric("prefill_ratio", False, "Prefill time / dense causal SDPA's, alternating", "×"),
-        Metric("prefill_ref_ms", None, "Dense causal SDPA over the context, same rounds", "ms"),
-        Metric("prefill_iqr", None, "Interquartile range of the prefill samples", "ms"),
+        Metric(
+            "prefill_ratio",
+            False,
+            "Prefill time / dense causal SDPA's, alternating",
+            "×",
+            label="prefill time relative to dense SDPA",
+        ),
+        Metric(
+            "prefill_ref_ms",
+            None,
+            "Dense causal SDPA over the context, same rounds",
+            "ms",
+            label="dense SDPA prefill time",
+        ),
+        Metric(
+            "prefill_iqr",
+            None,
+            "Interquartile range of the prefill samples",
+            "ms",
+            label="prefill time, interquartile range",
+        ),
         Metric(
             "state_bytes",
             False,
@@ -168,35 +203,95 @@ class Decode(Task):
             "MiB",
             label="peak memory while decoding",
         ),
-        Metric("decode_steady", None, "1: the decode samples settled and the machine was quiet"),
+        Metric(
+            "decode_steady",
+            None,
+            "1: the decode samples settled and the machine was quiet",
+            label="decode timing steady?",
+        ),
         Metric(
             "max_abs_error",
             None,  # judged by the accuracy flag, not compared
             "Largest |error| of prefill + steps in the timed dtype against float64, unit-normal "
             "inputs, 96 tokens",
+            label="largest error against float64",
         ),
-        Metric("rms_error", None, "Root-mean-square error of the same against float64"),
+        Metric(
+            "rms_error",
+            None,
+            "Root-mean-square error of the same against float64",
+            label="RMS error against float64",
+        ),
         Metric(
             "outlier_max_abs_error",
             None,  # judged by the accuracy flag, not compared
             "Largest |error| against float64 on FlashAttention-3's outlier inputs",
+            label="largest error on outlier inputs",
         ),
         Metric(
             "decode_accurate",
             None,
             "1: max_abs_error / max(1, max |reference|) is within the variant's declared "
             "tolerance for the dtype; 0: not (its timings are marked and enter no contest)",
+            label="decoding within tolerance?",
         ),
-        Metric("prefill_steady", None, "1: the prefill samples settled and the machine was quiet"),
-        Metric("decode_samples", None, "Timed blocks behind the median"),
-        Metric("decode_rel_iqr", None, "IQR / median of the decode blocks"),
-        Metric("decode_probe_drift", None, "Calibration GEMM drift over the decode timing"),
-        Metric("decode_foreign_cpu", None, "Other processes' CPU share during the decode timing"),
-        Metric("prefill_samples", None, "Prefill samples behind the median"),
-        Metric("prefill_rel_iqr", None, "IQR / median of the prefill samples"),
-        Metric("prefill_probe_drift", None, "Calibration GEMM drift over the prefill timing"),
-        Metric("prefill_foreign_cpu", None, "Other processes' CPU share during the prefill"),
-        Metric("load_avg", None, "1-minute load average when the decode timing ended"),
+        Metric(
+            "prefill_steady",
+            None,
+            "1: the prefill samples settled and the machine was quiet",
+            label="prefill timing steady?",
+        ),
+        Metric(
+            "decode_samples", None, "Timed blocks behind the median", label="decode timing blocks"
+        ),
+        Metric(
+            "decode_rel_iqr",
+            None,
+            "IQR / median of the decode blocks",
+            label="decode timing spread (IQR / median)",
+        ),
+        Metric(
+            "decode_probe_drift",
+            None,
+            "Calibration GEMM drift over the decode timing",
+            label="calibration drift over the decode timing",
+        ),
+        Metric(
+            "decode_foreign_cpu",
+            None,
+            "Other processes' CPU share during the decode timing",
+            label="other processes' CPU share while decoding",
+        ),
+        Metric(
+            "prefill_samples",
+            None,
+            "Prefill samples behind the median",
+            label="prefill timing samples",
+        ),
+        Metric(
+            "prefill_rel_iqr",
+            None,
+            "IQR / median of the prefill samples",
+            label="prefill timing spread (IQR / median)",
+        ),
+        Metric(
+            "prefill_probe_drift",
+            None,
+            "Calibration GEMM drift over the prefill timing",
+            label="calibration drift over the prefill timing",
+        ),
+        Metric(
+            "prefill_foreign_cpu",
+            None,
+            "Other processes' CPU share during the prefill",
+            label="other processes' CPU share while prefilling",
+        ),
+        Metric(
+            "load_avg",
+            None,
+            "1-minute load average when the decode timing ended",
+            label="load average (1 minute)",
+        ),
         DENSITY,
     )
 

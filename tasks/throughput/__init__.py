@@ -147,7 +147,13 @@ class Throughput(Task):
             "× SDPA",
             label="forward time relative to dense SDPA",
         ),
-        Metric("fwd_ref_ms", None, "Dense SDPA's forward time in the same rounds, median", "ms"),
+        Metric(
+            "fwd_ref_ms",
+            None,
+            "Dense SDPA's forward time in the same rounds, median",
+            "ms",
+            label="dense SDPA forward time",
+        ),
         Metric(
             "fwd_ms",
             False,
@@ -155,7 +161,13 @@ class Throughput(Task):
             "ms",
             label="forward latency",
         ),
-        Metric("fwd_ms_iqr", None, "Interquartile range of the forward latency samples", "ms"),
+        Metric(
+            "fwd_ms_iqr",
+            None,
+            "Interquartile range of the forward latency samples",
+            "ms",
+            label="forward latency, interquartile range",
+        ),
         Metric(
             "fwd_bwd_ms",
             False,
@@ -170,8 +182,20 @@ class Throughput(Task):
             "× SDPA",
             label="forward+backward time relative to dense SDPA",
         ),
-        Metric("fwd_bwd_ref_ms", None, "Dense SDPA's forward+backward time, median", "ms"),
-        Metric("fwd_bwd_ms_iqr", None, "IQR of the forward+backward latency samples", "ms"),
+        Metric(
+            "fwd_bwd_ref_ms",
+            None,
+            "Dense SDPA's forward+backward time, median",
+            "ms",
+            label="dense SDPA forward+backward time",
+        ),
+        Metric(
+            "fwd_bwd_ms_iqr",
+            None,
+            "IQR of the forward+backward latency samples",
+            "ms",
+            label="forward+backward latency, interquartile range",
+        ),
         Metric(
             "peak_mem_mib",
             False,
@@ -193,30 +217,40 @@ class Throughput(Task):
             "The machine's matmul rate beside the timing: the calibration GEMM's fastest call "
             "(1024² float32 on CPU, 4096² bfloat16 on CUDA)",
             "GFLOP/s",
+            label="machine's matmul rate",
         ),
         Metric(
             "peak_fraction",
             True,
             "gflops_fwd / peak_gflops: the share of the machine's matmul rate the kernel reaches",
+            label="share of the machine's matmul rate",
         ),
         Metric(
             "max_abs_error",
             None,  # judged by the accuracy flag, not compared
             "Largest |error| of the forward in the timed dtype against float64, unit-normal "
             "inputs, n = min(seq_len, 512)",
+            label="largest error against float64",
         ),
-        Metric("rms_error", None, "Root-mean-square error of the same forward against float64"),
+        Metric(
+            "rms_error",
+            None,
+            "Root-mean-square error of the same forward against float64",
+            label="RMS error against float64",
+        ),
         Metric(
             "outlier_max_abs_error",
             None,  # judged by the accuracy flag, not compared
             "Largest |error| against float64 on FlashAttention-3's outlier inputs (N(0, 1) plus "
             "N(0, 100) at 0.1 % of the entries)",
+            label="largest error on outlier inputs",
         ),
         Metric(
             "fwd_accurate",
             None,
             "1: max_abs_error / max(1, max |reference|) is within the variant's declared "
             "tolerance for the dtype; 0: not (its timings are marked and enter no contest)",
+            label="forward within tolerance?",
         ),
         Metric(
             "tokens_per_s",
@@ -225,35 +259,80 @@ class Throughput(Task):
             "tokens/s",
             label="forward tokens per second",
         ),
-        Metric("first_call_ms", False, "Latency of the very first call (init, compile)", "ms"),
-        Metric("fwd_samples", None, "Number of forward timing samples behind the median"),
-        Metric("fwd_ms_rel_iqr", None, "IQR / median of the forward samples behind the median"),
+        Metric(
+            "first_call_ms",
+            False,
+            "Latency of the very first call (init, compile)",
+            "ms",
+            label="first call latency",
+        ),
+        Metric(
+            "fwd_samples",
+            None,
+            "Number of forward timing samples behind the median",
+            label="forward timing samples",
+        ),
+        Metric(
+            "fwd_ms_rel_iqr",
+            None,
+            "IQR / median of the forward samples behind the median",
+            label="forward timing spread (IQR / median)",
+        ),
         Metric(
             "fwd_steady",
             None,
             "1: the forward samples settled and the machine was quiet (attnbench.toolkit.timing); "
             "0: not (the record's details say why)",
+            label="forward timing steady?",
         ),
         Metric(
             "fwd_probe_drift",
             None,
             "Relative change of the calibration GEMM from before to after the forward timing",
+            label="calibration drift over the forward timing",
         ),
         Metric(
             "fwd_foreign_cpu",
             None,
             "Share of the job's CPUs used by other processes during the forward timing",
+            label="other processes' CPU share, forward timing",
         ),
-        Metric("load_avg", None, "1-minute load average when the forward timing ended"),
-        Metric("fwd_bwd_samples", None, "Number of forward+backward samples behind the median"),
-        Metric("fwd_bwd_ms_rel_iqr", None, "IQR / median of the forward+backward samples"),
+        Metric(
+            "load_avg",
+            None,
+            "1-minute load average when the forward timing ended",
+            label="load average (1 minute)",
+        ),
+        Metric(
+            "fwd_bwd_samples",
+            None,
+            "Number of forward+backward samples behind the median",
+            label="forward+backward timing samples",
+        ),
+        Metric(
+            "fwd_bwd_ms_rel_iqr",
+            None,
+            "IQR / median of the forward+backward samples",
+            label="forward+backward timing spread (IQR / median)",
+        ),
         Metric(
             "fwd_bwd_steady",
             None,
             "1: the forward+backward samples settled and the machine was quiet; 0: not",
+            label="forward+backward timing steady?",
         ),
-        Metric("fwd_bwd_probe_drift", None, "Calibration GEMM drift over the fwd+bwd timing"),
-        Metric("fwd_bwd_foreign_cpu", None, "Other processes' CPU share during the fwd+bwd timing"),
+        Metric(
+            "fwd_bwd_probe_drift",
+            None,
+            "Calibration GEMM drift over the fwd+bwd timing",
+            label="calibration drift over the forward+backward timing",
+        ),
+        Metric(
+            "fwd_bwd_foreign_cpu",
+            None,
+            "Other processes' CPU share during the fwd+bwd timing",
+            label="other processes' CPU share, forward+backward timing",
+        ),
         DENSITY,
     )
 
