@@ -47,6 +47,7 @@ from attnbench import build_variant as _build_variant
 from attnbench import incremental_form as _incremental_form
 from attnbench import load_plugins as _load_plugins
 from attnbench import why_no_incremental_form as _why_no_incremental_form
+from attnbench.toolkit.timed import gradient_errors as _gradient_errors
 
 __all__ = ["VariantContractTests", "packed_error", "random_qkv"]
 
@@ -326,6 +327,39 @@ class VariantContractTests:
         _call(variant, q, k, v, causal=variant.supports_causal).square().sum().backward()
         for t in (q, k, v, *variant.parameters()):
             assert t.grad is not None and torch.isfinite(t.grad).all() and t.grad.abs().sum() > 0
+
+    def test_gradients_match_float64_within_the_declared_tolerance(
+        self, variant_name, variant_params
+    ):
+        """The float32 gradients of q, k, v and the gates (one random cotangent) are within the
+        variant's `backward_tolerance` of its own float64 gradients, causal and not: a fast
+        backward that is wrong is caught as a wrong forward is (the throughput task records the
+        same error beside every forward+backward timing). n = 100 crosses a chunk edge."""
+        variant = _make(variant_name, variant_params)
+        q, k, v = random_qkv(b=1, h=H, n=100, d=D, dv=5, seed=13, dtype=torch.float64)
+        inputs = {"q": q, "k": k, "v": v}
+        gates = gates_of_keys(variant, k, 5) if variant.gates else {}
+        inputs.update({f"gate {name}": g.detach() for name, g in gates.items()})
+        limit = variant.backward_tolerance["float32"]
+        for causal in [False, True] if variant.supports_causal else [False]:
+
+            def run(xs, dtype, causal=causal):
+                on = {name: xs[f"gate {name}"] for name in gates}
+                return variant.to(dtype)(xs["q"], xs["k"], xs["v"], causal=causal, gates=on or None)
+
+            try:
+                errors = _gradient_errors(
+                    run, inputs, torch.float32, torch.Generator().manual_seed(5)
+                )
+            finally:
+                variant.float()
+            if "unmeasured" in errors:
+                pytest.skip(str(errors["unmeasured"]))
+            worst = max(errors, key=errors.get)
+            assert errors[worst] <= limit, (
+                f"{variant_name} (causal={causal}): the float32 gradient of {worst} is "
+                f"{errors[worst]:.2e} from float64's (declared backward_tolerance {limit:.0e})"
+            )
 
     def test_causality_is_a_leak_test(self, variant_name, variant_params):
         """Output at t must not change when any position > t changes (not a mask inspection).

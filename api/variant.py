@@ -183,6 +183,9 @@ class AttentionVariant(nn.Module):
             own variants). The board sets the two side by side.
         library: The PyPI distribution providing the implementation ("" for our own code); the
             records name it with its installed version.
+        backward_tolerance: dtype name → the largest error its gradients (of q, k, v and the
+            gates) may make, relative as ``error_tolerance``; the throughput task records the
+            gradients' error beside every forward+backward timing and marks one outside it.
         error_tolerance: dtype name → the largest error the kernel may make in that dtype,
             relative to the output's scale (`within_tolerance`). The defaults hold the built-in
             kernels with room: at n = 512, H = 4, D = 64 the worst seen was 9·10⁻⁷ in float32,
@@ -230,6 +233,17 @@ class AttentionVariant(nn.Module):
     # the largest error the kernel may make, by dtype: max |out − out_float64| over
     # max(1, max |out_float64|) on unit-normal inputs (`within_tolerance`)
     error_tolerance: ClassVar[dict[str, float]] = {
+        "float64": 1e-12,
+        "float32": 1e-5,
+        "float16": 5e-2,
+        "bfloat16": 1e-1,
+    }
+    # the largest error its gradients may make, by dtype: for each of the q, k, v and gate
+    # gradients of a fixed random cotangent, max |g − g_float64| over max(1, max |g_float64|) on
+    # unit-normal inputs. float32: the built-in variants' worst was 1.3·10⁻⁶ (n = 100, H = 3,
+    # D = 8 and n = 512, H = 4, D = 64, causal and not: gated_delta_product), so 10⁻⁵ leaves
+    # 7× room and still catches a backward off by 0.1 %; the half dtypes are the forward's
+    backward_tolerance: ClassVar[dict[str, float]] = {
         "float64": 1e-12,
         "float32": 1e-5,
         "float16": 5e-2,
@@ -336,12 +350,14 @@ class AttentionVariant(nn.Module):
         """
         raise NotImplementedError(f"variant '{self.name}' cannot materialise attention weights")
 
-    def within_tolerance(self, error: float, dtype: torch.dtype) -> bool:
+    def within_tolerance(self, error: float, dtype: torch.dtype, backward: bool = False) -> bool:
         """Whether a relative error ``error`` (max |out − reference| / max(1, max |reference|),
-        the reference in float64) is within the declared `error_tolerance` for ``dtype``. A
-        dtype without a declared tolerance is not judged (True); NaN never is within."""
+        the reference in float64) is within the declared `error_tolerance` for ``dtype`` (with
+        ``backward``, a gradient's error within `backward_tolerance`). A dtype without a
+        declared tolerance is not judged (True); NaN never is within."""
         name = str(dtype).removeprefix("torch.")
-        limit = self.error_tolerance.get(name)
+        limits = self.backward_tolerance if backward else self.error_tolerance
+        limit = limits.get(name)
         return not math.isnan(error) and (limit is None or error <= limit)
 
     def forward_flops(

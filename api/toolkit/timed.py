@@ -66,6 +66,49 @@ def kernel_errors(
     return results
 
 
+def gradient_errors(
+    run: Callable[[dict[str, torch.Tensor], torch.dtype], torch.Tensor],
+    inputs: dict[str, torch.Tensor],
+    dtype: torch.dtype,
+    generator: torch.Generator,
+) -> dict[str, float]:
+    """The error of the gradients of ``run`` in the timed ``dtype`` against float64's, for each
+    of the named float64 ``inputs`` (q, k, v, the gates): ``run(leaves, dtype)`` computes the
+    output from the inputs cast to ``dtype`` (leaves that require gradients), and the backward
+    takes one standard-normal cotangent, the same in both dtypes.
+
+    Returns name → max |g − g_float64| / max(1, max |g_float64|) (the scale of
+    `AttentionVariant.backward_tolerance`); inf where the timed dtype's gradient is not finite
+    and float64's is. A kernel that refuses float64 gives ``{"unmeasured": reason}``, as in
+    `kernel_errors`. An input that does not reach the output has a zero gradient.
+    """
+    grads: dict[torch.dtype, dict[str, torch.Tensor]] = {}
+    cotangent = None
+    for dt in (torch.float64, dtype):
+        leaves = {name: x.detach().to(dt).requires_grad_(True) for name, x in inputs.items()}
+        try:
+            out = run(leaves, dt)
+        except (UnsupportedError, RuntimeError, NotImplementedError) as exc:
+            if dt != torch.float64:
+                raise
+            return {"unmeasured": f"no float64 reference: {exc}"}
+        if cotangent is None:
+            cotangent = torch.randn(out.shape, generator=generator, dtype=torch.float64)
+        out.backward(cotangent.to(device=out.device, dtype=dt))
+        grads[dt] = {
+            name: torch.zeros_like(leaf, dtype=torch.float64)
+            if leaf.grad is None
+            else leaf.grad.double()
+            for name, leaf in leaves.items()
+        }
+    errors = {}
+    for name, reference in grads[torch.float64].items():
+        error = float((grads[dtype][name] - reference).abs().max())
+        scale = max(1.0, float(reference.abs().max()))
+        errors[name] = error / scale if math.isfinite(error) else math.inf
+    return errors
+
+
 def error_metrics(
     errors: dict, variant, dtype: torch.dtype, flag: str
 ) -> tuple[dict[str, float], dict[str, object]]:

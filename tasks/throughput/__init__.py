@@ -30,6 +30,13 @@ the normal-input error, over max(1, max |reference|), is within the variant's de
 for the dtype (`AttentionVariant.error_tolerance`); the task declares it for every timed metric
 (`accuracy`), so a fast wrong kernel is marked on the board and enters no contest.
 
+**Gradients checked like outputs.** With ``backward`` (the default), the q, k, v and gate
+gradients of one random cotangent are computed in the timed dtype and in float64 at the same
+size: ``grad_error`` is the largest, each over max(1, max |its float64 gradient|), and
+``fwd_bwd_accurate`` says whether the forward and every gradient are within the variant's
+declared tolerances (`AttentionVariant.backward_tolerance`); the forward+backward timings are
+judged by it (`accuracy`), so a fast wrong backward is marked and enters no contest.
+
 **FLOPs and the machine's peak.** ``gflops_fwd`` is the variant's declared forward FLOPs
 (`AttentionVariant.forward_flops`: the pairs it scores, the FlashAttention convention for dense
 attention) over the median time. ``peak_gflops`` is the machine's matmul rate measured in the same
@@ -82,6 +89,7 @@ from attnbench.toolkit.timed import (
     check_timing_settings,
     error_metrics,
     gemm_gflops,
+    gradient_errors,
     kernel_errors,
     time_against,
     timing_details,
@@ -133,7 +141,11 @@ class Throughput(Task):
         "fwd_bwd_ratio": "fwd_bwd_steady",
     }
     # each timed metric → the 0/1 metric saying the timed kernel computed within its tolerance
-    accuracy = {metric: "fwd_accurate" for metric in steadiness}
+    # (a forward+backward timing: forward and gradients within their tolerances)
+    accuracy = {
+        metric: "fwd_accurate" if flag == "fwd_steady" else "fwd_bwd_accurate"
+        for metric, flag in steadiness.items()
+    }
     # which kernel each forward timing ran, beside its values on the board
     annotations = {
         metric: "fwd_kernel_path" for metric, flag in steadiness.items() if flag == "fwd_steady"
@@ -251,6 +263,21 @@ class Throughput(Task):
             "1: max_abs_error / max(1, max |reference|) is within the variant's declared "
             "tolerance for the dtype; 0: not (its timings are marked and enter no contest)",
             label="forward within tolerance?",
+        ),
+        Metric(
+            "grad_error",
+            None,  # judged by the accuracy flag, not compared
+            "Largest error of the q, k, v and gate gradients in the timed dtype against float64 "
+            "(each over max(1, max |its float64 gradient|)), one random cotangent, n = "
+            "min(seq_len, 512)",
+            label="largest gradient error against float64",
+        ),
+        Metric(
+            "fwd_bwd_accurate",
+            None,
+            "1: the forward and every gradient within the variant's declared tolerances for the "
+            "dtype; 0: not (its forward+backward timings are marked and enter no contest)",
+            label="forward and gradients within tolerance?",
         ),
         Metric(
             "tokens_per_s",
@@ -426,6 +453,9 @@ class Throughput(Task):
             "kv_heads": kv,
         }
         if p.backward:
+            backward, backward_details = backward_accuracy(variant, p, ctx, accuracy)
+            values.update(backward)
+            details.update(backward_details)
             qg, kg, vg = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
             grad = torch.randn(shape, generator=gen).to(device=ctx.device, dtype=ctx.dtype)
 
@@ -561,6 +591,49 @@ def forward_errors(variant, p: ThroughputParams, ctx: JobContext) -> dict[str, f
         return kernel_errors(run, inputs, ctx.dtype, gen)
     finally:
         variant.to(ctx.dtype)
+
+
+def backward_accuracy(
+    variant, p: ThroughputParams, ctx: JobContext, forward: dict[str, float]
+) -> tuple[dict[str, float], dict[str, object]]:
+    """The gradients' error beside a forward+backward timing (`attnbench.toolkit.timed.
+    gradient_errors` at n = min(seq_len, CHECK_LEN), the job's shape and causal flag): the
+    largest, ``grad_error``, and ``fwd_bwd_accurate`` = the forward (``forward``'s flag) and
+    every gradient within the variant's declared tolerances. No reference in float64: neither."""
+    n = min(p.seq_len, CHECK_LEN)
+    gen = ctx.generator(13)
+    kv = variant.shape.kv_heads
+    inputs = {
+        name: torch.randn(1, heads, n, p.head_dim, generator=gen, dtype=torch.float64)
+        for name, heads in (("q", p.n_heads), ("k", kv), ("v", kv))
+    }
+    gates = random_gates(variant, 1, n, **_gate_shape(p, kv, gen), dtype=torch.float64)
+    inputs.update({f"gate {name}": g for name, g in gates.items()})
+
+    def run(xs: dict[str, torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
+        q, k, v = (xs[name].to(ctx.device) for name in ("q", "k", "v"))
+        on = {name: xs[f"gate {name}"].to(ctx.device) for name in gates}
+        return variant.to(dtype)(q, k, v, causal=p.causal, gates=on)
+
+    try:
+        errors = gradient_errors(run, inputs, ctx.dtype, gen)
+    finally:
+        variant.to(ctx.dtype)
+        for parameter in variant.parameters():
+            parameter.grad = None
+    if "unmeasured" in errors:
+        return {}, {"gradient_error": errors["unmeasured"]}
+    worst = max(errors.values())
+    within = variant.within_tolerance(worst, ctx.dtype, backward=True)
+    values = {"fwd_bwd_accurate": float(within and forward.get("fwd_accurate", 1.0) == 1.0)}
+    if math.isfinite(worst):
+        values["grad_error"] = worst
+    name = str(ctx.dtype).removeprefix("torch.")
+    details = {
+        "gradient_errors": errors,
+        "backward_tolerance": variant.backward_tolerance.get(name),
+    }
+    return values, details
 
 
 def _gate_shape(p: ThroughputParams, kv: int, gen: torch.Generator) -> dict:

@@ -184,8 +184,53 @@ def test_a_kernel_outside_its_tolerance_is_timed_and_flagged(planted, monkeypatc
     assert wrong["max_abs_error"].value > 1e-4 > 1e-5 > right["max_abs_error"].value
     assert 0 < right["rms_error"].value <= right["max_abs_error"].value
     assert right["outlier_max_abs_error"].value > 0
-    assert set(task.accuracy.values()) == {"fwd_accurate"}
+    assert set(task.accuracy.values()) == {"fwd_accurate", "fwd_bwd_accurate"}
     assert set(task.accuracy) == set(task.steadiness)  # every timed value is judged
+    # a wrong forward makes the forward+backward timing untrusted too
+    assert wrong["fwd_bwd_accurate"].value == 0.0 and right["fwd_bwd_accurate"].value == 1.0
+
+
+class _ScaledGradient(torch.autograd.Function):
+    """The identity forward, a backward scaled by 1 + 1e-3 in float32 only: a backward off by
+    0.1 %, exact in float64 (as a fast kernel's bug would be absent from its reference)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.wrong = x.dtype == torch.float32
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * (1 + 1e-3) if ctx.wrong else grad
+
+
+@pytest.fixture
+def planted_backward():
+    """Softmax whose float32 backward reaches q scaled by 1.001: its forward is exact."""
+    from attnbench.variant import VARIANTS, register_variant
+    from attnbench.variants.softmax import SoftmaxAttention
+
+    class PlantedBackward(SoftmaxAttention):
+        def forward(self, q, k, v, causal=False):
+            return super().forward(_ScaledGradient.apply(q), k, v, causal=causal)
+
+    register_variant("test_planted_backward")(PlantedBackward)
+    yield "test_planted_backward"
+    VARIANTS.unregister("test_planted_backward")
+
+
+def test_a_backward_outside_its_tolerance_is_timed_and_flagged(planted_backward, monkeypatch):
+    """The planted backward's forward is right (fwd_accurate 1) and its q gradient 0.1 % off,
+    100× the declared 10⁻⁵ with softmax's gradients of order one: fwd_bwd_accurate is 0 and
+    the error is recorded; softmax's own float32 gradients stay within (measured 5·10⁻⁷)."""
+    import attnbench.tasks.throughput as throughput
+
+    monkeypatch.setattr(throughput, "isolated_cpu_peak", lambda *args: 1.0)
+    wrong, _ = _run(planted_backward, seq_len=64, max_timing_s=0.2)
+    right, _ = _run("softmax", seq_len=64, max_timing_s=0.2)
+    assert wrong["fwd_accurate"].value == 1.0 and wrong["fwd_bwd_accurate"].value == 0.0
+    assert right["fwd_bwd_accurate"].value == 1.0
+    assert wrong["grad_error"].value > 1e-4 > 1e-5 > right["grad_error"].value > 0
 
 
 def test_peak_fraction_is_the_declared_flops_over_the_measured_gemm_rate():
