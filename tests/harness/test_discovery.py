@@ -132,10 +132,10 @@ def test_plugin_passes_its_own_test_suite(plugin_site, tmp_path):
     CI would run them: from a copy of its folder, with the plugin and attnbench installed and
     nothing of attnbench's checkout importable (no `tests/`, no `conftest`).
 
-    The JUnit report pins the count: 32 contract tests (every check of `attnbench.testing`, the
+    The JUnit report pins the count: 33 contract tests (every check of `attnbench.testing`, the
     incremental form's, grouped-query heads' and packed documents' included: the example
     registers a form) and the plugin's 2 reference tests, none skipped, so the suite cannot pass
-    by running nothing (a check added to `attnbench.testing` changes the 34 here).
+    by running nothing (a check added to `attnbench.testing` changes the 35 here).
     """
     folder = tmp_path / "plugin"
     shutil.copytree(
@@ -153,9 +153,9 @@ def test_plugin_passes_its_own_test_suite(plugin_site, tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     suite = ElementTree.parse(report).getroot().find("testsuite")
     counts = {k: int(suite.get(k)) for k in ("tests", "failures", "errors", "skipped")}
-    assert counts == {"tests": 34, "failures": 0, "errors": 0, "skipped": 0}
+    assert counts == {"tests": 35, "failures": 0, "errors": 0, "skipped": 0}
     classes = [case.get("classname") for case in suite.iter("testcase")]
-    assert classes.count("tests.test_cosine.TestCosineSoftmax") == 32, classes
+    assert classes.count("tests.test_cosine.TestCosineSoftmax") == 33, classes
 
 
 def _broken_distribution(site: Path) -> None:
