@@ -18,6 +18,17 @@ against the same prefill and steps in float64 is recorded as in throughput (``ma
 ``decode_accurate`` says whether it is within the variant's declared tolerance: every timed metric
 is judged by it (`accuracy`), so the time of a form that errs enters no contest.
 
+**Against the machine's memory bandwidth.** Decoding is memory-bound: each step reads the state
+the batch holds. ``step_bytes`` counts it exactly (the state's elements after each generated
+token, from `IncrementalAttention.state_size`, × the element size × B, averaged over the block;
+weights, the new token's q, k, v and the output are not counted: per step they are O(B·H·D),
+the state O(B·H·n·D) for a cache). ``achieved_gbs`` is those bytes over the per-token latency,
+``peak_gbs`` the machine's read rate measured beside the timing in the same process (a sum over
+a buffer far beyond the caches, `attnbench.toolkit.timed.read_bandwidth_gbs`, the faster of the
+readings before and after the samples), and ``bandwidth_fraction`` their ratio: near 1 the
+step is bound by memory, far below it its time goes elsewhere (launches, Python, arithmetic);
+above 1 the state is small enough to be served from the caches, not from memory.
+
 **Ranked by a ratio, not by a time** (as throughput): every block of ``new_tokens`` steps
 alternates, in the same process, with a block of bare SDPA calls of one query over the first
 n + i keys of the same cache (what softmax decoding must compute, with no harness around it):
@@ -71,6 +82,7 @@ from attnbench.toolkit.timed import (
     check_timing_settings,
     error_metrics,
     kernel_errors,
+    read_bandwidth_gbs,
     time_against,
     timing_details,
     timing_metrics,
@@ -119,6 +131,8 @@ class Decode(Task):
         "decode_ms_per_token": "decode_steady",
         "decode_ratio": "decode_steady",
         "tokens_per_s": "decode_steady",
+        "achieved_gbs": "decode_steady",
+        "bandwidth_fraction": "decode_steady",
         "prefill_ms": "prefill_steady",
         "prefill_ratio": "prefill_steady",
     }
@@ -160,6 +174,37 @@ class Decode(Task):
             True,
             "Generated tokens per second (B / per-token latency)",
             label="generated tokens per second",
+        ),
+        Metric(
+            "step_bytes",
+            None,
+            "Bytes one decoding step must read: the state the batch holds (KV cache or fixed "
+            "state, counted from its tensors), averaged over the generated tokens; weights, "
+            "queries and outputs excluded",
+            "bytes",
+            label="state read per step",
+        ),
+        Metric(
+            "achieved_gbs",
+            True,
+            "step_bytes over the per-token latency: the rate at which the step reads its state",
+            "GB/s",
+            label="achieved state read rate",
+        ),
+        Metric(
+            "peak_gbs",
+            None,
+            "The machine's memory read rate beside the timing: the fastest sum over a buffer far "
+            "beyond the caches (256 MiB on CPU, 1 GiB on CUDA), before or after the samples",
+            "GB/s",
+            label="machine's memory read rate",
+        ),
+        Metric(
+            "bandwidth_fraction",
+            True,
+            "achieved_gbs / peak_gbs: the share of the machine's read rate the step reaches "
+            "(memory-bound decoding near 1; one far below it spends its time elsewhere)",
+            label="share of the machine's read rate",
         ),
         Metric(
             "prefill_ms",
@@ -377,13 +422,23 @@ class Decode(Task):
             decoder.position = n
             check_finite("decoded output", decoder.step(*new[0]))
         details["decode_kernel_path"] = kernel_path.described(step_paths)
+        bandwidth = read_bandwidth_gbs(ctx.device)
         timing = time_against(generate, bare_sdpa, ctx, p)
+        bandwidth = max(bandwidth, read_bandwidth_gbs(ctx.device))  # the faster: less load
         values.update(
             timing_metrics(
                 "decode", timing, per=m, median="ms_per_token", spread=("iqr", "rel_iqr")
             )
         )
         values["tokens_per_s"] = b / (timing.median_ms / m * 1e-3)
+        # the state each step reads: after step i the batch holds n + i + 1 tokens' state
+        element = torch.empty((), dtype=ctx.dtype).element_size()
+        values["step_bytes"] = (
+            b * element * sum(decoder.state_size(n + i + 1) for i in range(m)) / m
+        )
+        values["achieved_gbs"] = values["step_bytes"] / (timing.median_ms / m * 1e-3) / 1e9
+        values["peak_gbs"] = bandwidth
+        values["bandwidth_fraction"] = values["achieved_gbs"] / bandwidth
         values["load_avg"] = timing.load_avg
         details["decode_timing"] = timing_details(timing)
         details["decode_block_samples_ms"] = list(timing.samples_ms)

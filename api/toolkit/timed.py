@@ -12,6 +12,7 @@ or, for decode, per generated token.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -133,6 +134,36 @@ def error_metrics(
     within = variant.within_tolerance(errors["max_abs_error"] / scale, dtype)
     values[flag] = 1.0 if within else 0.0
     return values, details
+
+
+# bytes the bandwidth calibration reads: far beyond any last-level cache (a CPU's is tens of
+# MiB; an H100's L2 50 MiB), so that every byte comes from memory
+BANDWIDTH_BYTES = {"cpu": 256 * 2**20, "cuda": 2**30}
+
+
+def read_bandwidth_gbs(device: torch.device, repeats: int = 5) -> float:
+    """The machine's memory read rate in GB/s (10⁹ bytes/s), measured now in this process: the
+    fastest of ``repeats`` sums over a float32 buffer of `BANDWIDTH_BYTES` (written once
+    first, so its pages are resident), each reading every byte once and writing one number.
+
+    Why a sum: a decoding step reads its state (a KV cache, a D×Dv matrix) and writes little,
+    so a read is the operation whose rate bounds it; a copy would count writes too (and
+    write-allocate traffic that the STREAM convention leaves uncounted). Like the calibration
+    GEMM, it runs beside the timing with the same threads, so a load that slows the step
+    slows it too and their ratio survives."""
+    elements = BANDWIDTH_BYTES.get(device.type, BANDWIDTH_BYTES["cpu"]) // 4
+    buffer = torch.ones(elements, device=device)
+    best = math.inf
+    for _ in range(repeats):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        buffer.sum()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        best = min(best, time.perf_counter() - start)
+    del buffer
+    return elements * 4 / best / 1e9
 
 
 def gemm_gflops(device: torch.device, probe_ms: float) -> float:

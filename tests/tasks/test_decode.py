@@ -139,3 +139,45 @@ def test_the_decoded_outputs_error_is_recorded_and_judged(variant):
     assert points["outlier_max_abs_error"].value > 0
     assert points["decode_accurate"].value == 1.0
     assert set(task.accuracy) == set(task.steadiness)
+
+
+@pytest.mark.parametrize(
+    ("variant", "per_token"),
+    [
+        # keys and values of every token held after each of the 4 steps: 64 + 1 … 64 + 4
+        ("softmax", lambda t: t * 2 * (16 + 16)),
+        ("linear", lambda t: 2 * 16 * (16 + 1)),  # the fixed state, whatever the length
+    ],
+)
+def test_a_step_reads_the_state_the_batch_holds_at_the_rate_recorded(variant, per_token):
+    """B = 8 sequences: ``step_bytes`` is exact arithmetic on the state each step holds
+    (elements × 4 bytes × B, averaged over the generated tokens), the achieved rate is those
+    bytes over the per-token latency, and the bandwidth fraction is that over the machine's
+    read rate measured beside it."""
+    points, _, _ = _run(variant, seq_len=64, new_tokens=4, batch_size=8, n_heads=2, head_dim=16)
+    expected = 8 * 4 * sum(per_token(64 + i + 1) for i in range(4)) / 4
+    assert points["step_bytes"].value == expected
+    per_token_s = points["decode_ms_per_token"].value / 1e3
+    assert points["achieved_gbs"].value == pytest.approx(expected / per_token_s / 1e9)
+    assert points["bandwidth_fraction"].value == pytest.approx(
+        points["achieved_gbs"].value / points["peak_gbs"].value
+    )
+
+
+def test_the_bandwidth_calibration_reads_its_buffer_at_a_plausible_rate(monkeypatch):
+    """The read rate is its buffer's bytes over the fastest sum: positive, finite, and within
+    what any machine's memory gives (0.1 GB/s to 100 TB/s); a buffer four times as large
+    reads at the same order of rate (the count is of the bytes read, not of the calls)."""
+    from attnbench.toolkit import timed
+
+    cpu = torch.device("cpu")
+    rate = timed.read_bandwidth_gbs(cpu, repeats=3)
+    assert 0.1 < rate < 1e5
+    monkeypatch.setitem(timed.BANDWIDTH_BYTES, "cpu", 1024 * 2**20)
+    larger = timed.read_bandwidth_gbs(cpu, repeats=2)
+    assert 0.3 < larger / rate < 3.3  # a busy machine moves both; a miscount: 0.25 or 4
+
+
+def test_batch_sizes_below_one_are_refused_in_one_sentence():
+    with pytest.raises(ValueError, match="batch_size"):
+        build_task("decode", {"batch_size": 0})
