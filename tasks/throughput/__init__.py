@@ -61,7 +61,7 @@ its ranks when the flag is 0.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 import torch.nn.functional as F
@@ -82,6 +82,7 @@ from attnbench import (
     repeat_kv_heads,
 )
 from attnbench.metrics import DENSITY
+from attnbench.tasks.throughput.packed import packed_timing
 from attnbench.toolkit import kernel_path
 from attnbench.toolkit.memory import isolated_cpu_peak, peak_memory_mib
 from attnbench.toolkit.timed import (
@@ -110,6 +111,9 @@ class ThroughputParams(TimingParams):
     causal: bool = False  # time the causal form
     # also time forward+backward (w.r.t. q, k, v and the variant's parameters)
     backward: bool = True
+    # documents packed into one causal sequence of their sum, timed against the padded batch
+    # (tasks/throughput/packed.py); None: one sequence of seq_len. seq_len then is their sum
+    doc_lengths: list[int] | None = None
 
 
 @register_task("throughput")
@@ -139,12 +143,16 @@ class Throughput(Task):
         "tokens_per_s": "fwd_steady",
         "fwd_bwd_ms": "fwd_bwd_steady",
         "fwd_bwd_ratio": "fwd_bwd_steady",
+        "packed_ms": "packed_steady",
+        "packed_ratio": "packed_steady",
     }
     # each timed metric → the 0/1 metric saying the timed kernel computed within its tolerance
     # (a forward+backward timing: forward and gradients within their tolerances)
+    # (a packed timing has no flag: a packed call that leaks fails its job, packed.py)
     accuracy = {
         metric: "fwd_accurate" if flag == "fwd_steady" else "fwd_bwd_accurate"
         for metric, flag in steadiness.items()
+        if flag != "packed_steady"
     }
     # which kernel each forward timing ran, beside its values on the board
     annotations = {
@@ -360,6 +368,97 @@ class Throughput(Task):
             "Other processes' CPU share during the fwd+bwd timing",
             label="other processes' CPU share, forward+backward timing",
         ),
+        *(
+            Metric(name, better, what, unit or "", label=label)
+            for name, better, what, unit, label in (
+                (
+                    "packed_ms",
+                    False,
+                    "Packed call's time, median (task.doc_lengths)",
+                    "ms",
+                    "packed documents' time",
+                ),
+                (
+                    "packed_ratio",
+                    False,
+                    "Packed time / the padded batch's, alternating rounds",
+                    "× padded",
+                    "packed time relative to the padded batch",
+                ),
+                (
+                    "packed_ref_ms",
+                    None,
+                    "The padded batch's time in the same rounds, median",
+                    "ms",
+                    "padded batch's time",
+                ),
+                (
+                    "packed_ms_iqr",
+                    None,
+                    "IQR of the packed samples",
+                    "ms",
+                    "packed time, interquartile range",
+                ),
+                (
+                    "packed_ms_rel_iqr",
+                    None,
+                    "IQR / median of the packed samples",
+                    None,
+                    "packed timing spread (IQR / median)",
+                ),
+                ("packed_samples", None, "Packed timing samples", None, "packed timing samples"),
+                (
+                    "packed_steady",
+                    None,
+                    "1: the packed samples settled, the machine quiet",
+                    None,
+                    "packed timing steady?",
+                ),
+                (
+                    "packed_probe_drift",
+                    None,
+                    "Calibration drift over the packed timing",
+                    None,
+                    "calibration drift over the packed timing",
+                ),
+                (
+                    "packed_foreign_cpu",
+                    None,
+                    "Other processes' CPU share, packed timing",
+                    None,
+                    "other processes' CPU share, packed timing",
+                ),
+                (
+                    "packed_error",
+                    None,
+                    "Packed outputs against each document alone, over "
+                    "max(1, max |alone|), in the timed dtype",
+                    None,
+                    "packed against documents alone, largest error",
+                ),
+                (
+                    "padded_fraction",
+                    None,
+                    "Share of the padded batch that is padding",
+                    None,
+                    "padding share of the padded batch",
+                ),
+                (
+                    "boundaries_ms",
+                    None,
+                    "Time to check the lengths and build cu_seqlens, what every packed call builds",
+                    "ms",
+                    "document boundaries' build time",
+                ),
+                (
+                    "document_mask_ms",
+                    None,
+                    "Time to build the dense N×N document mask a masked dense kernel would need",
+                    "ms",
+                    "dense document mask's build time",
+                ),
+            )
+        ),
         DENSITY,
     )
 
@@ -371,6 +470,33 @@ class Throughput(Task):
             self.require_positive("n_kv_heads")
             self.require_divides("n_kv_heads", "n_heads")
         check_timing_settings(self)
+        if self.params.doc_lengths is not None:
+            self._check_documents()
+
+    def _check_documents(self) -> None:
+        """Packed documents: whole lengths >= 1, causal, and a seq_len that is their sum (or
+        left at its default, which then means their sum)."""
+        p = self.params
+        lengths = list(p.doc_lengths)
+        if not lengths or any(int(x) != x or x < 1 for x in lengths):
+            raise ValueError(
+                f"task.doc_lengths={lengths} must list whole document lengths >= 1, e.g. "
+                "task.doc_lengths=[512,1024,2560]."
+            )
+        if not p.causal:
+            raise ValueError(
+                "task.doc_lengths times packed documents causally (a padded document would "
+                "attend to its padding otherwise): add task.causal=true."
+            )
+        total = int(sum(lengths))
+        default = next(f.default for f in fields(ThroughputParams) if f.name == "seq_len")
+        if p.seq_len not in (total, default):
+            raise ValueError(
+                f"task.doc_lengths sum to {total} tokens but task.seq_len={p.seq_len}: drop "
+                f"task.seq_len (it becomes the sum) or set it to {total}."
+            )
+        p.doc_lengths = [int(x) for x in lengths]
+        p.seq_len = total
 
     def density_size(self) -> tuple[int, int, bool]:
         """The timed attention: seq_len queries and keys."""
@@ -379,6 +505,10 @@ class Throughput(Task):
     def run(self, ctx: JobContext) -> TaskResult:
         p = self.params
         variant = ctx.build_variant(VariantShape(p.n_heads, p.head_dim, p.seq_len, p.n_kv_heads))
+        if p.doc_lengths is not None:  # packed against padded, and nothing else
+            values, details = packed_timing(variant, p, ctx)
+            points = [MetricPoint(k, v, "seq_len", p.seq_len) for k, v in values.items()]
+            return TaskResult(points=points, details=details)
         kv = variant.shape.kv_heads
         gen = ctx.generator()
         shape = (p.batch_size, p.n_heads, p.seq_len, p.head_dim)

@@ -24,6 +24,12 @@ def _ctx(variant="softmax", **params):
     )
 
 
+def _one_sequence_metrics(task) -> set[str]:
+    """The metrics a job of one sequence records: every declared one but task.doc_lengths's."""
+    packed = {"boundaries_ms", "document_mask_ms", "padded_fraction"}
+    return {m.name for m in task.metrics if not m.name.startswith("packed_")} - packed
+
+
 def _run(variant="softmax", **task_params):
     task = build_task("throughput", {"min_run_time": 0.01, **task_params})
     return {p.metric: p for p in task.run(_ctx(variant)).points}, task
@@ -32,8 +38,7 @@ def _run(variant="softmax", **task_params):
 @pytest.mark.parametrize("causal", [False, True])
 def test_metrics_are_consistent(causal):
     points, task = _run(seq_len=128, batch_size=2, n_heads=2, head_dim=16, causal=causal)
-    declared = {m.name for m in task.metrics}
-    assert set(points) == declared
+    assert set(points) == _one_sequence_metrics(task)
     assert all(p.x_name == "seq_len" and p.x_value == 128 for p in points.values())
     fwd_s = points["fwd_ms"].value / 1e3
     assert points["tokens_per_s"].value == pytest.approx(2 * 128 / fwd_s)
@@ -137,7 +142,7 @@ def test_grouped_query_heads_are_checked_then_timed(variant):
         | {"causal": True},
     )
     result = task.run(_ctx(variant))
-    assert {p.metric for p in result.points} == {m.name for m in task.metrics}
+    assert {p.metric for p in result.points} == _one_sequence_metrics(task)
     assert result.details["kv_heads"] == 1
     assert result.details["correctness_check"].startswith("forward == weights·V at n=96")
 
@@ -185,7 +190,8 @@ def test_a_kernel_outside_its_tolerance_is_timed_and_flagged(planted, monkeypatc
     assert 0 < right["rms_error"].value <= right["max_abs_error"].value
     assert right["outlier_max_abs_error"].value > 0
     assert set(task.accuracy.values()) == {"fwd_accurate", "fwd_bwd_accurate"}
-    assert set(task.accuracy) == set(task.steadiness)  # every timed value is judged
+    # every timed value is judged (a packed one by its job failing when it leaks)
+    assert set(task.accuracy) == {m for m, f in task.steadiness.items() if f != "packed_steady"}
     # a wrong forward makes the forward+backward timing untrusted too
     assert wrong["fwd_bwd_accurate"].value == 0.0 and right["fwd_bwd_accurate"].value == 1.0
 
@@ -323,3 +329,55 @@ def test_kernel_paths_are_recorded_only_inside_a_recording():
     assert outer == {"a", "b"} and inner == {"b"}
     assert kernel_path.described(outer) == "a, b"
     assert kernel_path.described(set()) == kernel_path.TORCH_OPERATORS
+
+
+def test_packed_documents_are_timed_against_the_padded_batch(monkeypatch):
+    """task.doc_lengths: the packed call against the padded batch in alternating rounds, the
+    boundaries and the dense document mask timed apart, the packed outputs checked against the
+    documents alone (exactly equal for softmax's split path); seq_len becomes their sum."""
+    points, task = _run(
+        doc_lengths=[48, 16, 32], causal=True, n_heads=2, head_dim=16, max_timing_s=0.3
+    )
+    assert task.params.seq_len == 96
+    assert all(p.x_name == "seq_len" and p.x_value == 96 for p in points.values())
+    assert points["packed_error"].value == 0.0
+    assert points["padded_fraction"].value == pytest.approx(1 - 96 / (3 * 48))
+    # the median of the rounds' ratios, near (not equal to) the ratio of the medians
+    assert points["packed_ratio"].value == pytest.approx(
+        points["packed_ms"].value / points["packed_ref_ms"].value, rel=0.5
+    )
+    assert points["boundaries_ms"].value > 0 and points["document_mask_ms"].value > 0
+
+
+def test_a_packed_call_that_leaks_fails_the_job():
+    """A variant claiming a one-pass packed form that ignores the boundaries: its packed time is
+    not recorded, the job fails naming the leak."""
+    from attnbench.variant import VARIANTS, register_variant
+    from attnbench.variants.softmax import SoftmaxAttention
+
+    class Leaky(SoftmaxAttention):
+        packing = "native"
+
+        def forward(self, q, k, v, causal=False, cu_seqlens=None):
+            return super().forward(q, k, v, causal=causal)
+
+    register_variant("test_planted_leak")(Leaky)
+    try:
+        with pytest.raises(ValueError, match="leaks across documents"):
+            _run("test_planted_leak", doc_lengths=[20, 12], causal=True, n_heads=2, head_dim=8)
+    finally:
+        VARIANTS.unregister("test_planted_leak")
+
+
+@pytest.mark.parametrize(
+    ("params", "fix"),
+    [
+        ({"doc_lengths": [], "causal": True}, "whole document lengths >= 1"),
+        ({"doc_lengths": [64, 0], "causal": True}, "whole document lengths >= 1"),
+        ({"doc_lengths": [64, 32]}, "add task.causal=true"),
+        ({"doc_lengths": [64, 32], "causal": True, "seq_len": 100}, "sum to 96 tokens"),
+    ],
+)
+def test_bad_document_lengths_are_refused_in_one_sentence(params, fix):
+    with pytest.raises(ValueError, match=fix):
+        build_task("throughput", params)
