@@ -181,6 +181,22 @@ def atomic_write_text(path: Path, text: str) -> None:
         raise
 
 
+@contextlib.contextmanager
+def atomic_file(path: Path):
+    """A temporary path beside ``path`` for a writer that takes a path (pandas' ``to_csv`` and
+    ``to_parquet``, a copy): renamed onto ``path`` when the block ends, removed if it raised, so
+    that a reader, or an interrupted writer, sees the old file or the new one, never a part."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
 def _attempt_path(record_file: Path, created_at: str) -> Path:
     """A free file name beside ``record_file`` for a kept attempt: ``<run_id>.<time>[-k].json``."""
     stamp = re.sub(r"[^0-9T]", "", created_at.split("+")[0])[:15] or "unknown"

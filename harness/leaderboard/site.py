@@ -26,7 +26,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
-from attnbench.harness.jobs.records import atomic_write_text
+from attnbench.harness.jobs.records import atomic_file, atomic_write_text
 from attnbench.harness.leaderboard.charts import (
     Chart,
     CurveExtras,
@@ -689,8 +689,10 @@ def _publish_table(sources: list[Source], out: Path) -> None:
     """The table beside the page, as parquet and CSV: one folder's table file as it is; the
     rows of several, each with its ``results_folder``."""
     if len(sources) == 1:
-        shutil.copyfile(sources[0].table, out / "results.parquet")
-        sources[0].frame.to_csv(out / "results.csv", index=False)
+        with atomic_file(out / "results.parquet") as tmp:
+            shutil.copyfile(sources[0].table, tmp)
+        with atomic_file(out / "results.csv") as tmp:
+            sources[0].frame.to_csv(tmp, index=False)
         return
     for name in ("results.parquet", "results.csv"):
         (out / name).unlink(missing_ok=True)  # an earlier build's table is not this board's
@@ -699,8 +701,10 @@ def _publish_table(sources: list[Source], out: Path) -> None:
     frame = pd.concat(
         [s.frame.assign(results_folder=str(s.folder)) for s in sources], ignore_index=True
     )
-    frame.to_parquet(out / "results.parquet", index=False)
-    frame.to_csv(out / "results.csv", index=False)
+    with atomic_file(out / "results.parquet") as tmp:
+        frame.to_parquet(tmp, index=False)
+    with atomic_file(out / "results.csv") as tmp:
+        frame.to_csv(tmp, index=False)
 
 
 def _page(frame: pd.DataFrame, infos: dict[str, TaskInfo], published: set[str]) -> dict:

@@ -445,3 +445,26 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path, capsys, monkeypatch):
     captured = capsys.readouterr()
     (line,) = captured.err.splitlines()
     assert line.startswith("attnbench-leaderboard: interrupted by Ctrl-C; ")
+
+
+def test_a_build_stopped_while_it_writes_the_table_leaves_the_old_one_whole(tmp_path, monkeypatch):
+    """The site's results.csv and results.parquet are written to a temporary file beside them
+    and renamed into place: a build that stops part-way through writing (here: the CSV writer
+    raising after half its rows, as a Ctrl-C would stop it) leaves the previous board's table
+    as it was, and no temporary file behind."""
+    results = _results(tmp_path, "a", "b", "c")
+    out = tmp_path / "site"
+    build_site(results, out)
+    before = {name: (out / name).read_bytes() for name in ("results.csv", "results.parquet")}
+    write_record(results, _record(RUN["d"], variant="v9", fwd_ms=9.0))
+    real = pd.DataFrame.to_csv
+
+    def stopped(self, path, **kwargs):
+        real(self.iloc[: len(self) // 2], path, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pd.DataFrame, "to_csv", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        build_site(results, out)
+    assert (out / "results.csv").read_bytes() == before["results.csv"]
+    assert not list(out.glob(".*.tmp"))
