@@ -298,6 +298,24 @@ def _upgrade(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+INT64 = (-(2**63), 2**63 - 1)  # what a table column of integers holds (pyarrow's int64)
+
+
+def _check_int64(where: str, path: str, value: Any) -> None:
+    """Refuse an integer a table cannot hold (JSON allows any size: ``"seed": 10**30``), naming
+    its field, so that one such file is skipped rather than failing a whole collection."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _check_int64(where, f"{path}.{key}" if path else str(key), item)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _check_int64(where, f"{path}[{i}]", item)
+    elif isinstance(value, int) and not INT64[0] <= value <= INT64[1]:
+        raise RecordFieldError(
+            f"{where}: field {path} = {value} is beyond a 64-bit integer's range"
+        )
+
+
 def record_from_data(data: Any, where: str) -> Record:
     """A `Record` from parsed JSON, every field checked for its type.
 
@@ -308,12 +326,18 @@ def record_from_data(data: Any, where: str) -> Record:
     if not isinstance(data, dict) or "run_id" not in data or "schema_version" not in data:
         raise RecordSchemaError(f"{where} is not an attnbench run record")
     version = data["schema_version"]
-    if not isinstance(version, int) or isinstance(version, bool) or version > SCHEMA_VERSION:
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise RecordFieldError(
+            f"{where}: field schema_version {version!r} is not a schema version (a whole number "
+            f"from 1 to {SCHEMA_VERSION})"
+        )
+    if version > SCHEMA_VERSION:
         raise NewerSchemaError(
             f"{where} has record schema version {version}, newer than this attnbench reads "
             f"({SCHEMA_VERSION}); upgrade attnbench (pip install -U attnbench) to read it."
         )
     data = _upgrade(dict(data))
+    _check_int64(where, "", data)
     for name in REQUIRED:
         if name not in data:
             raise RecordFieldError(f"{where}: field {name} is missing")

@@ -226,6 +226,16 @@ def _data(**changes):
         ({"run_id": "../x"}, "field run_id '../x' is not a run id"),
         ({"env": None}, "field env must be dict"),
         ({"code_modules": {"m": 1}}, "field code_modules[m] must be str"),
+        ({"seed": 10**30}, "field seed = 1000000000000000000000000000000 is beyond a 64-bit"),
+        ({"threads": 2**64}, "field threads = 18446744073709551616 is beyond a 64-bit"),
+        ({"task_params": {"n": -(2**63) - 1}}, "field task_params.n = "),
+        (
+            {"metrics": [{"metric": "m", "value": 1.0, "x_name": "n", "x_value": 10**400}]},
+            "field metrics[0].x_value = 1000",
+        ),
+        ({"schema_version": -1}, "field schema_version -1 is not a schema version"),
+        ({"schema_version": "3"}, "field schema_version '3' is not a schema version"),
+        ({"schema_version": 2.5}, "field schema_version 2.5 is not a schema version"),
     ],
 )
 def test_a_mistyped_field_is_named_with_its_file(tmp_path, changes, field):
