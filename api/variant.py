@@ -296,8 +296,34 @@ class AttentionVariant(nn.Module):
             k, v = repeat_kv_heads(k, heads), repeat_kv_heads(v, heads)
             gates = {name: repeat_kv_heads(g, heads) for name, g in (gates or {}).items()}
         if not self.gates:
-            return super().__call__(q, k, v, causal=causal)
-        return super().__call__(q, k, v, causal=causal, gates=gates)
+            out = super().__call__(q, k, v, causal=causal)
+        else:
+            out = super().__call__(q, k, v, causal=causal, gates=gates)
+        return self._checked_output(out, q, v)
+
+    def _checked_output(self, out: Any, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """``out`` if it has the contract's shape (B, H, N, Dv) and q's dtype and device; else
+        one sentence naming what came back, so that a task fails the job instead of timing or
+        scoring a tensor of the wrong size (a slice of the output is fast and wrong)."""
+        if q.dim() != 4 or v.dim() != 4:
+            return out  # check_inputs refuses such inputs in forward, with its own sentence
+        expected = (*q.shape[:3], v.shape[-1])
+        if (
+            not isinstance(out, torch.Tensor)
+            or tuple(out.shape) != expected
+            or out.dtype != q.dtype
+            or out.device != q.device
+        ):
+            got = (
+                f"{tuple(out.shape)} {out.dtype} on {out.device}"
+                if isinstance(out, torch.Tensor)
+                else type(out).__name__
+            )
+            raise ValueError(
+                f"variant '{self.name}' returned {got}; the contract is (B, H, N, Dv) = "
+                f"{expected} {q.dtype} on {q.device}, as its queries and values give."
+            )
+        return out
 
     def _packed(self, q, k, v, causal, gates, cu_seqlens) -> torch.Tensor:
         """The packed call: refused, split into documents, or the variant's own one-pass form
@@ -330,8 +356,10 @@ class AttentionVariant(nn.Module):
             gates = {name: repeat_kv_heads(g, heads) for name, g in (gates or {}).items()}
         cu = torch.tensor(bounds, dtype=torch.long, device=q.device)
         if not self.gates:
-            return super().__call__(q, k, v, causal=causal, cu_seqlens=cu)
-        return super().__call__(q, k, v, causal=causal, gates=gates, cu_seqlens=cu)
+            out = super().__call__(q, k, v, causal=causal, cu_seqlens=cu)
+        else:
+            out = super().__call__(q, k, v, causal=causal, gates=gates, cu_seqlens=cu)
+        return self._checked_output(out, q, v)
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False
