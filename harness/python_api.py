@@ -261,12 +261,22 @@ def run(
             "which attnbench.run does not start: it runs the jobs here and writes only their "
             "records under results_dir; drop it, or use the attnbench command."
         )
+    if not isinstance(results_dir, (str, os.PathLike)):
+        raise TypeError(
+            f"attnbench.run: results_dir must be a folder path (a str or a Path), got "
+            f"{results_dir!r}; e.g. results_dir='results'."
+        )
     try:
         check_results_dir(os.fspath(results_dir))  # as given: "" is not the current folder
     except ConfigError as exc:
         raise ValueError(str(exc)) from None
     names = _variant_names(variant)
-    tasks = [task] if isinstance(task, str) else list(task)
+    tasks = [task] if isinstance(task, str) else list(task) if isinstance(task, Iterable) else []
+    if not tasks or not all(isinstance(t, str) and t for t in tasks):
+        raise TypeError(
+            f"attnbench.run: task must be a task name or a list of them, got {task!r}; e.g. "
+            "task='recall' (docs/tasks.md lists the tasks)."
+        )
     skipped = store_configs()  # a notebook's variant class becomes variant=<name>
     results_dir = os.path.abspath(results_dir)
     args = [

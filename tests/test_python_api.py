@@ -441,3 +441,21 @@ def test_results_marks_the_rows_the_board_ranks_and_the_values_it_leaves_out(tmp
     stale = attnbench.results(path, include_stale=True)
     assert set(stale.loc[stale["metric"] == "acc", "seed"]) == {0, 1, 2}
     assert stale.loc[~stale["current"], "value"].tolist() == [0.1, 0.9]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fix"),
+    [
+        ({"results_dir": None}, "results_dir must be a folder path"),
+        ({"results_dir": 123}, "results_dir must be a folder path"),
+        ({"task": None}, "task must be a task name or a list of them"),
+        ({"task": []}, "task must be a task name or a list of them"),
+        ({"task": ["recall", 3]}, "task must be a task name or a list of them"),
+    ],
+)
+def test_arguments_of_the_wrong_type_are_named_before_any_job(tmp_path, kwargs, fix):
+    import attnbench
+
+    kwargs = {"results_dir": tmp_path / "results", **kwargs}
+    with pytest.raises(TypeError, match=fix):
+        attnbench.run("softmax", **kwargs)
