@@ -474,19 +474,14 @@ class Throughput(Task):
             self._check_documents()
 
     def _check_documents(self) -> None:
-        """Packed documents: whole lengths >= 1, causal, and a seq_len that is their sum (or
-        left at its default, which then means their sum)."""
+        """Packed documents: whole lengths >= 1 and a seq_len that is their sum (or left at its
+        default, which then means their sum)."""
         p = self.params
         lengths = list(p.doc_lengths)
         if not lengths or any(int(x) != x or x < 1 for x in lengths):
             raise ValueError(
                 f"task.doc_lengths={lengths} must list whole document lengths >= 1, e.g. "
                 "task.doc_lengths=[512,1024,2560]."
-            )
-        if not p.causal:
-            raise ValueError(
-                "task.doc_lengths times packed documents causally (a padded document would "
-                "attend to its padding otherwise): add task.causal=true."
             )
         total = int(sum(lengths))
         default = next(f.default for f in fields(ThroughputParams) if f.name == "seq_len")

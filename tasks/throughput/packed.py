@@ -3,12 +3,14 @@
 Training packs documents into one sequence and tells the kernel where each ends (``cu_seqlens``,
 `attnbench.variant`: "Packed sequences"); the alternative is a batch with every document padded
 to the longest. With ``task.doc_lengths`` a throughput job times the two in alternating rounds in
-one process, the same variant on the same tokens, causal:
+one process, the same variant on the same tokens, with the job's causal flag:
 
 * **packed**: one call on the documents laid end to end (B = 1, N = their sum), with their
   boundaries; each document's outputs are those of the document alone (checked first, below);
 * **padded**: one call on a batch of B = number of documents, each padded with zeros after its
-  end to the longest (causal, so a document's outputs ignore the padding after it).
+  end to the longest. Causal, a document's outputs ignore the padding after it; not causal, the
+  variant contract takes no key mask, so the padded rows also attend to their padding: the
+  same work as a masked call (a mask removes no pair of a dense kernel), other outputs.
 
 ``packed_ratio`` is packed time over padded time (below 1: packing saves the padding's work, or
 a one-pass form beats a batch; above: the per-document calls of a ``split`` variant cost more
@@ -19,9 +21,7 @@ pays), and so is the dense N×N document mask a masked dense kernel would need
 
 Before timing, the packed outputs are checked against each document run alone in the timed
 dtype (``packed_error``, relative as `AttentionVariant.error_tolerance`): a packed form that
-leaks across documents fails the job instead of posting a speed. Causal only: with
-``causal=False`` a padded document would attend to its padding, which needs a key mask that the
-variant contract does not take.
+leaks across documents fails the job instead of posting a speed.
 """
 
 from __future__ import annotations
@@ -69,11 +69,11 @@ def packed_inputs(variant, lengths: list[int], heads: int, kv: int, d: int, gen,
     return on(packed), on(padded), starts
 
 
-def _call(variant, xs: dict, cu_seqlens=None) -> torch.Tensor:
+def _call(variant, xs: dict, causal: bool, cu_seqlens=None) -> torch.Tensor:
     gates = {k.removeprefix("gate "): x for k, x in xs.items() if k.startswith("gate ")}
     with torch.no_grad():
         return variant(
-            xs["q"], xs["k"], xs["v"], causal=True, gates=gates or None, cu_seqlens=cu_seqlens
+            xs["q"], xs["k"], xs["v"], causal=causal, gates=gates or None, cu_seqlens=cu_seqlens
         )
 
 
@@ -84,10 +84,10 @@ def packed_timing(variant, p, ctx: JobContext) -> tuple[dict[str, float], dict[s
     packed, padded, starts = packed_inputs(
         variant, lengths, p.n_heads, kv, p.head_dim, ctx.generator(17), ctx
     )
-    out = _call(variant, packed, starts)
+    out = _call(variant, packed, p.causal, starts)
     alone = torch.cat(
         [
-            _call(variant, {k: x[..., a:b, :] for k, x in packed.items()})
+            _call(variant, {k: x[..., a:b, :] for k, x in packed.items()}, p.causal)
             for a, b in zip(starts, starts[1:], strict=False)
         ],
         dim=-2,
@@ -101,7 +101,10 @@ def packed_timing(variant, p, ctx: JobContext) -> tuple[dict[str, float], dict[s
             "documents, so its packed time is not recorded."
         )
     timing = time_against(
-        lambda: _call(variant, packed, starts), lambda: _call(variant, padded), ctx, p
+        lambda: _call(variant, packed, p.causal, starts),
+        lambda: _call(variant, padded, p.causal),
+        ctx,
+        p,
     )
     n = sum(lengths)
 
@@ -117,7 +120,7 @@ def packed_timing(variant, p, ctx: JobContext) -> tuple[dict[str, float], dict[s
         "packed_error": error,
         "padded_fraction": 1 - n / (len(lengths) * max(lengths)),
         "boundaries_ms": mask_ms(boundaries),
-        "document_mask_ms": mask_ms(lambda: document_pattern(starts, n, True, ctx.device)),
+        "document_mask_ms": mask_ms(lambda: document_pattern(starts, n, p.causal, ctx.device)),
     }
     details = {
         "doc_lengths": lengths,

@@ -335,9 +335,7 @@ def test_packed_documents_are_timed_against_the_padded_batch(monkeypatch):
     """task.doc_lengths: the packed call against the padded batch in alternating rounds, the
     boundaries and the dense document mask timed apart, the packed outputs checked against the
     documents alone (exactly equal for softmax's split path); seq_len becomes their sum."""
-    points, task = _run(
-        doc_lengths=[48, 16, 32], causal=True, n_heads=2, head_dim=16, max_timing_s=0.3
-    )
+    points, task = _run(doc_lengths=[48, 16, 32], n_heads=2, head_dim=16, max_timing_s=0.3)
     assert task.params.seq_len == 96
     assert all(p.x_name == "seq_len" and p.x_value == 96 for p in points.values())
     assert points["packed_error"].value == 0.0
@@ -374,7 +372,6 @@ def test_a_packed_call_that_leaks_fails_the_job():
     [
         ({"doc_lengths": [], "causal": True}, "whole document lengths >= 1"),
         ({"doc_lengths": [64, 0], "causal": True}, "whole document lengths >= 1"),
-        ({"doc_lengths": [64, 32]}, "add task.causal=true"),
         ({"doc_lengths": [64, 32], "causal": True, "seq_len": 100}, "sum to 96 tokens"),
     ],
 )
