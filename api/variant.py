@@ -242,7 +242,8 @@ class AttentionVariant(nn.Module):
     # gradients of a fixed random cotangent, max |g − g_float64| over max(1, max |g_float64|) on
     # unit-normal inputs. float32: the built-in variants' worst was 1.3·10⁻⁶ (n = 100, H = 3,
     # D = 8 and n = 512, H = 4, D = 64, causal and not: gated_delta_product), so 10⁻⁵ leaves
-    # 7× room and still catches a backward off by 0.1 %; the half dtypes are the forward's
+    # 7× room and still catches a backward off by 0.1 % (scripts/gradient-errors.py); the half
+    # dtypes take the forward's
     backward_tolerance: ClassVar[dict[str, float]] = {
         "float64": 1e-12,
         "float32": 1e-5,
