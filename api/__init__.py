@@ -32,7 +32,7 @@ _EXPORTS: dict[str, str] = {
     "NoParams": "attnbench.variant",
     "UnsupportedError": "attnbench.variant",
     "register_variant": "attnbench.variant",
-    "build_variant": "attnbench.variant",
+    "build_variant": "attnbench.harness.discovery",  # plugins loaded first
     "COST_CLASSES": "attnbench.variant",
     "per_query_head": "attnbench.variant",
     "repeat_kv_heads": "attnbench.variant",
@@ -46,7 +46,7 @@ _EXPORTS: dict[str, str] = {
     "Task": "attnbench.task",
     "JobContext": "attnbench.task",
     "register_task": "attnbench.task",
-    "build_task": "attnbench.task",
+    "build_task": "attnbench.harness.discovery",  # plugins loaded first
     "NonFiniteError": "attnbench.task",
     "check_finite": "attnbench.task",
     "Metric": "attnbench.metrics",
@@ -123,7 +123,13 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on first use
-    from attnbench.harness.discovery import list_tasks, list_variants, load_plugins
+    from attnbench.harness.discovery import (
+        build_task,
+        build_variant,
+        list_tasks,
+        list_variants,
+        load_plugins,
+    )
     from attnbench.harness.python_api import results, run
     from attnbench.incremental import (
         IncrementalAttention,
@@ -137,7 +143,6 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on f
         JobContext,
         NonFiniteError,
         Task,
-        build_task,
         check_finite,
         register_task,
     )
@@ -148,7 +153,6 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on f
         NoParams,
         UnsupportedError,
         VariantShape,
-        build_variant,
         per_query_head,
         random_gates,
         register_variant,

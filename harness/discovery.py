@@ -19,9 +19,11 @@ import warnings
 from dataclasses import dataclass
 from importlib import metadata
 
+from attnbench import task as task_module
+from attnbench import variant as variant_module
 from attnbench.registry import Registry, registering_from
 from attnbench.task import TASKS, Task, register_task
-from attnbench.variant import VARIANTS, AttentionVariant, register_variant
+from attnbench.variant import VARIANTS, AttentionVariant, VariantShape, register_variant
 
 ENTRY_POINT_GROUPS = {"attnbench.variants": VARIANTS, "attnbench.tasks": TASKS}
 
@@ -97,6 +99,22 @@ def load_plugins(*, reload: bool = False) -> list[PluginFailure]:
             _load_one(group, ep, registry)
         _loaded_groups.add(group)
     return list(_failures)
+
+
+def build_variant(
+    name: str, params: dict | None = None, shape: VariantShape | None = None
+) -> AttentionVariant:
+    """`attnbench.variant.build_variant` with the installed plugins loaded first (built-in
+    variants register on import, like any plugin): what ``attnbench.build_variant`` is, so that
+    a fresh process can build ``"softmax"`` without calling `load_plugins` itself."""
+    load_plugins()
+    return variant_module.build_variant(name, params, shape)
+
+
+def build_task(name: str, params: dict | None = None) -> Task:
+    """`attnbench.task.build_task` with the installed plugins loaded first (as `build_variant`)."""
+    load_plugins()
+    return task_module.build_task(name, params)
 
 
 def failures() -> list[PluginFailure]:

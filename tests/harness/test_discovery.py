@@ -282,3 +282,17 @@ def test_failing_plugin_warns_in_process(tmp_path, monkeypatch):
         env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
     )
     assert proc.returncode == 0, proc.stderr
+
+
+def test_a_fresh_process_builds_a_variant_and_a_task_by_name():
+    """`attnbench.build_variant` and `build_task` load the installed plugins first: the built-ins
+    register on import like any plugin, and a fresh process once got "no variants registered"
+    until it called `load_plugins` itself."""
+    code = (
+        "import attnbench; "
+        "print(type(attnbench.build_variant('softmax')).__name__, "
+        "type(attnbench.build_task('recall')).__name__)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["SoftmaxAttention", "Recall"]
