@@ -547,3 +547,16 @@ def test_the_chunk_length_is_chosen_on_the_machine_and_named(name, tmp_path, mon
     with pytest.raises(ValueError, match="chunk_size must be >= 1, or 0"):
         build_variant(name, {"chunk_size": -1}, VariantShape(4, d, n))
     autotune.forget()
+
+
+def test_gated_delta_net_initialises_its_decay_rate_as_fla_does():
+    """A = exp(A_log) ~ U(0, 16) per head (fla's GatedDeltaNet layer): over 512 heads every A
+    lies in (0, 16), some below 1 (under U(1, 16) none would: P = 0 here; under U(0, 16) all of
+    512 above 1 has probability (15/16)^512 < 1e-14), and their mean is 8 within four standard
+    errors (16/√12/√512 = 0.20 each)."""
+    from attnbench import VariantShape, build_variant
+
+    torch.manual_seed(0)
+    a = build_variant("gated_delta_net", shape=VariantShape(512, 8, 64)).A_log.detach().exp()
+    assert 0 < a.min() < 1 and a.max() < 16
+    assert abs(a.mean().item() - 8) < 4 * 16 / 12**0.5 / 512**0.5
