@@ -25,6 +25,7 @@ import contextlib
 import itertools
 import os
 import re
+import threading
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -219,6 +220,12 @@ def _jobs(args: Sequence[str]) -> list[list[str]]:
     return [list(job) for job in itertools.product(*choices)]
 
 
+# Hydra's configuration state is one per process, and a job's timing assumes the process is
+# its own: calls of `run` from several threads take turns instead of failing ("GlobalHydra is
+# already initialized") or timing each other's work
+_ONE_AT_A_TIME = threading.Lock()
+
+
 def run(
     variant: Any,
     task: str | Iterable[str] = "throughput",
@@ -285,18 +292,19 @@ def run(
         *(_override(key, value) for key, value in overrides.items()),
         _override("results_dir", results_dir),
     ]
-    try:
-        check_command_line(["-m", *args])
-        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-            configs = [compose("config", overrides=job) for job in _jobs(args)]
-        jobs = [prepare_job(cfg) for cfg in configs]  # every job checked before the first
-    except (ConfigError, UnknownNameError) as exc:
-        raise ValueError(str(exc)) from None
-    del jobs
-    for problem in skipped:  # said once, after the check: a refusal naming it says it
-        warnings.warn(problem, stacklevel=2)
-    with _probe_knowing(_defined_here(names)):
-        run_ids = _run_with_progress(configs, run_job)
+    with _ONE_AT_A_TIME:
+        try:
+            check_command_line(["-m", *args])
+            with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+                configs = [compose("config", overrides=job) for job in _jobs(args)]
+            jobs = [prepare_job(cfg) for cfg in configs]  # every job checked before the first
+        except (ConfigError, UnknownNameError) as exc:
+            raise ValueError(str(exc)) from None
+        del jobs
+        for problem in skipped:  # said once, after the check: a refusal naming it says it
+            warnings.warn(problem, stacklevel=2)
+        with _probe_knowing(_defined_here(names)):
+            run_ids = _run_with_progress(configs, run_job)
     table = results(results_dir, every_run=True)
     return table[table["run_id"].isin(run_ids)].reset_index(drop=True)
 

@@ -459,3 +459,34 @@ def test_arguments_of_the_wrong_type_are_named_before_any_job(tmp_path, kwargs, 
     kwargs = {"results_dir": tmp_path / "results", **kwargs}
     with pytest.raises(TypeError, match=fix):
         attnbench.run("softmax", **kwargs)
+
+
+@pytest.mark.slow
+def test_two_threads_running_jobs_take_turns(tmp_path):
+    """Hydra's configuration is one per process: two threads calling run at once once failed
+    with "GlobalHydra is already initialized"; they now take turns, and both get their rows."""
+    import threading
+
+    import attnbench
+
+    rows, errors = {}, []
+
+    def call(seed: int) -> None:
+        try:
+            rows[seed] = attnbench.run(
+                "softmax",
+                "throughput",
+                results_dir=tmp_path / f"r{seed}",
+                seed=seed,
+                **{"task.seq_len": 32, "task.max_timing_s": 0.1, "task.backward": False},
+            )
+        except Exception as exc:  # noqa: BLE001 (the test reports any failure of either)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=call, args=(seed,)) for seed in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    assert {seed: set(frame["seed"]) for seed, frame in rows.items()} == {0: {0}, 1: {1}}
