@@ -116,6 +116,7 @@ from attnbench import (
     register_incremental,
     register_variant,
 )
+from attnbench.masks import document_bounds
 from attnbench.variants.kernels import autotune
 from attnbench.variants.recurrent.delta_chunks import (
     DEFAULT_CHUNK,
@@ -211,6 +212,9 @@ class DeltaRule(ValueLinearMixer):
     cost = "n"
     supports_causal = True
     grouped_query = True
+    # packed documents in one pass: chunks laid out per document, the state reset at each
+    # document's first chunk (`delta_chunks`, "Packed documents")
+    packing = "native"
     gates = {"beta": "head"}
     estimator = "online_gd"  # one gradient step per token on ½‖Sᵀk − v‖² (theory.md)
     # measured as the throughput task does (max error over max(1, max |float64 output|)) at
@@ -264,14 +268,15 @@ class DeltaRule(ValueLinearMixer):
         beta = torch.sigmoid(raw)
         return 2 * beta if self.params.negative_eigenvalues else beta
 
-    def _run(self, q, k, v, gates, causal, state=None):
-        """The rule on inputs in the working dtype: outputs (B, H, N, Dv) and the final state."""
+    def _run(self, q, k, v, gates, causal, state=None, cu_seqlens=None):
+        """The rule on inputs in the working dtype: outputs (B, H, N, Dv) and the final state;
+        ``cu_seqlens``: documents packed along the sequence, in one pass (`delta_chunks`)."""
         fq, fk = self.features(q, k)
         fk, v, beta, log_alpha = self.rule_inputs(fk, v, gates)
         c = self.last_chunk = self.chunk(fq, fk, v, beta, log_alpha)
         n, m = q.shape[-2], k.shape[-2]
-        if not causal or n == m:
-            return delta_rule_chunked(fq, fk, v, beta, log_alpha, c, state, causal)
+        if not causal or n == m or cu_seqlens is not None:
+            return delta_rule_chunked(fq, fk, v, beta, log_alpha, c, state, causal, cu_seqlens)
         if n < m:  # query i reads S_i: the keys after the last query are never read
             cut = (fk[:, :, :n], v[:, :, :n], beta[:, :, :n])
             la = None if log_alpha is None else log_alpha[:, :, :n]
@@ -495,13 +500,14 @@ class GatedDeltaProduct(GatedDeltaNet):
             log_alpha.flatten(2, 3),
         )
 
-    def _run(self, q, k, v, gates, causal, state=None):
+    def _run(self, q, k, v, gates, causal, state=None, cu_seqlens=None):
         """The rule over the interleaved sub-steps: outputs (B, H, N, Dv) read at each token's
-        last sub-step, and the final state."""
+        last sub-step, and the final state. ``cu_seqlens``: documents packed along the
+        sequence, in one pass over the sub-steps (each document's bounds times n_h)."""
         fq, fk = self.features(q, k)
         fk, v, beta, log_alpha = self.rule_inputs(fk, v, gates)
         steps = self.params.householder_steps
-        if not causal:  # every query reads the state after the last sub-step
+        if not causal and cu_seqlens is None:  # every query reads the state after the last step
             c = self.last_chunk = self.chunk(fq, fk, v, beta, log_alpha)
             return delta_rule_chunked(fq, fk, v, beta, log_alpha, c, state, causal=False)
         b, h, n, d = fq.shape
@@ -511,6 +517,12 @@ class GatedDeltaProduct(GatedDeltaNet):
         silent = fq.new_zeros(b, h, tokens, steps - 1, d)  # no read-out before the last step
         reads = torch.cat([silent, fq[:, :, :tokens, None]], dim=3).flatten(2, 3)
         c = self.last_chunk = self.chunk(reads, fk, v, beta, log_alpha)
+        if cu_seqlens is not None:  # packed (N = M): the documents' sub-steps, read as causal
+            steps_seqlens = [steps * x for x in document_bounds(cu_seqlens, n)]
+            out, state = delta_rule_chunked(
+                reads, fk, v, beta, log_alpha, c, state, causal, steps_seqlens
+            )
+            return out[:, :, steps - 1 :: steps], state
         out, state = delta_rule_chunked(reads, fk, v, beta, log_alpha, c, state, causal=True)
         out = out[:, :, steps - 1 :: steps]
         if n > tokens:  # queries past the last key read the final state

@@ -30,6 +30,16 @@ Grouped-query heads: q has H = G·H_kv heads; k, v, β and the decay have H_kv. 
 of a group are stacked as G·C rows of their chunk, so the state, the inverse and the hand-over
 are computed once per key/value head.
 
+Packed documents (``cu_seqlens``; the variants' ``packing = "native"``): one pass over all of
+them (`attnbench.variants.recurrent.documents`). Each document is padded with positions of
+k = 0, v = 0, β = 0 and α = 1 (no write, no decay: they change no state) to whole chunks of
+C = min(chunk, longest document) positions and the chunks are laid side by side: the Gram
+matrices, the inverses, W and U' are batched over all chunks of all documents as for one
+sequence, and the loop sets the state to zero at each document's first chunk (so no gradient
+crosses a boundary either). Not causal, each query reads the state after its own document's
+last chunk. The padded rows' outputs are dropped. Exact to rounding against each document run
+alone (tests/variants/test_packed_native.py).
+
 Every step but the element-wise ones (gates, decays, the 4×4 base blocks of the inverse) is a
 matrix product, which `torch.utils.flop_counter` counts; `products_flops` is that count.
 """
@@ -38,6 +48,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
+from attnbench.variants.recurrent.documents import document_chunks, longest_document
 
 # positions per chunk. flash-linear-attention uses 64 (its BT, a GPU tile); on the CPU 32 is
 # faster: the products inside chunks scale with C, the loop's hand-overs with N/C (8k tokens,
@@ -120,6 +132,7 @@ def delta_rule_chunked(
     chunk: int = DEFAULT_CHUNK,
     state: torch.Tensor | None = None,
     causal: bool = True,
+    cu_seqlens=None,
 ) -> tuple[torch.Tensor | None, torch.Tensor]:
     """The (gated) delta rule over a sequence, chunk by chunk (module docstring).
 
@@ -133,6 +146,9 @@ def delta_rule_chunked(
         chunk: positions per chunk C.
         state: (B, H_kv, D, Dv) the state before the first token; None: zeros.
         causal: True: out_t = S_tᵀ q_t; False: every query reads the final state S_Mᵀ q.
+        cu_seqlens: documents packed along the sequence (N = M; "Packed documents" in the
+            module docstring): each document's outputs as if it ran alone, from the zero state
+            (``state`` must be None); the state returned is the last document's.
 
     Returns:
         The outputs (B, H, N, Dv) (None when ``q`` is None) and the final state (B, H_kv, D, Dv).
@@ -140,21 +156,35 @@ def delta_rule_chunked(
     """
     b, kv, m, d = k.shape
     dv = v.shape[-1]
+    if cu_seqlens is not None and state is not None:
+        raise ValueError("packed documents (cu_seqlens) each start from the zero state; got one.")
+    empty = k.new_zeros(b * kv, d, dv)  # the state a document starts from
     if state is None:
-        state = k.new_zeros(b, kv, d, dv)
+        state = empty.view(b, kv, d, dv)
     if m == 0:
         out = None if q is None else q.new_zeros(*q.shape[:-1], dv)
         return out, state
-    c = max(1, min(chunk, m))
-    n_chunks = -(-m // c)
-    length = n_chunks * c
+    layout = None
+    if cu_seqlens is None:
+        c = max(1, min(chunk, m))
+        n_chunks = -(-m // c)
+        length = n_chunks * c
+
+        def spread(x: torch.Tensor) -> torch.Tensor:
+            return _pad(x, length)
+
+    else:  # each document padded to whole chunks, side by side ("Packed documents")
+        c = max(1, min(chunk, longest_document(cu_seqlens, m)))
+        layout = document_chunks(cu_seqlens, m, c, k.device)
+        length, n_chunks = layout.length, layout.length // c
+        spread = layout.spread
     # padded positions have k = 0, v = 0, β = 0 and α = 1: they write nothing and forget nothing
-    kc = _pad(k, length).reshape(b, kv, n_chunks, c, d)
-    vc = _pad(v, length).reshape(b, kv, n_chunks, c, dv)
-    bc = _pad(beta, length).reshape(b, kv, n_chunks, c, 1)
+    kc = spread(k).reshape(b, kv, n_chunks, c, d)
+    vc = spread(v).reshape(b, kv, n_chunks, c, dv)
+    bc = spread(beta).reshape(b, kv, n_chunks, c, 1)
     lower = torch.ones(c, c, dtype=torch.bool, device=k.device).tril()  # i <= r
     if log_alpha is not None:
-        cum = _pad(log_alpha, length).reshape(b, kv, n_chunks, c).cumsum(-1)  # log γ_r
+        cum = spread(log_alpha).reshape(b, kv, n_chunks, c).cumsum(-1)  # log γ_r
         # Γ[r, i] = γ_r / γ_i for i <= r, 0 above the diagonal (masked before exp: no overflow)
         gaps = (cum.unsqueeze(-1) - cum.unsqueeze(-2)).masked_fill(~lower, float("-inf"))
         decay_pairs = gaps.exp()
@@ -182,8 +212,12 @@ def delta_rule_chunked(
     ws = w.reshape(bk, n_chunks, c, d).unbind(1)
     outs_keys = keys_out.reshape(bk, n_chunks, c, d).transpose(-1, -2).unbind(1)
     lasts = gamma_last.reshape(bk, n_chunks, 1, 1).unbind(1) if log_alpha is not None else None
-    starts, writes = [], []  # S₀ of each chunk, U of each chunk
+    starts, writes, finals = [], [], []  # S₀ and U of each chunk; S after each document
+    resets = layout.starts if layout is not None else (False,) * n_chunks
+    ends = set(layout.ends) if layout is not None else set()
     for i in range(n_chunks):
+        if resets[i]:
+            state = empty  # a document's first chunk: nothing of the one before
         u = torch.baddbmm(u_primes[i], ws[i], state, alpha=-1)
         if q is not None and causal:
             starts.append(state)
@@ -191,19 +225,26 @@ def delta_rule_chunked(
         if lasts is not None:
             state = state * lasts[i]
         state = torch.baddbmm(state, outs_keys[i], u)
+        if i in ends:
+            finals.append(state)
     state = state.view(b, kv, d, dv)
 
     if q is None:
         return None, state
     h, n = q.shape[1], q.shape[2]
     group = h // kv
-    if not causal:  # every query reads the state after the last key
+    if not causal and layout is None:  # every query reads the state after the last key
         out = q.reshape(b, kv, group * n, d) @ state
         return out.view(b, h, n, dv), state
     if n != m:
         raise ValueError(f"the causal delta rule needs as many queries as keys; got {n} and {m}.")
     # queries of a key/value head's G query heads stacked as G·C rows of each chunk
-    qc = _pad(q, length).reshape(b, kv, group, n_chunks, c, d).transpose(2, 3)
+    qc = spread(q).reshape(b, kv, group, n_chunks, c, d).transpose(2, 3)
+    if not causal:  # packed: each query reads the state after its document's last key
+        read = torch.stack(finals, dim=1).index_select(1, layout.doc)  # (B·H_kv, K, D, Dv)
+        out = qc.reshape(b * kv, n_chunks, group * c, d) @ read
+        out = out.view(b, kv, n_chunks, group, c, dv).transpose(2, 3).reshape(b, h, length, dv)
+        return layout.gather(out), state
     scores = qc.reshape(b, kv, n_chunks, group * c, d) @ kc.transpose(-1, -2)
     scores = scores.view(b, kv, n_chunks, group, c, c)  # (…, G, C, C): one mask for the group
     if log_alpha is not None:
@@ -216,7 +257,7 @@ def delta_rule_chunked(
     writes = torch.stack(writes, dim=1).view(b, kv, n_chunks, c, dv)
     out = qc.reshape(*rows, d) @ starts + scores.view(*rows, c) @ writes
     out = out.view(b, kv, n_chunks, group, c, dv).transpose(2, 3).reshape(b, h, length, dv)
-    return out[:, :, :n], state
+    return (out[:, :, :n] if layout is None else layout.gather(out)), state
 
 
 def products_flops(

@@ -43,6 +43,15 @@ products, 2·C·D per row, position and column vector.
 Grouped-query heads: q has H = G·H_kv heads; the G query heads of a key/value head read its
 state, so the state, the inverse and the hand-over are computed once per key/value head.
 
+Packed documents (``cu_seqlens``; the variants' ``packing = "native"``): one pass over all of
+them (`attnbench.variants.recurrent.documents`). Each document is padded with positions of
+k = a = b = 0, v = 0 and g = 0 (the identity transition, no write) to whole chunks of
+C = min(chunk, longest document) positions and the chunks are laid side by side: the pairwise
+sums, the inverses, W and U' are batched over all chunks of all documents as for one sequence,
+and the loop sets the state to zero at each document's first chunk. Not causal, each query
+reads the state after its own document's last chunk. The padded rows' outputs are dropped.
+Exact to rounding against each document run alone (tests/variants/test_packed_native.py).
+
 `dplr_flops` counts the matrix products (what `torch.utils.flop_counter` sees); the pairwise
 sums, decays and the base blocks of the inverse are element-wise and not counted.
 """
@@ -53,6 +62,7 @@ import torch
 import torch.nn.functional as F
 
 from attnbench.variants.recurrent.delta_chunks import inverse_flops, unit_lower_inverse
+from attnbench.variants.recurrent.documents import document_chunks, longest_document
 
 # positions per chunk: a steep chunk's pairwise sums cost C·D element-wise per position, the
 # loop's hand-overs N / C steps
@@ -152,6 +162,7 @@ def dplr_chunked(
     chunk: int = DEFAULT_CHUNK,
     state: torch.Tensor | None = None,
     causal: bool = True,
+    cu_seqlens=None,
 ) -> tuple[torch.Tensor | None, torch.Tensor]:
     """S_t = (I + a_t b_tᵀ) Diag(e^{g_t}) S_{t−1} + k_t v_tᵀ over a sequence, chunk by chunk.
 
@@ -165,6 +176,9 @@ def dplr_chunked(
         chunk: positions per chunk C.
         state: (B, H_kv, D, Dv) the state before the first token; None: zeros.
         causal: True: out_t = S_tᵀ q_t; False: every query reads the final state S_Mᵀ q.
+        cu_seqlens: documents packed along the sequence (N = M; module docstring, "Packed
+            documents"): each document's outputs as if it ran alone, from the zero state
+            (``state`` must be None); the state returned is the last document's.
 
     Returns:
         The outputs (B, H, N, Dv) (None when ``q`` is None) and the final state, in the inputs'
@@ -172,22 +186,34 @@ def dplr_chunked(
     """
     bsz, kv, m, d = k.shape
     dv = v.shape[-1]
+    if cu_seqlens is not None and state is not None:
+        raise ValueError("packed documents (cu_seqlens) each start from the zero state; got one.")
+    empty = k.new_zeros(bsz * kv, d, dv)  # the state a document starts from
     if state is None:
-        state = k.new_zeros(bsz, kv, d, dv)
+        state = empty.view(bsz, kv, d, dv)
     if m == 0:
         return (None if q is None else q.new_zeros(*q.shape[:-1], dv)), state
     if q is not None and causal and q.shape[2] != m:
         raise ValueError(
             f"the causal recurrence needs as many queries as keys; got {q.shape[2]} and {m}."
         )
-    c = max(1, min(chunk, m))
-    n_chunks = -(-m // c)
-    length = n_chunks * c
+    layout = None
+    if cu_seqlens is None:
+        c = max(1, min(chunk, m))
+        n_chunks = -(-m // c)
+        length = n_chunks * c
+
+        def spread(x: torch.Tensor) -> torch.Tensor:
+            return _pad(x, length)
+
+    else:  # each document padded to whole chunks, side by side ("Packed documents")
+        c = max(1, min(chunk, longest_document(cu_seqlens, m)))
+        layout = document_chunks(cu_seqlens, m, c, k.device)
+        length, n_chunks = layout.length, layout.length // c
+        spread = layout.spread
     # padded positions: k = a = b = 0, v = 0, g = 0: the identity transition, no write
-    kc, ac, bc, gc = (
-        _pad(x, length).reshape(bsz, kv, n_chunks, c, d) for x in (k, a, b, log_decay)
-    )
-    vc = _pad(v, length).reshape(bsz, kv, n_chunks, c, dv)
+    kc, ac, bc, gc = (spread(x).reshape(bsz, kv, n_chunks, c, d) for x in (k, a, b, log_decay))
+    vc = spread(v).reshape(bsz, kv, n_chunks, c, dv)
     cum = gc.cumsum(-2)  # c_r per channel: (…, C, D)
     gamma = cum.exp()  # γ_r ≤ 1
     to_end = (cum[..., -1:, :] - cum).exp()  # γ_C / γ_i ≤ 1
@@ -196,7 +222,7 @@ def dplr_chunked(
     group = h // kv
     rows = bc.unsqueeze(3)
     if q is not None and causal:  # the queries' pairs with the same decays: G more rows
-        qc = _pad(q, length).reshape(bsz, kv, group, n_chunks, c, d).transpose(2, 3)
+        qc = spread(q).reshape(bsz, kv, group, n_chunks, c, d).transpose(2, 3)
         rows = torch.cat([rows, qc], dim=3)
     p_a, p_k = decayed_pairs(rows, (ac, kc), cum)  # (…, K, 1 (+ G), C, C), i ≤ r
     t = unit_lower_inverse(-p_a[:, :, :, 0].tril(-1))  # (I − L_ba)⁻¹, L strictly lower
@@ -213,25 +239,37 @@ def dplr_chunked(
     reads = (ac * to_end).reshape(flat, n_chunks, c, d).transpose(-1, -2).unbind(1)
     owns = own.reshape(flat, n_chunks, d, dv).unbind(1)
     throughs = through.reshape(flat, n_chunks, d, 1).unbind(1)
-    starts, writes = [], []
+    starts, writes, finals = [], [], []  # S₀ and U of each chunk; S after each document
+    resets = layout.starts if layout is not None else (False,) * n_chunks
+    ends = set(layout.ends) if layout is not None else set()
     for i in range(n_chunks):
+        if resets[i]:
+            s = empty  # a document's first chunk: nothing of the one before
         u = torch.baddbmm(u_primes[i], ws[i], s)
         if q is not None and causal:
             starts.append(s)
             writes.append(u)
         s = torch.baddbmm(s * throughs[i] + owns[i], reads[i], u)
+        if i in ends:
+            finals.append(s)
     state = s.view(bsz, kv, d, dv)
     if q is None:
         return None, state
     n = q.shape[2]
-    if not causal:  # every query reads the state after the last key
+    if not causal and layout is None:  # every query reads the state after the last key
         return (q.reshape(bsz, kv, group * n, d) @ state).view(bsz, h, n, dv), state
+    if not causal:  # packed: each query reads the state after its document's last key
+        read = torch.stack(finals, dim=1).index_select(1, layout.doc)  # (B·H_kv, K, D, Dv)
+        qc = spread(q).reshape(bsz, kv, group, n_chunks, c, d).transpose(2, 3)
+        out = qc.reshape(bsz * kv, n_chunks, group * c, d) @ read
+        out = out.view(bsz, kv, n_chunks, group, c, dv).transpose(2, 3)
+        return layout.gather(out.reshape(bsz, h, length, dv)), state
     p_qa, p_qk = p_a[:, :, :, 1:], p_k[:, :, :, 1:]  # (…, K, G, C, C)
     starts = torch.stack(starts, dim=1).view(bsz, kv, n_chunks, 1, d, dv)
     writes = torch.stack(writes, dim=1).view(bsz, kv, n_chunks, 1, c, dv)
     out = (qc * gamma.unsqueeze(3)) @ starts + p_qa @ writes + p_qk @ vc.unsqueeze(3)
     out = out.transpose(2, 3).reshape(bsz, h, length, dv)
-    return out[:, :, :n], state
+    return (out[:, :, :n] if layout is None else layout.gather(out)), state
 
 
 def dplr_step(

@@ -78,6 +78,17 @@ the next value a_t can take, one rounding step away, and changes the state by ε
 
 ``causal=False`` (as for `linear`): every query reads the state after the last key. Causal with
 N ≠ M: query i reads the state after key min(i, M − 1) (no token, no decay).
+
+Packed documents (``cu_seqlens``; ``packing = "native"``): one pass over all of them
+(`attnbench.variants.recurrent.documents`). Each document is padded with zero queries, keys,
+values and log-decays (signs 1) to whole chunks of C = min(chunk, the longest document rounded
+up to a power of two) positions; the chunks are laid side by side, so the within-chunk products
+and the block's decay factors run as for one sequence, and the carried state is the zero state
+again at each document's first chunk. A padded position is the identity transition with no
+write: it changes nothing a real position reads, and its output is dropped. Not causal, each
+query reads the state after its own document's last chunk. Exact to rounding against each
+document run alone (tests/variants/test_packed_native.py); the cost over one sequence is the
+padding, at most C − 1 positions per document.
 """
 
 from __future__ import annotations
@@ -91,6 +102,7 @@ from torch import nn
 
 from attnbench import AttentionVariant, VariantShape, register_variant
 from attnbench.incremental import IncrementalAttention, register_incremental
+from attnbench.variants.recurrent.documents import document_chunks, longest_document
 from attnbench.variants.recurrent.mixer import GatedMixer
 from attnbench.variants.recurrent.output_norm import normalise_output
 from attnbench.variants.recurrent.precision import compute_dtype
@@ -168,6 +180,7 @@ def decayed_attention(
     causal: bool,
     state: torch.Tensor | None = None,
     sign: torch.Tensor | None = None,
+    cu_seqlens=None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Outputs and final state of S_t = diag(σ_t e^{g_t}) S_{t−1} + k_t v_tᵀ, o_t = S_tᵀ q_t.
 
@@ -181,6 +194,9 @@ def decayed_attention(
         state: S before the first key, (B, H_kv, D, Dv); None for zeros.
         sign: σ_t = ±1, the transition's sign, shaped as ``log_decay`` (``log_decay`` then its
             log-magnitude, finite: `signed_transition`); None for +1 everywhere.
+        cu_seqlens: documents packed along the sequence (N = M; module docstring, "Packed
+            documents"): each document's outputs as if it ran alone, from the zero state
+            (``state`` must be None); the state returned is the last document's.
 
     Returns:
         (out (B, H, N, Dv), S after the last key (B, H_kv, D, Dv)).
@@ -191,8 +207,11 @@ def decayed_attention(
     qg = q.reshape(bsz, kv, group, n, d)  # each key/value head's queries
     k, v, g = k.unsqueeze(2), v.unsqueeze(2), log_decay.unsqueeze(2)
     sg = None if sign is None else sign.unsqueeze(2)
-    s = q.new_zeros(bsz, kv, 1, d, dv) if state is None else state.unsqueeze(2).to(q.dtype)
-    if not causal:
+    if cu_seqlens is not None and state is not None:
+        raise ValueError("packed documents (cu_seqlens) each start from the zero state; got one.")
+    empty = q.new_zeros(bsz, kv, 1, d, dv)  # the state a document starts from
+    s = empty if state is None else state.unsqueeze(2).to(q.dtype)
+    if not causal and cu_seqlens is None:
         after = g.flip(-2).cumsum(-2).flip(-2) - g  # Σ_{r > s} g_r: decay from s to the end
         through, keyed = torch.exp(g.sum(-2)), k * torch.exp(after)
         if sg is not None:  # the signs over (s, M]: σ_M σ_s (σ_s² = 1)
@@ -200,21 +219,31 @@ def decayed_attention(
             through, keyed = through * turn.squeeze(-2), keyed * (turn * sg.cumprod(-2))
         s = s * through.unsqueeze(-1) + keyed.transpose(-1, -2) @ v
         return (qg @ s).reshape(bsz, heads, n, dv), s.squeeze(2)
-    if m > n:  # keys after the last query are never read
-        k, v, g = k[..., :n, :], v[..., :n, :], g[..., :n, :]
-        sg = None if sg is None else sg[..., :n, :]
-    c = min(chunk, _pow2_at_least(n))
-    pad = (-n) % c
-    padded = n + pad
-    # zero keys, values and log-decays after the end change no state (and no output kept)
-    if pad:
-        qg = F.pad(qg, (0, 0, 0, pad))
-    if k.shape[-2] != padded:
-        k, v, g = (F.pad(x, (0, 0, 0, padded - x.shape[-2])) for x in (k, v, g))
-        sg = None if sg is None else F.pad(sg, (0, 0, 0, padded - sg.shape[-2]), value=1.0)
+    layout = None
+    if cu_seqlens is None:
+        if m > n:  # keys after the last query are never read
+            k, v, g = k[..., :n, :], v[..., :n, :], g[..., :n, :]
+            sg = None if sg is None else sg[..., :n, :]
+        c = min(chunk, _pow2_at_least(n))
+        pad = (-n) % c
+        padded = n + pad
+        # zero keys, values and log-decays after the end change no state (and no output kept)
+        if pad:
+            qg = F.pad(qg, (0, 0, 0, pad))
+        if k.shape[-2] != padded:
+            k, v, g = (F.pad(x, (0, 0, 0, padded - x.shape[-2])) for x in (k, v, g))
+            sg = None if sg is None else F.pad(sg, (0, 0, 0, padded - sg.shape[-2]), value=1.0)
+    else:  # each document padded with zeros (signs 1) to whole chunks, side by side
+        c = min(chunk, _pow2_at_least(longest_document(cu_seqlens, n)))
+        layout = document_chunks(cu_seqlens, n, c, q.device)
+        qg, k, v, g = (layout.spread(x, dim=-2) for x in (qg, k, v, g))
+        sg = None if sg is None else layout.spread(sg, dim=-2, fill=1.0)
+        padded = layout.length
+    resets = layout.starts if layout is not None else (False,) * (padded // c)
+    ends = set(layout.ends) if layout is not None else set()
     within = _within_chunk_channel if g.shape[-1] > 1 else _within_chunk_head
     lower = torch.ones(c, c, dtype=q.dtype, device=q.device).tril()
-    outs = []
+    outs, finals = [], []  # outputs of each block; S after each document (packed)
     for start in range(0, padded, c * BLOCK_CHUNKS):
         qc, kc, vc, gc = (x[..., start : start + c * BLOCK_CHUNKS, :] for x in (qg, k, v, g))
         qc, kc, vc, gc = (x.unflatten(-2, (-1, c)) for x in (qc, kc, vc, gc))  # (…, K, C, ·)
@@ -231,20 +260,34 @@ def decayed_attention(
             # (q_t e^{b_t})·(k_s e^{−b_s}) is one product with factors that neither overflow
             # nor underflow, its terms those of the exact sum to rounding
             keyed = kc * torch.exp(-b)
-            out = ((queried @ keyed.transpose(-1, -2)) * lower) @ vc
+            if causal:
+                out = ((queried @ keyed.transpose(-1, -2)) * lower) @ vc
             own = (keyed * carry).transpose(-1, -2) @ vc
         else:  # a steeper decay: exponents of differences only (module docstring)
-            out = within(qc, kc, b) @ vc
+            if causal:
+                out = within(qc, kc, b) @ vc
             to_end = torch.exp(last - b) if turn is None else turn * torch.exp(last - b)
             own = (kc * to_end).transpose(-1, -2) @ vc
         through = carry.transpose(-1, -2)  # decay across a chunk: (…, K, D or 1, 1)
         starts = []
         for u in range(qc.shape[-3]):  # each chunk's state at its start, carried
+            index = start // c + u
+            if resets[index]:
+                s = empty  # a document's first chunk: nothing of the one before
             starts.append(s)
             s = s * through[..., u, :, :] + own[..., u, :, :]
-        out = out + queried @ torch.stack(starts, dim=3)
-        outs.append(out.flatten(-3, -2))
-    out = torch.cat(outs, dim=-2)[..., :n, :]
+            if index in ends:
+                finals.append(s)
+        if causal:
+            out = out + queried @ torch.stack(starts, dim=3)
+            outs.append(out.flatten(-3, -2))
+    if layout is None:
+        out = torch.cat(outs, dim=-2)[..., :n, :]
+    elif causal:
+        out = layout.gather(torch.cat(outs, dim=-2), dim=-2)
+    else:  # packed, not causal: each query reads the state after its document's last key
+        read = torch.stack(finals, dim=3).index_select(3, layout.doc)  # (…, 1, K, D, Dv)
+        out = layout.gather((qg.unflatten(-2, (-1, c)) @ read).flatten(-3, -2), dim=-2)
     return out.reshape(bsz, heads, n, dv), s.squeeze(2)
 
 
@@ -315,6 +358,9 @@ class DecayedLinearAttention(GatedMixer):
     cost = "n"
     supports_causal = True
     grouped_query = True  # one state per key/value head; the gates are per key/value head
+    # packed documents in one pass: chunks laid out per document, the state reset at each
+    # document's first chunk (module docstring, "Packed documents")
+    packing = "native"
     gates_width = "key"
     # measured (tests/variants/test_gated_linear.py::test_error_in_each_dtype_…) over 2048 causal
     # positions, H = 4, D = 64, standard-normal inputs and gates, against the float64 forward,
@@ -358,15 +404,18 @@ class DecayedLinearAttention(GatedMixer):
         gates: dict[str, torch.Tensor],
         causal: bool,
         state: torch.Tensor | None = None,
+        cu_seqlens: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The engine on the parametrised gates, computed in `compute_dtype`, its output
-        RMS-normalised per head where ``output_norm`` is set: (out, state)."""
+        RMS-normalised per head where ``output_norm`` is set: (out, state). ``cu_seqlens``:
+        documents packed along the sequence, in one pass (module docstring)."""
         dtype = compute_dtype(q.dtype)
         q, k, v = (x.to(dtype) for x in (q, k, v))
         gates = {name: g.to(dtype) for name, g in gates.items()}
         q, k, v, g = self.decays(q, k, v, gates)
         g, sign = self.transitions(g)
-        out, state = decayed_attention(q, k, v, g, self.params.chunk_size, causal, state, sign)
+        c = self.params.chunk_size
+        out, state = decayed_attention(q, k, v, g, c, causal, state, sign, cu_seqlens)
         return (normalise_output(out) if self.params.output_norm else out), state
 
     def forward_flops(self, batch, heads, n, m, d, dv, causal) -> float:

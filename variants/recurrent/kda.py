@@ -101,6 +101,9 @@ class KimiDeltaAttention(ValueLinearMixer):
     cost = "n"
     supports_causal = True
     grouped_query = True
+    # packed documents in one pass: chunks laid out per document, the state reset at each
+    # document's first chunk (`dplr_chunks`, "Packed documents")
+    packing = "native"
     gates = {"alpha": "key", "beta": "head"}
     estimator = "online_gd"  # a gradient step per token on ½‖Sᵀk − v‖², after the decay
     # measured as the throughput task does (max error over max(1, max |float64 output|)) with
@@ -157,17 +160,18 @@ class KimiDeltaAttention(ValueLinearMixer):
         beta = torch.sigmoid(raw_beta)
         return k, v, 2 * beta if self.params.negative_eigenvalues else beta, log_alpha
 
-    def _run(self, q, k, v, gates, causal, state=None):
-        """The rule on inputs in the working dtype: outputs (B, H, N, Dv) and the final state."""
+    def _run(self, q, k, v, gates, causal, state=None, cu_seqlens=None):
+        """The rule on inputs in the working dtype: outputs (B, H, N, Dv) and the final state;
+        ``cu_seqlens``: documents packed along the sequence, in one pass (`dplr_chunks`)."""
         fq, fk = self.features(q, k)
         fk, v, beta, log_alpha = self.rule_inputs(fk, v, gates)
         n, m = q.shape[-2], k.shape[-2]
         if causal and n < m:  # query i reads S_i: the keys after the last query are never read
             fk, v, beta, log_alpha = (x[:, :, :n] for x in (fk, v, beta, log_alpha))
         head = fq[:, :, :m] if causal and n > m else fq
-        written = beta * fk
+        written, c = beta * fk, self.params.chunk_size
         out, state = dplr_chunked(
-            head, written, v, -written, fk, log_alpha, self.params.chunk_size, state, causal
+            head, written, v, -written, fk, log_alpha, c, state, causal, cu_seqlens
         )
         if causal and n > m:  # queries past the last key read S_M
             out = torch.cat([out, per_query_head(fq[:, :, m:], state)], dim=2)

@@ -294,7 +294,8 @@ def _mesa_flops(
     weights; with ``cg_tol`` > 0 a run that stops early does fewer steps than counted here.
     """
     kv = h * variant.shape.kv_heads / variant.shape.n_heads
-    if causal and _solves_directly(variant.params, None, (b, int(kv), h // max(int(kv), 1), n, d), m):
+    grouped = (b, int(kv), h // max(int(kv), 1), n, d)
+    if causal and _solves_directly(variant.params, None, grouped, m):
         # `_direct`: every H_t (2·N²·D² per key/value head), the read-out's two N×N products
         # per query head, the final G (2·N·D·Dv); not counted: the Cholesky solves
         return 2.0 * b * kv * n * (n * d * d + d * dv) + 2.0 * b * h * n * n * (d + dv)

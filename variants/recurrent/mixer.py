@@ -21,16 +21,19 @@ class GatedMixer(AttentionVariant):
     ``(out, state)``: its forward is the engine's output."""
 
     def _run(self, q, k, v, gates, causal, state=None) -> tuple[torch.Tensor, object]:
-        """The engine on inputs and gates already in the working dtype: (out, final state)."""
+        """The engine on inputs and gates already in the working dtype: (out, final state).
+        A mixer with ``packing = "native"`` takes ``cu_seqlens`` too (documents packed along
+        the sequence, each run from the zero state)."""
         raise NotImplementedError
 
-    def run(self, q, k, v, gates, causal, state=None) -> tuple[torch.Tensor, object]:
+    def run(self, q, k, v, gates, causal, state=None, **packed) -> tuple[torch.Tensor, object]:
         """`_run` on inputs and gates widened to `compute_dtype`, its output through `finish`
-        (a mixer whose engine does its own widening overrides this)."""
+        (a mixer whose engine does its own widening overrides this); ``packed``: the
+        ``cu_seqlens`` of a native packed call, passed on."""
         work = compute_dtype(q.dtype)
         if gates is not None:
             gates = {name: g.to(work) for name, g in gates.items()}
-        out, state = self._run(q.to(work), k.to(work), v.to(work), gates, causal, state)
+        out, state = self._run(q.to(work), k.to(work), v.to(work), gates, causal, state, **packed)
         return self.finish(out), state
 
     def finish(self, out: torch.Tensor) -> torch.Tensor:
@@ -45,10 +48,19 @@ class GatedMixer(AttentionVariant):
         v: torch.Tensor,
         causal: bool = False,
         gates: dict[str, torch.Tensor] | None = None,
+        cu_seqlens: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """The engine's output; ``cu_seqlens`` (documents packed along the sequence) reaches
+        only a mixer with ``packing = "native"`` (`AttentionVariant`'s "Packed sequences")."""
         self.check_inputs(q, k, v, causal)
         gates = check_gates(self, gates, k, v)  # also where forward is called directly
-        return self.run(q, k, v, gates, causal)[0].to(q.dtype)
+        packed = {} if cu_seqlens is None else {"cu_seqlens": cu_seqlens}
+        if packed and self.packing != "native":
+            raise ValueError(
+                f"variant '{self.name}' runs packed documents one at a time (packing = "
+                f"{self.packing!r}); pass cu_seqlens to the variant's call, not to forward."
+            )
+        return self.run(q, k, v, gates, causal, **packed)[0].to(q.dtype)
 
 
 class ValueLinearMixer(GatedMixer):

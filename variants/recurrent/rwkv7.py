@@ -116,6 +116,9 @@ class RWKV7(ValueLinearMixer):
     cost = "n"
     supports_causal = True
     grouped_query = True
+    # packed documents in one pass: chunks laid out per document, the state reset at each
+    # document's first chunk (`dplr_chunks`, "Packed documents")
+    packing = "native"
     gates = {"w": "key", "a": "key"}
     # measured as the throughput task does (max error over max(1, max |float64 output|)) with
     # the default output norm and fla's initialisation, unit-normal inputs and gates, n = 512
@@ -159,14 +162,16 @@ class RWKV7(ValueLinearMixer):
         replacement = k * (1 + (rate - 1) * k_a)
         return replacement, v, -rate * removal, removal * (-log_w).exp(), log_w
 
-    def _run(self, q, k, v, gates, causal, state=None):
-        """The recurrence on inputs in the working dtype: outputs (B, H, N, Dv), final state."""
+    def _run(self, q, k, v, gates, causal, state=None, cu_seqlens=None):
+        """The recurrence on inputs in the working dtype: outputs (B, H, N, Dv), final state;
+        ``cu_seqlens``: documents packed along the sequence, in one pass (`dplr_chunks`)."""
         parts = self.rule_inputs(k, v, gates)
         n, m = q.shape[-2], k.shape[-2]
         if causal and n < m:  # query i reads S_i: the keys after the last query are never read
             parts = tuple(x[:, :, :n] for x in parts)
         head = q[:, :, :m] if causal and n > m else q
-        out, state = dplr_chunked(head, *parts, self.params.chunk_size, state, causal)
+        c = self.params.chunk_size
+        out, state = dplr_chunked(head, *parts, c, state, causal, cu_seqlens)
         if causal and n > m:  # queries past the last key read S_M
             out = torch.cat([out, per_query_head(q[:, :, m:], state)], dim=2)
         return out, state
