@@ -20,9 +20,9 @@ the rest will take; in a sweep of hundreds of jobs the console would be those li
   process (Hydra's basic launcher, every ``run_alone`` job) at once, a job in a worker process of
   this host (joblib) through `JobEnds`, a local socket the sweep listens on. A joblib batch is
   every parallel job of the sweep (the quick sweep's: 70 jobs, two minutes): counted only when it
-  returned, the line stood still for all of them. A job where the socket cannot be reached (a Slurm node) moves the progress
-  when its batch returns, where the `grids` sweeper reads every job's result: that count is the
-  true one, and replaces the live one.
+  returned, the line stood still for all of them. A job where the socket cannot be reached (a
+  Slurm node) moves the progress when its batch returns, where the `grids` sweeper reads every
+  job's result: that count is the true one, and replaces the live one.
 """
 
 from __future__ import annotations

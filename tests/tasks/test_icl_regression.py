@@ -7,7 +7,6 @@ import torch
 
 from attnbench.harness.jobs.preflight import ConfigError, check_overrides
 from attnbench.task import JobContext, build_task
-from attnbench.variant import VARIANTS
 from attnbench.tasks.icl_regression import (
     AttentionSystem,
     IclRegression,
@@ -16,6 +15,7 @@ from attnbench.tasks.icl_regression import (
     paired_ratio,
 )
 from attnbench.tasks.icl_regression import baselines as rb
+from attnbench.variant import VARIANTS
 
 # theory.md §3: n = 100, d = 10, X ~ U[−10, 10], noise N(0, 1), β ~ N(0, I), 1000 steps, 10 runs
 SYSTEM = dict(

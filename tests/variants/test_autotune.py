@@ -131,7 +131,9 @@ def test_an_unwritable_folder_warns_once_and_keeps_the_choice(tmp_path, monkeypa
 def test_a_call_too_small_to_tune_runs_the_default_and_caches_nothing():
     probe = Probe()
     with kernel_path.recording() as ran:
-        assert autotune.choose("k", {"n": 1}, CANDIDATES, probe, worth_tuning=False) == CANDIDATES[0]
+        assert (
+            autotune.choose("k", {"n": 1}, CANDIDATES, probe, worth_tuning=False) == CANDIDATES[0]
+        )
     assert probe.calls == 0 and not autotune.cache_file().exists()
     assert ran.tuned == {"k": "tile=8 (default: too small to tune)"}
 
@@ -148,13 +150,24 @@ def test_a_throughput_record_names_the_configuration_its_kernel_ran():
 
     load_plugins()
     context = JobContext(
-        variant_name="relu2", variant_params={}, device=torch.device("cpu"),
-        dtype=torch.float32, seed=0, threads=1,
+        variant_name="relu2",
+        variant_params={},
+        device=torch.device("cpu"),
+        dtype=torch.float32,
+        seed=0,
+        threads=1,
     )
     task = build_task(
         "throughput",
-        {"seq_len": 2048, "batch_size": 1, "n_heads": 2, "head_dim": 16, "backward": False,
-         "min_run_time": 0.01, "max_timing_s": 0.5},
+        {
+            "seq_len": 2048,
+            "batch_size": 1,
+            "n_heads": 2,
+            "head_dim": 16,
+            "backward": False,
+            "min_run_time": 0.01,
+            "max_timing_s": 0.5,
+        },
     )
     record = task.run(context)
     (how,) = record.details["fwd_tuned"].values()

@@ -19,7 +19,9 @@ pytestmark = pytest.mark.skipif(
 
 def _qkv(n, m, d=16, dv=32, bh=3, seed=0):
     gen = torch.Generator().manual_seed(seed)
-    return tuple(torch.randn(bh, size, width, generator=gen) for size, width in ((n, d), (m, d), (m, dv)))
+    return tuple(
+        torch.randn(bh, size, width, generator=gen) for size, width in ((n, d), (m, d), (m, dv))
+    )
 
 
 def _pointwise_reference(q, k, v, kind, scale, shift, causal):
@@ -32,8 +34,12 @@ def _pointwise_reference(q, k, v, kind, scale, shift, causal):
 
 @pytest.mark.parametrize("kind", sorted(pointwise.KINDS))
 @pytest.mark.parametrize("tiles", [*pointwise.TILES, (1, 1), (7, 13)])
-@pytest.mark.parametrize(("n", "m", "causal"), [(200, 200, True), (131, 131, True), (90, 257, False)])
-def test_pointwise_kernel_equals_its_definition_in_every_tile_configuration(kind, tiles, n, m, causal):
+@pytest.mark.parametrize(
+    ("n", "m", "causal"), [(200, 200, True), (131, 131, True), (90, 257, False)]
+)
+def test_pointwise_kernel_equals_its_definition_in_every_tile_configuration(
+    kind, tiles, n, m, causal
+):
     q, k, v = _qkv(n, m)
     scale, shift = 0.3, -0.2
     out = torch.ops.attnbench_pointwise.pointwise_forward(
@@ -41,7 +47,9 @@ def test_pointwise_kernel_equals_its_definition_in_every_tile_configuration(kind
     )
     expected = _pointwise_reference(q, k, v, kind, scale, shift, causal)
     # float32 sums of up to 257 products of O(1) terms: relative error a few 1e-7 per term
-    assert torch.allclose(out.double(), expected, rtol=1e-5, atol=1e-5 * expected.abs().max().item())
+    assert torch.allclose(
+        out.double(), expected, rtol=1e-5, atol=1e-5 * expected.abs().max().item()
+    )
 
 
 def _topk_reference(q, k, v, picks, scale, causal, offset=0):
@@ -74,7 +82,9 @@ def test_topk_kernel_with_a_query_offset_is_the_tail_of_the_whole(dense):
     whole = torch.ops.attnbench_topk.topk_attention(q, k, v, 9, 0.25, True, 0, 16, dense)
     tail = torch.ops.attnbench_topk.topk_attention(q[:, 80:], k, v, 9, 0.25, True, 80, 16, dense)
     assert torch.allclose(tail, whole[:, 80:], atol=1e-6)
-    assert torch.allclose(tail.double(), _topk_reference(q[:, 80:], k, v, 9, 0.25, True, 80), atol=2e-6)
+    assert torch.allclose(
+        tail.double(), _topk_reference(q[:, 80:], k, v, 9, 0.25, True, 80), atol=2e-6
+    )
 
 
 def test_topk_kernel_a_row_with_nan_is_nan_and_others_are_untouched():

@@ -54,8 +54,6 @@ def _load() -> bool:
     return built and bool(torch.ops.attnbench_pointwise.has_gemm())
 
 
-
-
 def _tiles(q3, k3, v3, kind: int, causal: bool) -> tuple[int, int]:
     """The tile sizes for this call's shape class on this machine (`autotune.choose`)."""
     rows = min(q3.shape[1], PROBE_ROWS)
