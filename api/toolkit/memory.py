@@ -37,6 +37,8 @@ from typing import Any
 
 import torch
 
+from attnbench.toolkit.parent_watch import end_with_parent
+
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 _MIB = 1024 * 1024
@@ -46,7 +48,8 @@ _STDLIB_METHODS = ("fork", "spawn", "forkserver")
 
 
 def _init_probe() -> None:
-    """The probe's start: pin glibc's mmap threshold, ignore Ctrl-C, and show no warnings.
+    """The probe's start: pin glibc's mmap threshold, ignore Ctrl-C, end with its parent, and
+    show no warnings.
 
     A Ctrl-C in a terminal reaches the whole process group, the probe included; the job's own
     process decides what it means (`harness.cli.interrupt`: finish the running job first), and a
@@ -58,6 +61,7 @@ def _init_probe() -> None:
     """
     warnings.simplefilter("ignore")
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    end_with_parent()  # a killed job's process gives its probe no signal
     _mallopt(_M_MMAP_THRESHOLD, PINNED_THRESHOLD)
 
 

@@ -8,13 +8,14 @@ from pathlib import Path
 
 from attnbench.harness.cli.interrupt import on_ctrl_c, quiet_when_the_reader_leaves
 from attnbench.harness.cli.parser import OneLineParser
-from attnbench.harness.jobs.paths import looping_link, too_long, write_failure
-from attnbench.harness.jobs.records import runs_dir
+from attnbench.harness.jobs.paths import looping_link, not_a_file, too_long, write_failure
+from attnbench.harness.jobs.records import records_of, runs_dir
 from attnbench.harness.results.collect import (
     TABLE_NAME,
     MissingRunsError,
     collect,
     read_table,
+    table_kind_error,
 )
 
 
@@ -77,7 +78,20 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    if (parent := records_of(args.results_dir)) is not None:
+        print(
+            f"attnbench-collect: {args.results_dir} is the run records folder of {parent}; give "
+            f"the results folder: attnbench-collect {parent}.",
+            file=sys.stderr,
+        )
+        return 2
     table = Path(args.results_dir) / TABLE_NAME
+    if kind := not_a_file(table):  # reading a named pipe would wait for a writer forever
+        print(
+            f"attnbench-collect: {table_kind_error(table, kind)}.",
+            file=sys.stderr,
+        )
+        return 2
     if not runs_dir(args.results_dir).is_dir() and not table.exists():  # else: its runs are gone
         print(
             f"attnbench-collect: no run records in {runs_dir(args.results_dir)}; "

@@ -5,13 +5,15 @@ than the filesystem allows (ENAMETOOLONG), and answer False for a path through a
 that leads back into itself (ELOOP) while ``Path.resolve`` raises RuntimeError there, so every
 command asks `too_long` and `looping_link` about the paths on its command line first and refuses
 in one sentence; `write_failure` turns the OSError of a write into the reason and the fix (a full
-disk is not a permission problem).
+disk is not a permission problem). `not_a_file` says what stands where a file belongs: opening a
+named pipe to read it waits for a writer forever.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import stat
 from pathlib import Path
 
 NAME_MAX = 255  # bytes of one file name on Linux, macOS and Windows filesystems alike
@@ -60,6 +62,27 @@ def _stat_errno(path: str | os.PathLike) -> int | None:
     except ValueError:  # a NUL byte: not a path at all, which the callers' other checks say
         return None
     return None
+
+
+def not_a_file(path: str | os.PathLike) -> str | None:
+    """What ``path`` is, where a regular file belongs ("a named pipe", "a folder", …); None for a
+    regular file (a link to one included) or nothing there. Asked before a file is opened to be
+    read: a named pipe would block the reader until someone writes to it, silently."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISFIFO(mode):
+        return "a named pipe"
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
 
 
 def write_failure(exc: OSError, elsewhere: str = "") -> str:

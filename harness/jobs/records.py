@@ -154,6 +154,19 @@ def runs_dir(results_dir: str | os.PathLike) -> Path:
     return Path(results_dir) / "runs"
 
 
+def records_of(folder: str | os.PathLike) -> Path | None:
+    """The results folder whose ``runs/`` ``folder`` is, where a results folder was asked for
+    and its records folder given (``results/runs``: named runs, with records, without a runs/ of
+    its own); else None. The commands then name the results folder, not ``results/runs/runs``."""
+    path = Path(folder)
+    try:
+        if path.name != "runs" or (path / "runs").exists() or not path.is_dir():
+            return None
+        return path.parent if any(path.glob("*.json")) else None
+    except OSError:
+        return None
+
+
 def record_path(results_dir: str | os.PathLike, run_id: str) -> Path:
     """Where the record of ``run_id`` lives; a ``run_id`` that is not one is refused, so that no
     text from a record or a config ever becomes a path."""

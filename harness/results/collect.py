@@ -25,9 +25,11 @@ schema are left untouched and reported.
 Collection is incremental: the table's parquet metadata remembers each record file's size,
 modification time, run_id and status at the last collection, and the rows of unchanged records
 are taken from the existing table. Table and memory are one file written atomically, under a lock
-(``.collect.lock``), so concurrent collectors never leave them inconsistent. The metadata also
-carries the tasks' self-descriptions (`attnbench.task_info`), so the leaderboard reads everything it
-shows from the table alone (`read_table`), without importing any task or variant.
+(``.collect.lock``), so concurrent collectors never leave them inconsistent; one that waits on it
+longer than a collection takes says who holds it and for how long (`harness.results.lock_holder`).
+The metadata also carries the tasks' self-descriptions (`attnbench.task_info`), so the
+leaderboard reads everything it shows from the table alone (`read_table`), without importing any
+task or variant.
 
 A table is never replaced by one that drops runs it holds without being told: the table may be
 the only copy of its runs (copied without ``runs/``, records moved or deleted since), so where
@@ -54,7 +56,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 from attnbench.harness.jobs.fingerprint import (
     DISTRIBUTION,
@@ -62,7 +64,7 @@ from attnbench.harness.jobs.fingerprint import (
     module_digest,
     module_file,
 )
-from attnbench.harness.jobs.paths import looping_link
+from attnbench.harness.jobs.paths import looping_link, not_a_file
 from attnbench.harness.jobs.records import (
     NewerSchemaError,
     Record,
@@ -71,6 +73,7 @@ from attnbench.harness.jobs.records import (
     runs_dir,
 )
 from attnbench.harness.results.fit_quality import judged_fit_rows
+from attnbench.harness.results.lock_holder import clear_note, describe_holder, note_holder
 from attnbench.metrics import POINT_FIELDS
 from attnbench.task_info import TaskInfo
 
@@ -120,6 +123,7 @@ COLUMNS = [
 COLUMN_DEFAULTS = {"annotation": "", "variant_size_params": ""}
 TABLE_NAME = "results.parquet"
 LOCK_NAME = ".collect.lock"
+LOCK_PATIENCE_S = 10.0  # longer than a collection takes: a wait past it is said, with the holder
 TABLE_DTYPES = {
     "derived": "bool",
     "current": "bool",
@@ -727,6 +731,14 @@ class MissingRunsError(ValueError):
         )
 
 
+def table_kind_error(table: Path, kind: str) -> str:
+    """The sentence for a table file ``table`` that is ``kind`` (`not_a_file`), not a file."""
+    return (
+        f"{table} is {kind}, not a results table file; remove it and collect the records again "
+        f"(attnbench-collect {table.parent})"
+    )
+
+
 def run_ids(frame: pd.DataFrame) -> set[str]:
     """The runs of a results table: the distinct run_ids of its rows not ``derived`` (a table of
     an older layout without the column: of all its rows)."""
@@ -767,14 +779,17 @@ def collect(
 
     Raises:
         MissingRunsError: the records no longer give every run the table holds; nothing written.
-        OSError: the folder cannot be written, or ``runs/`` is a symbolic link that leads back
-            into itself (ELOOP; read as an empty folder, it would look like every run gone).
+        OSError: the folder cannot be written, ``runs/`` is a symbolic link that leads back
+            into itself (ELOOP; read as an empty folder, it would look like every run gone), or
+            ``results.parquet`` is not a regular file (EINVAL: a named pipe, a folder).
     """
     results_dir = Path(results_dir)
     if looping_link(runs_dir(results_dir)):
         raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(runs_dir(results_dir)))
+    if kind := not_a_file(results_dir / TABLE_NAME):  # reading a named pipe would never end
+        raise OSError(errno.EINVAL, table_kind_error(results_dir / TABLE_NAME, kind))
     results_dir.mkdir(parents=True, exist_ok=True)
-    with FileLock(results_dir / LOCK_NAME):
+    with _collection_lock(results_dir / LOCK_NAME):
         _remove_orphans(results_dir)
         frame, summary, meta = results_frame(results_dir, incremental)
         held, runs = _held_runs(summary.path), run_ids(frame)
@@ -784,6 +799,29 @@ def collect(
         summary.dropped = len(missing)
         write_table(frame, summary.path, meta)
     return summary
+
+
+@contextlib.contextmanager
+def _collection_lock(lock_file: Path):
+    """Hold the collection lock ``lock_file``, leaving a note of this process beside it; where
+    another holds it longer than `LOCK_PATIENCE_S`, say who and for how long
+    (`lock_holder.describe_holder`: a stopped collector never ends its hold), then wait on."""
+    lock = FileLock(lock_file)
+    try:
+        lock.acquire(timeout=LOCK_PATIENCE_S)
+    except Timeout:
+        log.warning(
+            "waiting for the collection lock %s: it is %s; Ctrl-C stops waiting.",
+            lock_file,
+            describe_holder(lock_file),
+        )
+        lock.acquire()
+    try:
+        note_holder(lock_file)
+        yield
+    finally:
+        clear_note(lock_file)
+        lock.release()
 
 
 def _remove_orphans(results_dir: Path) -> None:

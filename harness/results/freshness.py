@@ -45,7 +45,7 @@ from attnbench.harness.results.collect import (
     uncollected,
     unjudged,
 )
-from attnbench.harness.results.table_file import load
+from attnbench.harness.results.table_file import load, refuse_non_file
 from attnbench.task_info import TaskInfo
 
 log = logging.getLogger(__name__)
@@ -124,6 +124,7 @@ def fresh_table(
     """
     folder = Path(folder)
     fresh = FreshTable(folder, folder / TABLE_NAME)
+    refuse_non_file(fresh.path)  # a named pipe would hang every read below
     note = _Notes(who, say or _warn, fresh.notes)
     fresh.collected = _bring_up_to_date(folder, fresh.path, note)
     if not fresh.path.exists():

@@ -18,8 +18,13 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
-from attnbench.harness.jobs.paths import too_long
-from attnbench.harness.results.collect import COLUMN_DEFAULTS, TABLE_NAME, read_table
+from attnbench.harness.jobs.paths import not_a_file, too_long
+from attnbench.harness.results.collect import (
+    COLUMN_DEFAULTS,
+    TABLE_NAME,
+    read_table,
+    table_kind_error,
+)
 from attnbench.task_info import TaskInfo
 
 MAX_REASON = 160  # characters of the reader's own message quoted in a TableError
@@ -34,11 +39,13 @@ def locate(source: str | os.PathLike) -> Path:
     """The table file ``source`` names: the file itself, or a results folder's ``results.parquet``.
 
     Raises:
-        TableError: nothing there, or a folder without a table.
+        TableError: nothing there, a folder without a table, or a table that is not a regular
+            file (a named pipe would make the reader wait for a writer forever).
     """
     path = Path(source)
     if reason := too_long(path):
         raise TableError(f"{path} is too long ({reason}); give a shorter path.")
+    refuse_non_file(path / TABLE_NAME if path.is_dir() else path)
     if path.is_dir():
         if not (path / TABLE_NAME).is_file():
             raise TableError(
@@ -52,6 +59,13 @@ def locate(source: str | os.PathLike) -> Path:
             "(attnbench-collect writes it)."
         )
     return path
+
+
+def refuse_non_file(table: Path) -> None:
+    """Raise `TableError` where ``table`` is there but is not a regular file: opening a named
+    pipe to read it waits for a writer forever, silently."""
+    if kind := not_a_file(table):
+        raise TableError(f"{table_kind_error(table, kind)}.")
 
 
 def _recollect(path: Path) -> str:

@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnbench.toolkit.parent_watch import end_with_parent
+
 STOP_FILE = ".stop"
 STARTED_FILE = ".started"  # beside the stop file: a job of the running batch has started
 SKIPPED = "not run: the sweep was stopped"  # what a guarded job returns when it does not start
@@ -208,6 +210,8 @@ class GuardedTask:
         here = os.getpid() == self.sweeper_pid
         if not here and _in_main_thread():
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # the sweeper's process decides
+        if not here:
+            end_with_parent()  # kill -9 of the sweep sends its workers nothing
         if stop_requested(self.stop_file):
             if here:
                 raise StopSweep
