@@ -11,14 +11,21 @@ dies (the out-of-memory killer's SIGKILL, an abort).
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
 import textwrap
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from conftest import run_cli
 
 from attnbench.harness.jobs.job import hard_deadline
+from attnbench.harness.sweep.hard_stop import GRACE_S
 
 pytestmark = pytest.mark.slow
 
@@ -26,12 +33,13 @@ BLOCKING = textwrap.dedent(
     """
     import os, signal
     from dataclasses import dataclass
+    import torch
     from attnbench import AttentionVariant, register_variant
 
 
     @dataclass
     class Params:
-        mode: str = "block"  # block | sigkill | abort
+        mode: str = "block"  # block | quick | native | sigkill | abort
 
 
     @register_variant("planted_blocking")
@@ -46,6 +54,11 @@ BLOCKING = textwrap.dedent(
         def forward(self, q, k, v, causal=False):
             if self.params.mode == "block":
                 sum(range(10**11))  # minutes in one C loop, no grandchild holding our pipes
+            elif self.params.mode == "quick":
+                return v
+            elif self.params.mode == "native":  # a minute in one torch call (Python's lock free)
+                open(os.environ["PLANTED_STARTED"], "w").close()
+                torch.linalg.matrix_power(torch.randn(2000, 2000), 2**62 - 1)
             elif self.params.mode == "sigkill":
                 os.kill(os.getpid(), signal.SIGKILL)
             else:
@@ -112,3 +125,54 @@ def test_a_job_whose_process_dies_is_a_record_and_the_sweep_goes_on(
 
 def test_the_hard_deadline_leaves_the_job_time_to_stop_itself():
     assert hard_deadline(1) == 6 and hard_deadline(600) == 660
+
+
+# --- a stop inside one long native call (`harness.sweep.hard_stop`) ------------------------------
+
+
+@pytest.mark.parametrize("stop", ["SIGTERM", "two Ctrl-C"])
+def test_a_stop_reaches_a_job_inside_one_long_native_call(site, tmp_path, stop):
+    """Without a budget the job runs in the sweep's own process; its one torch call (a minute)
+    kept SIGTERM and a second Ctrl-C waiting for it, silently. Now the command ends within a few
+    seconds with its status, and the job that finished first is in the collected table."""
+    results, started = tmp_path / "r", tmp_path / "started"
+    command = [
+        shutil.which("attnbench", path=str(Path(sys.executable).parent)),
+        "-m",
+        "variant=planted_blocking",
+        "variant.mode=quick,native",  # in this order, one at a time in this process
+        "task.seq_len=32",
+        "task.backward=false",
+        "task.min_run_time=0.01",
+        "task.max_timing_s=1",
+        "threads=1",
+        f"results_dir={results}",
+    ]
+    env = {**os.environ, "PYTHONPATH": str(site), "PLANTED_STARTED": str(started)}
+    proc = subprocess.Popen(command, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not started.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert started.exists(), proc.stderr.read()[-2000:] if proc.poll() is not None else ""
+        time.sleep(1)  # inside the call now
+        sent = time.monotonic()
+        if stop == "SIGTERM":
+            proc.send_signal(signal.SIGTERM)
+        else:
+            proc.send_signal(signal.SIGINT)
+            time.sleep(0.5)
+            proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)  # the bug: the call's minute, then the stop
+        waited = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == (143 if stop == "SIGTERM" else 130), err[-2000:]
+    assert waited < GRACE_S + 20, waited  # the grace, then one collection of one record
+    assert "inside one long native call" in err and "Traceback" not in err
+    table = pd.read_parquet(results / "results.parquet")
+    assert set(table["run_id"]) == {
+        json.loads(p.read_text())["run_id"] for p in (results / "runs").glob("*.json")
+    }
+    assert len(set(table["run_id"])) == 1  # the quick job's; the stopped one left no record

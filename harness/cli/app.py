@@ -45,6 +45,7 @@ from attnbench.harness.jobs.job import run_job
 from attnbench.harness.jobs.paths import write_failure
 from attnbench.harness.jobs.preflight import ConfigError
 from attnbench.harness.sweep.callbacks import forget_hydra_output, hydra_output
+from attnbench.harness.sweep.hard_stop import interrupt_noted, watch_stops
 from attnbench.harness.sweep.outcome import INTERRUPTED, OUTCOME, TERMINATED
 from attnbench.harness.sweep.stop import terminate_now
 from attnbench.registry import UnknownNameError
@@ -165,6 +166,8 @@ def main() -> None:
     # traceback per line: what failed is reported once, by the outcome
     logging.raiseExceptions = False
     signal.signal(signal.SIGTERM, terminate_now)
+    signal.signal(signal.SIGINT, interrupt_noted)
+    watch_stops()  # a stop that reaches a job inside one long native call
     sys.argv[1:], strict = take_strict_flag(sys.argv[1:])
     try:
         if strict and (status := refuse_broken_plugins("attnbench")):

@@ -10,6 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from attnbench.harness.jobs.paths import write_failure
 from attnbench.harness.results.collect import MissingRunsError, collect
+from attnbench.harness.sweep.hard_stop import collect_on_stop
 from attnbench.harness.sweep.outcome import OUTCOME, one_line
 
 log = logging.getLogger(__name__)
@@ -76,9 +77,11 @@ class CollectResults(Callback):
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         _remember_output(config, "run.dir")
+        collect_on_stop(config.results_dir)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         _remember_output(config, "sweep.dir")
+        collect_on_stop(config.results_dir)
 
     def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
         self._collect(config)

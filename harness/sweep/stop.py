@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnbench.harness.sweep.hard_stop import sweep_running, taken
 from attnbench.toolkit.parent_watch import end_with_parent
 
 STOP_FILE = ".stop"
@@ -61,6 +62,7 @@ def terminate_now(signum: int, frame: Any) -> None:
     running job finish. A second SIGTERM kills at once."""
     from attnbench.harness.sweep.outcome import OUTCOME
 
+    taken(signum)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     OUTCOME.stopped_by = "SIGTERM"
     os.write(2, b"attnbench: SIGTERM: stopping now; the finished jobs are collected.\n")
@@ -151,6 +153,7 @@ class GracefulStop:
             self.previous = signal.signal(signal.SIGINT, self._handle)
             self.installed = True
         self._spawn = _workers_start_without_sigint()
+        sweep_running(True)
         return self
 
     def new_batch(self, local_workers: bool = False) -> None:
@@ -162,6 +165,7 @@ class GracefulStop:
 
     def _handle(self, signum: int, frame: Any) -> None:
         global _stop_requested
+        taken(signum)
         if _stop_requested:  # the second Ctrl-C: stop now
             signal.signal(signal.SIGINT, signal.default_int_handler)
             raise KeyboardInterrupt
@@ -177,6 +181,7 @@ class GracefulStop:
 
     def __exit__(self, *exc: object) -> None:
         global _stop_requested
+        sweep_running(False)
         if self._spawn is not None:
             _loky_spawn().fork_exec = self._spawn
         if self.installed:
