@@ -66,6 +66,7 @@ from attnbench.harness.leaderboard.tables import (
 from attnbench.harness.leaderboard.tradeoffs import pair_points, tradeoff_charts
 from attnbench.harness.leaderboard.tuning import Choice, select_tuned, tuning_table
 from attnbench.harness.leaderboard.views.chooser import chooser_data, embeddable
+from attnbench.harness.leaderboard.views.length_ranks import cost_ranks
 from attnbench.harness.leaderboard.views.summary import best_per_column, cost_regimes
 from attnbench.harness.results.fit_quality import EXPONENT_RANGE, MAX_HALF_WIDTH, RELIABLE_SUFFIX
 from attnbench.harness.results.freshness import FreshnessError, fresh_table
@@ -724,6 +725,7 @@ def _page(frame: pd.DataFrame, infos: dict[str, TaskInfo], published: set[str]) 
             "sections": [],
             "chooser": None,
             "summary": [],
+            "length_ranks": [],
             "overview": None,
             "cost_charts": [],
             "unfinished": None,
@@ -757,6 +759,7 @@ def _contents(
     return {
         "chooser": embeddable(chooser) if chooser else None,
         "summary": [*best_per_column(table), *cost_regimes(chooser)],
+        "length_ranks": cost_ranks(frame, infos),
         "sections": _sections(frame, infos, published, choices, colours),
         "overview": table,
         "cost_charts": tradeoff_charts(frame, columns, infos, colours),

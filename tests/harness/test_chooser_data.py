@@ -13,6 +13,7 @@ from attnbench.harness.leaderboard.columns import overview_columns
 from attnbench.harness.leaderboard.ranking import MACHINE
 from attnbench.harness.leaderboard.steadiness import judge_steadiness
 from attnbench.harness.leaderboard.views.chooser import budget_metrics, chooser_data
+from attnbench.harness.leaderboard.views.length_ranks import cost_ranks
 from attnbench.harness.results.collect import COLUMNS
 from attnbench.metrics import Metric
 from attnbench.task_info import TaskInfo, Tuning
@@ -85,8 +86,20 @@ def _row(task, variant, metric, value, params="{}", task_params=None, x=None, ru
     return row
 
 
-def timed(variant, x, fwd=1.0, train=3.0, params="{}", steady=1.0, train_steady=1.0, accurate=1.0):
-    """One timing run at sequence length ``x``: its values and their flags."""
+def timed(
+    variant,
+    x,
+    fwd=1.0,
+    train=3.0,
+    params="{}",
+    steady=1.0,
+    train_steady=1.0,
+    accurate=1.0,
+    batch=None,
+):
+    """One timing run at sequence length ``x`` (and batch size ``batch``, where given): its
+    values and their flags."""
+    setting = {"seq_len": x} if batch is None else {"seq_len": x, "batch_size": batch}
     run = f"t{next(_runs)}"
     values = {
         "ratio": fwd / 2,
@@ -98,7 +111,7 @@ def timed(variant, x, fwd=1.0, train=3.0, params="{}", steady=1.0, train_steady=
         "train_steady": train_steady,
         "accurate": accurate,
     }
-    return [_row("timed", variant, m, v, params, {"seq_len": x}, x, run) for m, v in values.items()]
+    return [_row("timed", variant, m, v, params, setting, x, run) for m, v in values.items()]
 
 
 def trained(variant, accuracy, params="{}", d_model=64, seed=0, lr=0.01, task="recall"):
@@ -322,3 +335,59 @@ def test_a_position_whose_every_timing_was_unsteady_is_still_offered():
 def test_no_panel_without_a_budget_or_a_quality():
     assert data(trained("softmax", 0.9)) is None
     assert data(timed("softmax", 4096)) is None
+
+
+# --- issue 61: costs at the shapes people run ---------------------------------------------------
+
+
+def test_a_time_per_call_at_two_batch_sizes_is_two_budgets_never_one_median():
+    """The standard preset times 512 tokens at batch 1 and at batch 64: one median of the two
+    would be neither."""
+    d = data(
+        timed("softmax", 512, fwd=1.0, batch=1),
+        timed("softmax", 512, fwd=50.0, batch=64),
+        timed("softmax", 128, fwd=9.0, batch=64),
+        trained("softmax", 0.9),
+    )
+    labels = [b["label"] for b in d["budgets"]]
+    assert labels[:2] == [
+        "Speed: forward latency (batch size 1)",
+        "Speed: forward latency (batch size 64)",
+    ]
+    costs = sorted((c[0], c[2], c[4]) for c in d["cost"])
+    assert (0, 512.0, 1.0) in costs and (1, 512.0, 50.0) in costs
+    assert all(c[4] != 25.5 for c in d["cost"])  # never the median of the two settings
+    positions = {(p[0], tuple(p[2])) for p in d["positions"]}
+    assert (0, (512.0,)) in positions and (1, (128.0, 512.0)) in positions
+
+
+def _ranks(*runs):
+    frame = pd.DataFrame([r for run in runs for r in run], columns=[*COLUMNS, MACHINE])
+    return cost_ranks(judge_steadiness(frame, INFOS), INFOS)
+
+
+def test_the_cost_ranks_at_the_smallest_and_largest_size_show_a_flip():
+    tables = _ranks(
+        timed("softmax", 128, fwd=1.0),  # cheapest short
+        timed("softmax", 4096, fwd=40.0),
+        timed("linear", 128, fwd=3.0),
+        timed("linear", 4096, fwd=6.0),  # cheapest long
+        timed("window", 128, fwd=2.0),
+        timed("window", 4096, fwd=6.0),  # tied with linear
+        timed("mesa", 4096, fwd=1.0),  # one end only: not ranked
+        timed("busy", 128, fwd=0.5, steady=0.0),  # unsteady at one end: not ranked
+        timed("busy", 4096, fwd=0.5),
+    )
+    forward = next(t for t in tables if t.title == "Speed: forward latency")
+    rows = {r[0].text: [c.text for c in r[1:]] for r in forward.table.rows}
+    assert rows == {
+        "linear": ["3", "#3", "6", "#1", "↑ 2"],
+        "window": ["2", "#2", "6", "#1", "↑ 1"],
+        "softmax": ["1", "#1", "40", "#3", "↓ 2"],
+    }
+    assert [r[0].text for r in forward.table.rows][-1] == "softmax"  # by the largest size
+    assert forward.table.columns[1].header == "sequence length 128 tokens (ms)"
+
+
+def test_no_rank_table_where_a_budget_has_one_size():
+    assert _ranks(timed("softmax", 4096), timed("linear", 4096)) == []

@@ -37,7 +37,14 @@ import pandas as pd
 from attnbench.harness.leaderboard.columns import Columns
 from attnbench.harness.leaderboard.ranking import MACHINE
 from attnbench.harness.leaderboard.steadiness import untrusted
-from attnbench.harness.leaderboard.tables import config_labels, size_params_of
+from attnbench.harness.leaderboard.tables import (
+    Words,
+    config_labels,
+    differing_keys,
+    map_distinct,
+    setting_label,
+    size_params_of,
+)
 from attnbench.harness.leaderboard.views.chooser_quality import (
     QualityColumn,
     default_column,
@@ -85,6 +92,12 @@ def _verdicts(mine: pd.DataFrame, task: str, info: TaskInfo) -> pd.Series:
     return verdict
 
 
+def cost_points(frame: pd.DataFrame, infos: dict[str, TaskInfo]):
+    """The budgets of ``frame``'s finished rows, how reasons name them, and their points
+    (`_budget_points`); also what `views.length_ranks` ranks."""
+    return _budget_points(_ok(frame), infos)
+
+
 def _budget_points(ok: pd.DataFrame, infos: dict[str, TaskInfo]):
     """The budgets with rows ({label, unit, axis, position, busy}), how reasons name them, and
     their points: one row per budget, configuration, machine and curve position, with ``value``
@@ -101,21 +114,44 @@ def _budget_points(ok: pd.DataFrame, infos: dict[str, TaskInfo]):
                 continue
             x_name = rows["x_name"].iloc[0]
             rows = rows[rows["x_name"] == x_name].assign(verdict=verdicts)
-            budgets.append(_budget(info, metric, x_name))
             axis = next((a for a in info.axes if a.name == x_name), None)
-            words.append(BudgetWords(info.metric_title(metric), axis.unit if axis else ""))
-            points.append(_points(rows).assign(budget=len(budgets) - 1))
+            for setting, part in _settings(rows, x_name, Words(info)):
+                budgets.append(_budget(info, metric, x_name, setting))
+                title = info.metric_title(metric) + (f" ({setting})" if setting else "")
+                words.append(BudgetWords(title, axis.unit if axis else ""))
+                points.append(_points(part).assign(budget=len(budgets) - 1))
     frame = pd.concat(points, ignore_index=True) if points else pd.DataFrame()
     for b, budget in enumerate(budgets):
         budget["busy"] = _busy(frame.loc[frame["budget"] == b, "verdict"])
     return budgets, words, frame
 
 
-def _budget(info: TaskInfo, metric: str, x_name: str) -> dict:
+def _settings(rows: pd.DataFrame, x_name: str, words: Words) -> list[tuple[str, pd.DataFrame]]:
+    """``rows`` (one budget metric's) split by their task settings apart from the curve axis
+    ``x_name``, each with its label in words ("batch size 64"; "" where there is one setting):
+    a time per call at batch 64 and one at batch 1 are two budgets, never one median."""
+    settings = map_distinct(rows["task_params"], lambda t: _without(t, x_name))
+    texts = sorted(settings.unique())
+    if len(texts) == 1:
+        return [("", rows)]
+    params = {t: json.loads(t) for t in texts}
+    names = differing_keys(list(params.values()))
+    return [(setting_label(params[t], names, words), rows[settings == t]) for t in texts]
+
+
+def _without(params: object, key: str) -> str:
+    """The task parameters' JSON text without ``key`` (the curve axis), keys sorted."""
+    values = json.loads(params) if isinstance(params, str) and params else {}
+    values.pop(key, None)
+    return json.dumps(values, sort_keys=True)
+
+
+def _budget(info: TaskInfo, metric: str, x_name: str, setting: str = "") -> dict:
     declared = info.metric(metric)
     axis = next((a for a in info.axes if a.name == x_name), None)
+    at = f" ({setting})" if setting else ""
     return {
-        "label": f"{info.title}: {info.metric_title(metric)}",
+        "label": f"{info.title}: {info.metric_title(metric)}{at}",
         "unit": declared.unit if declared else "",
         "axis": info.axis_title(x_name),
         "position": [axis.title, axis.unit] if axis else [x_name, ""],
@@ -138,7 +174,7 @@ def chooser_data(frame: pd.DataFrame, columns: Columns, infos: dict[str, TaskInf
     column has a value."""
     if frame.empty:
         return None
-    budgets, words, points = _budget_points(_ok(frame), infos)
+    budgets, words, points = cost_points(frame, infos)
     qualities = quality_columns(columns, infos)
     if points.empty or not qualities:
         return None
