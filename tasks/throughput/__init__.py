@@ -82,7 +82,7 @@ from attnbench import (
     repeat_kv_heads,
 )
 from attnbench.metrics import DENSITY
-from attnbench.tasks.throughput.packed import packed_timing
+from attnbench.tasks.throughput.packed import drawn_lengths, packed_timing
 from attnbench.toolkit import kernel_path
 from attnbench.toolkit.memory import isolated_cpu_peak, peak_memory_mib
 from attnbench.toolkit.timed import (
@@ -114,6 +114,10 @@ class ThroughputParams(TimingParams):
     # documents packed into one causal sequence of their sum, timed against the padded batch
     # (tasks/throughput/packed.py); None: one sequence of seq_len. seq_len then is their sum
     doc_lengths: list[int] | None = None
+    # or documents of log-normal lengths (median doc_median tokens, log-spread doc_sigma) drawn
+    # from the job's seed and packed into seq_len, the last cut to fit (packed.drawn_lengths)
+    doc_median: int | None = None
+    doc_sigma: float = 1.0
 
 
 @register_task("throughput")
@@ -472,6 +476,8 @@ class Throughput(Task):
         check_timing_settings(self)
         if self.params.doc_lengths is not None:
             self._check_documents()
+        if self.params.doc_median is not None:
+            self._check_drawn_documents()
 
     def _check_documents(self) -> None:
         """Packed documents: whole lengths >= 1 and a seq_len that is their sum (or left at its
@@ -493,6 +499,25 @@ class Throughput(Task):
         p.doc_lengths = [int(x) for x in lengths]
         p.seq_len = total
 
+    def _check_drawn_documents(self) -> None:
+        """Drawn documents: a whole median >= 1, a finite spread >= 0, no list beside them."""
+        p = self.params
+        if p.doc_lengths is not None:
+            raise ValueError(
+                "task.doc_lengths and task.doc_median both set: list the documents or draw "
+                "them, not both."
+            )
+        if int(p.doc_median) != p.doc_median or p.doc_median < 1:
+            raise ValueError(
+                f"task.doc_median={p.doc_median} must be a whole number of tokens >= 1, e.g. "
+                "task.doc_median=256."
+            )
+        if not math.isfinite(p.doc_sigma) or p.doc_sigma < 0:
+            raise ValueError(
+                f"task.doc_sigma={p.doc_sigma} must be a finite number >= 0 (the spread of the "
+                "lengths' logarithm; 0: every document doc_median long), e.g. task.doc_sigma=1."
+            )
+
     def density_size(self) -> tuple[int, int, bool]:
         """The timed attention: seq_len queries and keys."""
         return self.params.seq_len, self.params.seq_len, self.params.causal
@@ -500,8 +525,11 @@ class Throughput(Task):
     def run(self, ctx: JobContext) -> TaskResult:
         p = self.params
         variant = ctx.build_variant(VariantShape(p.n_heads, p.head_dim, p.seq_len, p.n_kv_heads))
-        if p.doc_lengths is not None:  # packed against padded, and nothing else
-            values, details = packed_timing(variant, p, ctx)
+        if p.doc_lengths is not None or p.doc_median is not None:  # packed against padded only
+            lengths = p.doc_lengths or drawn_lengths(
+                p.seq_len, p.doc_median, p.doc_sigma, ctx.generator(23)
+            )
+            values, details = packed_timing(variant, p, lengths, ctx)
             points = [MetricPoint(k, v, "seq_len", p.seq_len) for k, v in values.items()]
             return TaskResult(points=points, details=details)
         kv = variant.shape.kv_heads

@@ -3,7 +3,8 @@
 Training packs documents into one sequence and tells the kernel where each ends (``cu_seqlens``,
 `attnbench.variant`: "Packed sequences"); the alternative is a batch with every document padded
 to the longest. With ``task.doc_lengths`` a throughput job times the two in alternating rounds in
-one process, the same variant on the same tokens, with the job's causal flag:
+one process, the same variant on the same tokens, with the job's causal flag (with
+``task.doc_median`` the lengths are drawn instead, `drawn_lengths`, and recorded in the details):
 
 * **packed**: one call on the documents laid end to end (B = 1, N = their sum), with their
   boundaries; each document's outputs are those of the document alone (checked first, below);
@@ -77,9 +78,27 @@ def _call(variant, xs: dict, causal: bool, cu_seqlens=None) -> torch.Tensor:
         )
 
 
-def packed_timing(variant, p, ctx: JobContext) -> tuple[dict[str, float], dict[str, object]]:
-    """The packed-against-padded metrics and details of a throughput job (module docstring)."""
-    lengths = list(p.doc_lengths)
+def drawn_lengths(total: int, median: float, sigma: float, gen: torch.Generator) -> list[int]:
+    """Document lengths packed into ``total`` tokens as training packs a corpus: documents
+    drawn one after another, each round(median · exp(sigma · z)) tokens (at least 1), z standard
+    normal from ``gen``, until ``total`` is reached; the last is cut to fit. Log-normal: the
+    heavy right tail of real corpora's document lengths (many short documents, a few long)."""
+    lengths: list[int] = []
+    filled = 0
+    while filled < total:
+        z = float(torch.randn((), generator=gen, dtype=torch.float64))
+        length = min(max(1, round(median * math.exp(sigma * z))), total - filled)
+        lengths.append(length)
+        filled += length
+    return lengths
+
+
+def packed_timing(
+    variant, p, lengths: list[int], ctx: JobContext
+) -> tuple[dict[str, float], dict[str, object]]:
+    """The packed-against-padded metrics and details of a throughput job (module docstring),
+    documents of ``lengths``."""
+    lengths = list(lengths)
     kv = variant.shape.kv_heads
     packed, padded, starts = packed_inputs(
         variant, lengths, p.n_heads, kv, p.head_dim, ctx.generator(17), ctx

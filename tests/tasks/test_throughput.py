@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import math
+import statistics
+
 import pytest
 import torch
 
@@ -7,6 +10,7 @@ from attnbench import VariantShape, build_variant
 from attnbench.task import JobContext, build_task
 from attnbench.task_info import TaskInfo
 from attnbench.tasks.throughput import Throughput
+from attnbench.tasks.throughput.packed import drawn_lengths
 
 
 def _softmax():
@@ -373,8 +377,45 @@ def test_a_packed_call_that_leaks_fails_the_job():
         ({"doc_lengths": [], "causal": True}, "whole document lengths >= 1"),
         ({"doc_lengths": [64, 0], "causal": True}, "whole document lengths >= 1"),
         ({"doc_lengths": [64, 32], "causal": True, "seq_len": 100}, "sum to 96 tokens"),
+        ({"doc_lengths": [64, 32], "doc_median": 16}, "list the documents or draw them"),
+        ({"doc_median": 0}, "whole number of tokens >= 1"),
+        ({"doc_median": 2.5}, "whole number of tokens >= 1"),
+        ({"doc_median": 16, "doc_sigma": -1.0}, "finite number >= 0"),
+        ({"doc_median": 16, "doc_sigma": float("nan")}, "finite number >= 0"),
     ],
 )
 def test_bad_document_lengths_are_refused_in_one_sentence(params, fix):
     with pytest.raises(ValueError, match=fix):
         build_task("throughput", params)
+
+
+def test_drawn_documents_fill_the_sequence_with_log_normal_lengths():
+    """task.doc_median: lengths drawn one after another until seq_len, the last cut to fit."""
+    lengths = drawn_lengths(4096, 256, 1.0, torch.Generator().manual_seed(0))
+    assert sum(lengths) == 4096 and min(lengths) >= 1
+    assert lengths == drawn_lengths(4096, 256, 1.0, torch.Generator().manual_seed(0))
+    assert drawn_lengths(1000, 100, 0.0, torch.Generator()) == [100] * 10
+    # the median of the draws is the stated one: about 4000 draws of log-normal(log 256, 1) (mean
+    # 256·e^0.5 = 422 tokens) fill 1.7M tokens; the sample median's log has a standard deviation
+    # of 1.2533 / sqrt(4000) = 0.020, so its distance from log 256 stays below 0.1 (five of them)
+    many = drawn_lengths(1_700_000, 256, 1.0, torch.Generator().manual_seed(1))[:-1]  # last: cut
+    assert len(many) > 3500
+    assert abs(math.log(statistics.median(many)) - math.log(256)) < 0.1
+    # and their spread the stated one: the logs' interquartile range is 1.349 sigma (its sample
+    # value's relative error at n = 4000 is about 2 %)
+    logs = sorted(math.log(x) for x in many)
+    quarter = len(logs) // 4
+    assert logs[3 * quarter] - logs[quarter] == pytest.approx(1.349, rel=0.1)
+
+
+def test_a_job_of_drawn_documents_records_them_at_its_seq_len():
+    task = build_task(
+        "throughput",
+        {"min_run_time": 0.01, "doc_median": 24, "seq_len": 160, "causal": True},
+    )
+    task.params.n_heads, task.params.head_dim, task.params.max_timing_s = 2, 8, 0.3
+    result = task.run(_ctx("softmax"))
+    lengths = result.details["doc_lengths"]
+    assert sum(lengths) == 160 and len(lengths) > 1
+    assert {(p.x_name, p.x_value) for p in result.points} == {("seq_len", 160)}
+    assert next(p.value for p in result.points if p.metric == "packed_error") == 0.0

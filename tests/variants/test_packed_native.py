@@ -22,6 +22,7 @@ import torch
 
 from attnbench.harness.discovery import load_plugins
 from attnbench.variant import VariantShape, build_variant, random_gates
+from attnbench.variants.recurrent.mixer import ONE_PASS_TOKENS
 
 load_plugins()
 
@@ -45,6 +46,7 @@ IDS = [f"{name}-{i}" for i, (name, _, _) in enumerate(CASES)]
 # short documents (under a chunk each), one of 70 (more than four chunks) among them
 LENGTHS = (5, 1, 12, 70, 3, 15, 7, 2, 9)
 SHAPE = VariantShape(n_heads=4, head_dim=8, max_len=256, n_kv_heads=2)
+assert sum(LENGTHS) <= 256 and max(LENGTHS) <= ONE_PASS_TOKENS  # every document in the one pass
 # the two paths add the same terms, grouped otherwise only where a short document alone gets
 # a shorter chunk; measured worst 2.1e-14 (outputs: mamba2's steep case, whose output norm
 # divides nearly cancelled rows) and 1.0e-14 (gradients: gla with its norm) relative to the
@@ -122,6 +124,27 @@ def test_native_packing_has_the_split_paths_gradients(name, params, scale):
             assert one_pass is None
             continue
         assert _relative(one_pass, per_document) < TOLERANCE
+
+
+@pytest.mark.parametrize(("name", "params", "scale"), CASES[::2], ids=IDS[::2])
+def test_long_documents_run_alone_and_short_ones_in_one_pass(name, params, scale, monkeypatch):
+    """Documents longer than `ONE_PASS_TOKENS` each get a call of their own (the one pass costs
+    more for them), the short ones share one pass; the outputs, put back in order, equal the
+    split path's."""
+    native, split = _pair(name, params)
+    lengths = (5, ONE_PASS_TOKENS + 1, 12, 3, 30)
+    bounds = _bounds(lengths)
+    q, k, v, gates = _inputs(native, bounds[-1], scale)
+    calls = []
+    run = native.run
+    monkeypatch.setattr(
+        native, "run", lambda *a, **kw: calls.append(a[0].shape[-2]) or run(*a, **kw)
+    )
+    with torch.no_grad():
+        mixed = native(q, k, v, True, gates, cu_seqlens=bounds)
+        per_document = split(q, k, v, True, gates, cu_seqlens=bounds)
+    assert sorted(calls) == [5 + 12 + 3 + 30, ONE_PASS_TOKENS + 1]
+    assert _relative(mixed, per_document) < TOLERANCE
 
 
 def test_a_packed_call_without_chunk_alignment_would_leak():

@@ -49,7 +49,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from attnbench.variants.recurrent.documents import document_chunks, longest_document
+from attnbench.variants.recurrent.documents import chunk_layout
 
 # positions per chunk. flash-linear-attention uses 64 (its BT, a GPU tile); on the CPU 32 is
 # faster: the products inside chunks scale with C, the loop's hand-overs with N/C (8k tokens,
@@ -113,16 +113,6 @@ def inverse_flops(c: int) -> float:
     return total
 
 
-def _pad(x: torch.Tensor, to: int, dim: int = 2) -> torch.Tensor:
-    """``x`` with zeros appended along ``dim`` up to length ``to``."""
-    extra = to - x.shape[dim]
-    if extra == 0:
-        return x
-    shape = list(x.shape)
-    shape[dim] = extra
-    return torch.cat([x, x.new_zeros(shape)], dim=dim)
-
-
 def delta_rule_chunked(
     q: torch.Tensor | None,
     k: torch.Tensor,
@@ -164,20 +154,9 @@ def delta_rule_chunked(
     if m == 0:
         out = None if q is None else q.new_zeros(*q.shape[:-1], dv)
         return out, state
-    layout = None
-    if cu_seqlens is None:
-        c = max(1, min(chunk, m))
-        n_chunks = -(-m // c)
-        length = n_chunks * c
-
-        def spread(x: torch.Tensor) -> torch.Tensor:
-            return _pad(x, length)
-
-    else:  # each document padded to whole chunks, side by side ("Packed documents")
-        c = max(1, min(chunk, longest_document(cu_seqlens, m)))
-        layout = document_chunks(cu_seqlens, m, c, k.device)
-        length, n_chunks = layout.length, layout.length // c
-        spread = layout.spread
+    # one sequence padded to whole chunks, or each document so, side by side ("Packed documents")
+    c, n_chunks, spread, layout = chunk_layout(m, chunk, cu_seqlens, k.device)
+    length = n_chunks * c
     # padded positions have k = 0, v = 0, β = 0 and α = 1: they write nothing and forget nothing
     kc = spread(k).reshape(b, kv, n_chunks, c, d)
     vc = spread(v).reshape(b, kv, n_chunks, c, dv)

@@ -21,6 +21,7 @@ the state after its last chunk (`DocumentChunks.ends`), one per chunk by `Docume
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import pairwise
 
@@ -94,3 +95,24 @@ def document_chunks(
 def longest_document(cu_seqlens, n: int) -> int:
     """The length of the longest document in ``cu_seqlens`` (a chunk need not be longer)."""
     return max(b - a for a, b in pairwise(document_bounds(cu_seqlens, n)))
+
+
+def chunk_layout(
+    m: int, chunk: int, cu_seqlens=None, device: torch.device | str | None = None
+) -> tuple[int, int, Callable[[torch.Tensor], torch.Tensor], DocumentChunks | None]:
+    """How a chunked engine lays out its M positions: C, the number of chunks, the function that
+    lays a (B, H, M, ·) tensor out in them (zero positions appended or, for packed documents,
+    inserted), and the documents' layout (None for one sequence). C is ``chunk``, or less
+    where no sequence (no document) is that long."""
+    if cu_seqlens is None:
+        c = max(1, min(chunk, m))
+        n_chunks = -(-m // c)
+
+        def spread(x: torch.Tensor) -> torch.Tensor:  # zero positions after the end (dim 2)
+            extra = n_chunks * c - x.shape[2]
+            return F.pad(x, [0, 0] * (x.dim() - 3) + [0, extra]) if extra else x
+
+        return c, n_chunks, spread, None
+    c = max(1, min(chunk, longest_document(cu_seqlens, m)))
+    layout = document_chunks(cu_seqlens, m, c, device)
+    return c, layout.length // c, layout.spread, layout

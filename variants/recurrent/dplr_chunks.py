@@ -59,10 +59,9 @@ sums, decays and the base blocks of the inverse are element-wise and not counted
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from attnbench.variants.recurrent.delta_chunks import inverse_flops, unit_lower_inverse
-from attnbench.variants.recurrent.documents import document_chunks, longest_document
+from attnbench.variants.recurrent.documents import chunk_layout
 
 # positions per chunk: a steep chunk's pairwise sums cost C·D element-wise per position, the
 # loop's hand-overs N / C steps
@@ -72,11 +71,6 @@ PAIR_BUDGET = 1 << 22  # elements of the C×C×D decay tensor built at once (16 
 # (x e^{c})(y e^{−c})ᵀ: factors within [e^{−20}, e^{20}] = [2e-9, 5e8], far from float32's
 # overflow (3e38); a steeper chunk takes exps of differences (module docstring)
 FACTOR_SPAN = 20.0
-
-
-def _pad(x: torch.Tensor, length: int) -> torch.Tensor:
-    """(B, H, M, ·) with zero positions appended up to ``length``."""
-    return F.pad(x, (0, 0, 0, length - x.shape[2]))
 
 
 def _exact_pairs(
@@ -197,20 +191,9 @@ def dplr_chunked(
         raise ValueError(
             f"the causal recurrence needs as many queries as keys; got {q.shape[2]} and {m}."
         )
-    layout = None
-    if cu_seqlens is None:
-        c = max(1, min(chunk, m))
-        n_chunks = -(-m // c)
-        length = n_chunks * c
-
-        def spread(x: torch.Tensor) -> torch.Tensor:
-            return _pad(x, length)
-
-    else:  # each document padded to whole chunks, side by side ("Packed documents")
-        c = max(1, min(chunk, longest_document(cu_seqlens, m)))
-        layout = document_chunks(cu_seqlens, m, c, k.device)
-        length, n_chunks = layout.length, layout.length // c
-        spread = layout.spread
+    # one sequence padded to whole chunks, or each document so, side by side ("Packed documents")
+    c, n_chunks, spread, layout = chunk_layout(m, chunk, cu_seqlens, k.device)
+    length = n_chunks * c
     # padded positions: k = a = b = 0, v = 0, g = 0: the identity transition, no write
     kc, ac, bc, gc = (spread(x).reshape(bsz, kv, n_chunks, c, d) for x in (k, a, b, log_decay))
     vc = spread(v).reshape(bsz, kv, n_chunks, c, dv)
