@@ -176,3 +176,27 @@ def test_a_stop_reaches_a_job_inside_one_long_native_call(site, tmp_path, stop):
         json.loads(p.read_text())["run_id"] for p in (results / "runs").glob("*.json")
     }
     assert len(set(table["run_id"])) == 1  # the quick job's; the stopped one left no record
+
+
+AFTER_A_COMMAND = """
+import os, signal, sys, time
+from attnbench.harness.cli.app import main
+sys.argv = ["attnbench", "no_such_key=1"]
+try:
+    main()
+except SystemExit:
+    pass
+signal.signal(signal.SIGINT, lambda *a: print("mine", flush=True))
+os.kill(os.getpid(), signal.SIGINT)
+time.sleep(3 * GRACE_S)
+print("alive", flush=True)
+"""
+
+
+def test_the_watcher_leaves_a_process_alone_once_its_command_is_over():
+    """A process that ran the command in-process (a test, a notebook) and then takes a Ctrl-C
+    with its own handler: the watcher ended it two seconds later (exit 130), as if stuck."""
+    code = f"GRACE_S = {GRACE_S}\n" + AFTER_A_COMMAND
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["mine", "alive"]

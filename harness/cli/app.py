@@ -45,7 +45,7 @@ from attnbench.harness.jobs.job import run_job
 from attnbench.harness.jobs.paths import write_failure
 from attnbench.harness.jobs.preflight import ConfigError
 from attnbench.harness.sweep.callbacks import forget_hydra_output, hydra_output
-from attnbench.harness.sweep.hard_stop import interrupt_noted, watch_stops
+from attnbench.harness.sweep.hard_stop import interrupt_noted, stop_watching, watch_stops
 from attnbench.harness.sweep.outcome import INTERRUPTED, OUTCOME, TERMINATED
 from attnbench.harness.sweep.stop import terminate_now
 from attnbench.registry import UnknownNameError
@@ -152,6 +152,15 @@ def _done() -> None:
 
 @quiet_when_the_reader_leaves
 def main() -> None:
+    """Entry point of the ``attnbench`` console script: `_main` with the stop watcher on
+    (`harness.sweep.hard_stop`), off again however it ends."""
+    try:
+        _main()
+    finally:
+        stop_watching()
+
+
+def _main() -> None:
     """Entry point of the ``attnbench`` console script.
 
     ``--strict`` is this command's flag, not Hydra's: it is taken off ``sys.argv`` before Hydra

@@ -32,9 +32,20 @@ GRACE_S = 2.0  # a handler that has not run by then waits on a native call
 STATUS = {signal.SIGTERM: 143, signal.SIGINT: 130}
 
 _taken: Counter[int] = Counter()  # stop signals whose Python handler ran
+_seen: Counter[int] = Counter()  # stop signals that arrived (the watcher's count)
 _ctrl_c_to_stop = 1  # which Ctrl-C stops now: the second while a sweep runs (`harness.sweep.stop`)
 _results_dir: Path | None = None  # the running command's results folder, collected on a stop
-_watching = False
+_watching = False  # the thread runs (started once per process)
+_active = False  # a command watches now (`watch_stops` to `stop_watching`)
+_previous_fd = -1  # the wakeup descriptor before the command's
+_write_fd = -1
+
+
+def noting(handler):
+    """Mark ``handler`` as one that calls `taken` first: the watcher acts only where such a
+    handler is installed (a handler of someone else's, a test's or a notebook's, is theirs)."""
+    handler.notes_taken = True
+    return handler
 
 
 def taken(signum: int) -> None:
@@ -55,6 +66,7 @@ def collect_on_stop(results_dir: str | os.PathLike | None) -> None:
     _results_dir = None if results_dir is None else Path(str(results_dir))
 
 
+@noting
 def interrupt_noted(signum: int, frame: object) -> None:
     """Python's default Ctrl-C (``KeyboardInterrupt``), noted as taken."""
     taken(signum)
@@ -62,33 +74,44 @@ def interrupt_noted(signum: int, frame: object) -> None:
 
 
 def watch_stops() -> bool:
-    """Start the watcher (module docstring) in the main thread; False where it cannot: not the
-    main thread, or the wakeup descriptor already someone else's. Once per process."""
-    global _watching
-    if _watching:
-        return True
+    """Watch for stops (module docstring) until `stop_watching`, from the main thread; False
+    where it cannot: not the main thread, or the wakeup descriptor already someone else's."""
+    global _watching, _active, _previous_fd, _write_fd
     if threading.current_thread() is not threading.main_thread():
         return False
-    read, write = os.pipe()
-    os.set_blocking(write, False)
+    if not _watching:
+        read, _write_fd = os.pipe()
+        os.set_blocking(_write_fd, False)
+        threading.Thread(
+            target=_watch, args=(read,), name="attnbench-stop-watch", daemon=True
+        ).start()
+        _watching = True
     try:
-        previous = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+        previous = signal.set_wakeup_fd(_write_fd, warn_on_full_buffer=False)
     except (ValueError, OSError):
-        previous = None
-    if previous != -1:  # taken by another (or refused): leave it as it was
-        if previous is not None:
-            signal.set_wakeup_fd(previous)
-        os.close(read)
-        os.close(write)
         return False
-    _watching = True
-    threading.Thread(target=_watch, args=(read,), name="attnbench-stop-watch", daemon=True).start()
+    if previous not in (-1, _write_fd):  # another's (asyncio's): leave it as it was
+        signal.set_wakeup_fd(previous)
+        return False
+    _previous_fd, _active = previous, True
+    _taken.clear()
+    _seen.clear()
     return True
+
+
+def stop_watching() -> None:
+    """The command is over: the watcher acts no more, the wakeup descriptor is as it was."""
+    global _active
+    if not _active:
+        return
+    _active = False
+    if threading.current_thread() is threading.main_thread():
+        with contextlib.suppress(ValueError, OSError):
+            signal.set_wakeup_fd(_previous_fd)
 
 
 def _watch(read: int) -> None:
     """Read the signals as they arrive; act on a stop-now one its handler does not take up."""
-    seen: Counter[int] = Counter()
     while True:
         try:
             data = os.read(read, 64)
@@ -97,11 +120,13 @@ def _watch(read: int) -> None:
         if not data:
             return
         for signum in data:
-            seen[signum] += 1
+            if not _active:  # between commands (a process that runs several): not ours
+                continue
+            _seen[signum] += 1
             if signum == signal.SIGTERM or (
-                signum == signal.SIGINT and seen[signum] >= _ctrl_c_to_stop
+                signum == signal.SIGINT and _seen[signum] >= _ctrl_c_to_stop
             ):
-                _stop_if_stuck(signum, seen[signum])
+                _stop_if_stuck(signum, _seen[signum])
 
 
 def _stop_if_stuck(signum: int, count: int) -> None:
@@ -111,8 +136,10 @@ def _stop_if_stuck(signum: int, count: int) -> None:
         if _taken[signum] >= count:
             return
         time.sleep(0.05)
-    if _taken[signum] >= count:
+    if _taken[signum] >= count or not _active:
         return
+    if not getattr(signal.getsignal(signum), "notes_taken", False):
+        return  # a handler of someone else's is installed: its owner decides
     name = "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C"
     _say(
         f"attnbench: {name}: the running job is inside one long native call, which Python's "

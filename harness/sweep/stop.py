@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attnbench.harness.sweep.hard_stop import sweep_running, taken
+from attnbench.harness.sweep.hard_stop import noting, sweep_running, taken
 from attnbench.toolkit.parent_watch import end_with_parent
 
 STOP_FILE = ".stop"
@@ -55,6 +55,7 @@ CTRL_C_BEFORE_ANY_JOB = "attnbench: Ctrl-C: no job has started yet; stopping now
 _stop_requested = False  # set by GracefulStop's handler in the sweeper's process
 
 
+@noting
 def terminate_now(signum: int, frame: Any) -> None:
     """SIGTERM (``kill``, a scheduler's stop, ``docker stop``) handled as a second Ctrl-C: stop
     now, and still collect the finished jobs and say what was not run (exit 143). Not as a first
@@ -163,6 +164,7 @@ class GracefulStop:
         self.before_any_job = False
         started_file(self.stop_file).unlink(missing_ok=True)
 
+    @noting
     def _handle(self, signum: int, frame: Any) -> None:
         global _stop_requested
         taken(signum)
