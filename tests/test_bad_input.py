@@ -155,7 +155,12 @@ REFUSALS = [
         "options first (attnbench -m key=value …).",
     ),
     (["variant=mesa", "variant.lambda_min=1e-310"], "variant.lambda_min=1e-310 is beyond float32"),
-    (["variant=mamba2", "variant.a_init_min=1e-320"], "give 0 or a magnitude from 1.2e-38 to 3.4e"),
+    (
+        ["variant=mamba2", "variant.a_init_min=1e-320"],
+        "give a magnitude from 1.2e-38 to 3.4e+38 (or 0, where",
+    ),
+    # a text parameter given "nan": its choices, not "give finite numbers"
+    (["variant=delta_net", "variant.qk_activation=nan"], "qk_activation 'nan' is not known; valid"),
     (
         ["variant=mesa", "variant.lambda_init=1e38", "task.causal=true"],
         "mesa lambda_init=1e+38 is too large: its solve divides by λ, whose inverse must be a "

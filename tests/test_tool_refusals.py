@@ -26,7 +26,8 @@ REFUSALS = [
     # a threshold that lets every regression pass: the gate would be open
     ("attnbench-compare", ["a", "b", "--threshold", "inf", "--fail"], "--threshold inf is not"),
     ("attnbench-compare", ["a", "b", "--threshold", "nan"], "--threshold nan is not"),
-    ("attnbench-compare", ["a", "b", "--threshold", "-0.1"], "give a finite number >= 0"),
+    ("attnbench-compare", ["a", "b", "--threshold", "-0.1"], "give a number from 0 to 1e300"),
+    ("attnbench-compare", ["a", "b", "--threshold", "1e308"], "--threshold 1e+308 is not"),
     # a pattern that matches nothing printed a bare header and exited 0
     ("attnbench-variants", ["zzz"], "no registered variant matches 'zzz'."),
     ("attnbench-variants", ["softmx"], "matches 'softmx'. Did you mean: softmax?"),

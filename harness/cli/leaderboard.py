@@ -60,7 +60,11 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"attnbench-leaderboard: no results yet in {folder}; run "
                 "`attnbench -m sweep=quick` first. "
-                + ("Wrote an empty page:" if len(args.results_dir) == 1 else "The page has none."),
+                + (
+                    "Wrote an empty page:"
+                    if len(args.results_dir) == 1
+                    else "The page shows nothing from it."
+                ),
                 file=sys.stderr,
             )
     print(index.resolve())

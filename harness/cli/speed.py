@@ -19,6 +19,7 @@ its targets the same way. An entry that fails to load is a warning naming it, an
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 import warnings
@@ -303,11 +304,43 @@ def main(argv: list[str] | None = None) -> int:
     targets, failed = declared_targets()
     if status := _refuse_or_warn(failed, args.strict):
         return status
+    before = _load()
     outcomes, medians = measure(targets, rounds=args.rounds, threads=args.threads)
+    after = _load()
     print(
         _as_json(outcomes, medians) if args.json else format_table(outcomes, medians, args.rounds)
     )
+    missed = sum(1 for o in outcomes if o.met is False)
+    if missed and (busy := _busy(before, after, args.threads)):
+        print(
+            f"{PROG}: {missed} target(s) missed on a busy machine ({busy}): other processes slow "
+            "kernels unevenly, so a miss here may be the load's; rerun when the machine is "
+            "quiet before reading it as the code's.",
+            file=sys.stderr,
+        )
     return 0 if all(o.met for o in outcomes) else 1
+
+
+def _load() -> float | None:
+    """The 1-minute load average (None where the system gives none)."""
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return None
+
+
+def _busy(before: float | None, after: float | None, threads: int) -> str:
+    """Words for a machine that other work kept busy during the measurement, "" for a quiet one:
+    a 1-minute load above 0.5 before it started, or above this run's own threads + 0.5 at its
+    end (the run itself adds about its threads)."""
+    if before is None or after is None:
+        return ""
+    if before <= 0.5 and after <= threads + 0.5:
+        return ""
+    return (
+        f"1-minute load {before:.1f} before the run and {after:.1f} after it, on "
+        f"{usable_cores()} cores, this run using {threads}"
+    )
 
 
 if __name__ == "__main__":

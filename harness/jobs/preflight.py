@@ -214,8 +214,9 @@ def _check_value(schema: type, field_name: str, value: Any, label: str) -> None:
     if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
         # torch's sizes are 64-bit: it would fail with a C++ stack dump, not a sentence
         raise ConfigError(f"{label}={value} is out of range; give a whole number below 2**63.")
-    if not _finite(value):
-        # a record is JSON, which has no inf or nan: the job could not be reproduced from it
+    if not _finite(OmegaConf.to_container(node).get(field_name, value)):
+        # a record is JSON, which has no inf or nan: the job could not be reproduced from it (a
+        # text parameter holds "nan" as text, and its owner names its choices)
         raise ConfigError(
             f"{label}={value} is not finite (a record is JSON, which has no inf or nan); "
             "give finite numbers."
@@ -261,8 +262,9 @@ def _check_float32(override: Override, label: str) -> None:
         number = abs(decimal.Decimal(literal))
         if number != 0 and not FLOAT32_TINY <= number <= FLOAT32_MAX:
             raise ConfigError(
-                f"{label}={text} is beyond float32's range, in which parameters are kept; give 0 "
-                f"or a magnitude from {float(FLOAT32_TINY):.2g} to {float(FLOAT32_MAX):.2g}."
+                f"{label}={text} is beyond float32's range, in which parameters are kept; give "
+                f"a magnitude from {float(FLOAT32_TINY):.2g} to {float(FLOAT32_MAX):.2g} (or 0, "
+                "where the parameter takes it)."
             )
 
 

@@ -156,3 +156,21 @@ def test_more_threads_than_cores_is_refused_before_timing(monkeypatch, capsys):
         speed.main(["--threads", "3"])
     assert exit_.value.code == 2
     assert "--threads 3 is more than the 2 CPU cores usable here" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "threads", "busy"),
+    [
+        (0.2, 2.3, 2, False),  # the run's own two threads
+        (0.9, 2.0, 2, True),  # other work before it started
+        (0.1, 3.5, 2, True),  # other work during it
+        (None, None, 2, False),  # no load average here: nothing claimed
+    ],
+)
+def test_a_miss_on_a_busy_machine_is_said_to_be_one(before, after, threads, busy):
+    """attnbench-speed on a busy machine reported 20 misses and exit 1 without a word about the
+    load; a load other than the run's own is now named beside the misses."""
+    said = speed._busy(before, after, threads)
+    assert bool(said) == busy
+    if busy:
+        assert f"1-minute load {before:.1f} before the run and {after:.1f} after it" in said
