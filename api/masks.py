@@ -49,6 +49,15 @@ def window_pairs(n: int, window: int, causal: bool) -> int:
     return int((before + np.minimum(n - 1 - i, window - 1) + 1).sum())
 
 
+def _whole(x: object) -> bool:
+    """Whether ``x`` is a whole number (an int, or an integral float or 0-d tensor), not a bool."""
+    if isinstance(x, torch.Tensor):
+        x = x.item() if x.dim() == 0 else None
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        return False
+    return float(x).is_integer()
+
+
 def document_bounds(cu_seqlens, n: int) -> list[int]:
     """The cumulative document lengths ``cu_seqlens`` ([0, l₁, l₁ + l₂, …, n], as FlashAttention's
     varlen functions, PyTorch's and flash-linear-attention's ``cu_seqlens`` name them) as a list
@@ -62,7 +71,14 @@ def document_bounds(cu_seqlens, n: int) -> list[int]:
             )
         bounds = [int(x) for x in cu_seqlens.tolist()]
     else:
-        bounds = [int(x) for x in cu_seqlens]
+        values = list(cu_seqlens) if not isinstance(cu_seqlens, str | bytes) else None
+        if values is None or not all(_whole(x) for x in values):
+            raise ValueError(
+                f"cu_seqlens={cu_seqlens!r} must be whole cumulative document lengths (a list "
+                "of ints or a 1-D integer tensor, e.g. [0, 512, 1536] for documents of 512 and "
+                "1024)."
+            )
+        bounds = [int(x) for x in values]
     if (
         len(bounds) < 2
         or bounds[0] != 0

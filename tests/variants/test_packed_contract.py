@@ -71,6 +71,9 @@ def test_split_packing_equals_a_dense_document_mask():
         ([0], "rise strictly"),
         (torch.tensor([[0, 20]]), "1-D integer tensor"),
         (torch.tensor([0.0, 20.0]), "1-D integer tensor"),
+        ([0, 10.5, 20], "whole cumulative document lengths"),  # was cut to 10, silently
+        ("0,20", "whole cumulative document lengths"),  # was int()'s own message
+        ([0, True, 20], "whole cumulative document lengths"),
     ],
 )
 def test_bad_document_boundaries_are_refused_in_one_sentence(bounds, fix):
