@@ -478,6 +478,11 @@ class Throughput(Task):
             self._check_documents()
         if self.params.doc_median is not None:
             self._check_drawn_documents()
+        elif self.params.doc_sigma != 1.0:
+            raise ValueError(
+                f"task.doc_sigma={self.params.doc_sigma} spreads drawn documents, but none are "
+                "drawn: add task.doc_median (e.g. task.doc_median=256) or drop task.doc_sigma."
+            )
 
     def _check_documents(self) -> None:
         """Packed documents: whole lengths >= 1 and a seq_len that is their sum (or left at its

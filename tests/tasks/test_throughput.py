@@ -382,6 +382,7 @@ def test_a_packed_call_that_leaks_fails_the_job():
         ({"doc_median": 2.5}, "whole number of tokens >= 1"),
         ({"doc_median": 16, "doc_sigma": -1.0}, "finite number >= 0"),
         ({"doc_median": 16, "doc_sigma": float("nan")}, "finite number >= 0"),
+        ({"doc_sigma": 2.0}, "none are drawn: add task.doc_median"),
     ],
 )
 def test_bad_document_lengths_are_refused_in_one_sentence(params, fix):
