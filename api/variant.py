@@ -599,6 +599,20 @@ def _check_contract(name: str, cls: type[AttentionVariant]) -> None:
     for attr in ("peer_of", "library"):
         if not isinstance(getattr(cls, attr), str):
             raise TypeError(f"variant '{name}': '{attr}' must be a string ('' for none).")
+    for attr in ("error_tolerance", "backward_tolerance"):
+        limits = getattr(cls, attr)
+        if not isinstance(limits, dict) or not all(
+            isinstance(k, str)
+            and isinstance(x, int | float)
+            and not isinstance(x, bool)
+            and math.isfinite(x)
+            and x > 0
+            for k, x in limits.items()
+        ):
+            raise TypeError(
+                f"variant '{name}': {attr} must map dtype names to positive finite numbers "
+                f"(e.g. {{'float32': 1e-5}}), got {limits!r}."
+            )
 
 
 def mean_density(variants: list[AttentionVariant], n: int, m: int, causal: bool) -> float:
