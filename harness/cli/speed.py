@@ -22,10 +22,12 @@ import json
 import os
 import statistics
 import sys
+import time
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import metadata
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -304,43 +306,55 @@ def main(argv: list[str] | None = None) -> int:
     targets, failed = declared_targets()
     if status := _refuse_or_warn(failed, args.strict):
         return status
-    before = _load()
+    before = _cpu_seconds()
     outcomes, medians = measure(targets, rounds=args.rounds, threads=args.threads)
-    after = _load()
+    others = _others_cores(before, _cpu_seconds())
     print(
         _as_json(outcomes, medians) if args.json else format_table(outcomes, medians, args.rounds)
     )
     missed = sum(1 for o in outcomes if o.met is False)
-    if missed and (busy := _busy(before, after, args.threads)):
+    if missed and others is not None and others > BUSY_CORES:
         print(
-            f"{PROG}: {missed} target(s) missed on a busy machine ({busy}): other processes slow "
-            "kernels unevenly, so a miss here may be the load's; rerun when the machine is "
-            "quiet before reading it as the code's.",
+            f"{PROG}: {missed} target(s) missed while other processes kept {others:.1f} of the "
+            f"{usable_cores()} cores busy on average: they slow kernels unevenly, so a miss here "
+            "may be theirs; rerun when the machine is quiet before reading it as the code's.",
             file=sys.stderr,
         )
     return 0 if all(o.met for o in outcomes) else 1
 
 
-def _load() -> float | None:
-    """The 1-minute load average (None where the system gives none)."""
+BUSY_CORES = 0.25  # other processes' mean use of the cores that makes a run's misses suspect
+
+
+def _cpu_seconds() -> tuple[float, float, float] | None:
+    """(wall seconds, CPU seconds of every process on the machine, CPU seconds of this one and
+    its children), read from Linux's /proc/stat; None elsewhere."""
     try:
-        return os.getloadavg()[0]
-    except (OSError, AttributeError):
+        import resource  # Unix only
+
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+        ticks = [int(x) for x in fields]
+        hz = os.sysconf("SC_CLK_TCK")
+    except (ImportError, OSError, ValueError, IndexError):
         return None
-
-
-def _busy(before: float | None, after: float | None, threads: int) -> str:
-    """Words for a machine that other work kept busy during the measurement, "" for a quiet one:
-    a 1-minute load above 0.5 before it started, or above this run's own threads + 0.5 at its
-    end (the run itself adds about its threads)."""
-    if before is None or after is None:
-        return ""
-    if before <= 0.5 and after <= threads + 0.5:
-        return ""
-    return (
-        f"1-minute load {before:.1f} before the run and {after:.1f} after it, on "
-        f"{usable_cores()} cores, this run using {threads}"
+    busy = sum(ticks) - ticks[3] - (ticks[4] if len(ticks) > 4 else 0)  # all but idle, iowait
+    own = sum(
+        resource.getrusage(w).ru_utime + resource.getrusage(w).ru_stime
+        for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
     )
+    return time.monotonic(), busy / hz, own
+
+
+def _others_cores(
+    before: tuple[float, float, float] | None, after: tuple[float, float, float] | None
+) -> float | None:
+    """How many cores other processes used on average between ``before`` and ``after``
+    (`_cpu_seconds`): the machine's CPU time less this run's, over the wall time; None where
+    unknown. Not the load average, which still counts work that ended before the run began."""
+    if before is None or after is None or after[0] <= before[0]:
+        return None
+    others = (after[1] - before[1]) - (after[2] - before[2])
+    return max(0.0, others / (after[0] - before[0]))
 
 
 if __name__ == "__main__":

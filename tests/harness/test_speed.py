@@ -3,6 +3,9 @@ and the targets found through their entry points."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from importlib import metadata
 
 import pytest
@@ -158,19 +161,27 @@ def test_more_threads_than_cores_is_refused_before_timing(monkeypatch, capsys):
     assert "--threads 3 is more than the 2 CPU cores usable here" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(
-    ("before", "after", "threads", "busy"),
-    [
-        (0.2, 2.3, 2, False),  # the run's own two threads
-        (0.9, 2.0, 2, True),  # other work before it started
-        (0.1, 3.5, 2, True),  # other work during it
-        (None, None, 2, False),  # no load average here: nothing claimed
-    ],
-)
-def test_a_miss_on_a_busy_machine_is_said_to_be_one(before, after, threads, busy):
+def test_other_processes_cpu_use_is_measured_not_read_off_the_load_average():
     """attnbench-speed on a busy machine reported 20 misses and exit 1 without a word about the
-    load; a load other than the run's own is now named beside the misses."""
-    said = speed._busy(before, after, threads)
-    assert bool(said) == busy
-    if busy:
-        assert f"1-minute load {before:.1f} before the run and {after:.1f} after it" in said
+    load; it now says how many cores other processes used during the run (the machine's CPU time
+    less its own, /proc/stat), which the 1-minute load average cannot (it still counts work that
+    ended before the run)."""
+    assert speed._others_cores((0.0, 10.0, 1.0), (2.0, 13.0, 3.0)) == pytest.approx(0.5)
+    assert speed._others_cores((0.0, 10.0, 1.0), (2.0, 12.0, 3.0)) == 0.0  # only this run
+    assert speed._others_cores(None, (2.0, 13.0, 3.0)) is None
+    spin = subprocess.Popen([sys.executable, "-c", SPIN])
+    try:
+        time.sleep(1.0)  # the spinner's interpreter is up and spinning
+        before = speed._cpu_seconds()
+        if before is None:
+            pytest.skip("no /proc/stat here")
+        time.sleep(1.0)
+        others = speed._others_cores(before, speed._cpu_seconds())
+    finally:
+        spin.kill()
+        spin.wait()
+    # the spinner, not yet waited for, is another process: about one core (more on a busy host)
+    assert others > 0.6
+
+
+SPIN = "import time\nend = time.time() + 30\nwhile time.time() < end: pass"
