@@ -62,7 +62,7 @@ from attnbench.harness.jobs.fingerprint import (
     module_file,
 )
 from attnbench.harness.jobs.paths import too_long
-from attnbench.harness.jobs.records import make_run_id
+from attnbench.harness.jobs.records import make_run_id, records_of
 from attnbench.registry import Registry
 from attnbench.task import TASKS, Task, build_task
 from attnbench.toolkit.timing import usable_cores
@@ -495,6 +495,11 @@ def check_results_dir(path: str | os.PathLike) -> None:
     reason = too_long(Path(path) / "runs")
     if reason:
         raise ConfigError(f"results_dir={path} is too long ({reason}); choose a shorter one.")
+    if (parent := records_of(path)) is not None:  # its records would land in runs/runs
+        raise ConfigError(
+            f"results_dir={path} is the run records folder of {parent}; give the results "
+            f"folder: results_dir={parent}."
+        )
     reason = _unwritable(Path(path) / "runs")
     if reason:
         raise ConfigError(

@@ -30,7 +30,13 @@ from collections.abc import Collection
 from pathlib import Path
 
 from attnbench.harness.jobs.paths import looping_link, too_long
-from attnbench.harness.jobs.records import attempt_run_id, is_run_id, read_record, runs_dir
+from attnbench.harness.jobs.records import (
+    attempt_run_id,
+    is_run_id,
+    read_record,
+    records_of,
+    runs_dir,
+)
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +94,11 @@ def check_paths(results_dir: Path, out: Path) -> None:
     for path, what in ((results_dir, "the results folder"), (out, "the site folder")):
         if reason := too_long(path):
             raise SiteError(f"{what} {path} is too long ({reason}); give a shorter path.")
+    if (parent := records_of(results_dir)) is not None:  # else an empty page, said as "no results"
+        raise SiteError(
+            f"{results_dir} is the run records folder of {parent}; give the results folder: "
+            f"attnbench-leaderboard {parent}."
+        )
     for path, checked, what in (
         (results_dir, runs_dir(results_dir), "the results folder"),
         (out, out, "the site folder"),

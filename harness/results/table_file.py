@@ -19,6 +19,7 @@ import pandas as pd
 import pyarrow as pa
 
 from attnbench.harness.jobs.paths import not_a_file, too_long
+from attnbench.harness.jobs.records import records_of
 from attnbench.harness.results.collect import (
     COLUMN_DEFAULTS,
     TABLE_NAME,
@@ -47,6 +48,10 @@ def locate(source: str | os.PathLike) -> Path:
         raise TableError(f"{path} is too long ({reason}); give a shorter path.")
     refuse_non_file(path / TABLE_NAME if path.is_dir() else path)
     if path.is_dir():
+        if not (path / TABLE_NAME).is_file() and (parent := records_of(path)) is not None:
+            raise TableError(
+                f"{path} is the run records folder of {parent}; give the results folder: {parent}."
+            )
         if not (path / TABLE_NAME).is_file():
             raise TableError(
                 f"{path} has no {TABLE_NAME}; collect its records first "

@@ -67,6 +67,28 @@ def test_results_refuses_a_named_pipe_as_the_table(piped):
     assert "is a named pipe, not a results table file" in done.stderr
 
 
+@pytest.mark.parametrize(
+    ("command", "fix"),
+    [
+        (("attnbench-leaderboard", "{r}", "-o", "{d}/site"), "attnbench-leaderboard {d}."),
+        (("attnbench-compare", "{r}", "{r}"), "{d}."),
+        (("attnbench", "task=throughput", "results_dir={r}"), "results_dir={d}."),
+    ],
+)
+def test_every_command_given_a_records_folder_names_the_results_folder(tmp_path, command, fix):
+    """The board wrote an empty page for ``results/runs``, compare advised collecting
+    ``results/runs`` and a run wrote its records into ``results/runs/runs``."""
+    write_record(tmp_path, make_record("a"))
+    runs = tmp_path / "runs"
+    done = run_cli(*(part.format(r=runs, d=tmp_path) for part in command))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().endswith(
+        f"{runs} is the run records folder of {tmp_path}; give the results folder: "
+        + fix.format(d=tmp_path)
+    )
+    assert not (runs / "runs").exists() and not (tmp_path / "site").exists()
+
+
 def test_collect_of_a_records_folder_names_the_results_folder(tmp_path):
     write_record(tmp_path, make_record("a"))
     done = run_cli("attnbench-collect", str(tmp_path / "runs"))
