@@ -173,6 +173,14 @@ def _gone(pid: int) -> bool:
         return True
 
 
+def _ends_within(pid: int, seconds: float) -> bool:
+    """Whether process ``pid`` ends within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not _gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return _gone(pid)
+
+
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process states in /proc")
 def test_a_sweep_s_worker_ends_when_the_sweep_is_killed():
     sweeper = subprocess.Popen(
@@ -184,10 +192,7 @@ def test_a_sweep_s_worker_ends_when_the_sweep_is_killed():
         assert not _gone(worker)
         sweeper.kill()  # kill -9: no signal reaches the worker
         sweeper.wait()
-        deadline = time.monotonic() + 10
-        while not _gone(worker) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert _gone(worker)
+        assert _ends_within(worker, 10)
     finally:
         if not _gone(worker):
             os.kill(worker, signal.SIGKILL)
@@ -208,10 +213,7 @@ def test_the_memory_probe_ends_when_its_job_s_process_is_killed():
         assert not _gone(probe)
         owner.kill()
         owner.wait()
-        deadline = time.monotonic() + 10  # its poll is 1 s
-        while not _gone(probe) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert _gone(probe)
+        assert _ends_within(probe, 10)  # its poll is 1 s
     finally:
         if not _gone(probe):
             os.kill(probe, signal.SIGKILL)
