@@ -5,6 +5,7 @@ import statistics
 
 import pytest
 import torch
+from conftest import ScaledGradient
 
 from attnbench import VariantShape, build_variant
 from attnbench.task import JobContext, build_task
@@ -200,20 +201,6 @@ def test_a_kernel_outside_its_tolerance_is_timed_and_flagged(planted, monkeypatc
     assert wrong["fwd_bwd_accurate"].value == 0.0 and right["fwd_bwd_accurate"].value == 1.0
 
 
-class _ScaledGradient(torch.autograd.Function):
-    """The identity forward, a backward scaled by 1 + 1e-3 in float32 only: a backward off by
-    0.1 %, exact in float64 (as a fast kernel's bug would be absent from its reference)."""
-
-    @staticmethod
-    def forward(ctx, x):
-        ctx.wrong = x.dtype == torch.float32
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad * (1 + 1e-3) if ctx.wrong else grad
-
-
 @pytest.fixture
 def planted_backward():
     """Softmax whose float32 backward reaches q scaled by 1.001: its forward is exact."""
@@ -222,7 +209,7 @@ def planted_backward():
 
     class PlantedBackward(SoftmaxAttention):
         def forward(self, q, k, v, causal=False):
-            return super().forward(_ScaledGradient.apply(q), k, v, causal=causal)
+            return super().forward(ScaledGradient.apply(q, 1 + 1e-3), k, v, causal=causal)
 
     register_variant("test_planted_backward")(PlantedBackward)
     yield "test_planted_backward"

@@ -7,35 +7,23 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import ScaledGradient
 
 from attnbench import AttentionVariant, build_variant
 from attnbench.testing import VariantContractTests
 from attnbench.variant import VARIANTS, register_variant
 
 
-class _ScaledGradient(torch.autograd.Function):
-    """The identity; its backward scales the gradient by 1.01 in float32 and is exact in float64."""
-
-    @staticmethod
-    def forward(ctx, x):
-        ctx.wrong = x.dtype == torch.float32
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad * 1.01 if ctx.wrong else grad
-
-
 def _planted(base: str, into: str) -> type[AttentionVariant]:
-    """The registered variant ``base`` with `_ScaledGradient` on its input ``into`` ("q" or a
+    """The registered variant ``base`` with `ScaledGradient` (×1.01) on its input ``into`` ("q" or a
     gate's name): its forward is exactly ``base``'s, its backward 1 % off there."""
 
     class Planted(VARIANTS.get(base)):
         def forward(self, q, k, v, causal=False, **kw):
             if into == "q":
-                q = _ScaledGradient.apply(q)
+                q = ScaledGradient.apply(q, 1.01)
             else:
-                kw["gates"] = {**kw["gates"], into: _ScaledGradient.apply(kw["gates"][into])}
+                kw["gates"] = {**kw["gates"], into: ScaledGradient.apply(kw["gates"][into], 1.01)}
             return super().forward(q, k, v, causal=causal, **kw)
 
     return Planted
