@@ -1,7 +1,7 @@
 """The contract every task meets, and the task registry.
 
 A task declares its metrics (with direction and description) and a hyperparameter dataclass, and
-``run(ctx)`` returns metric points. One job = one task × one variant × one setting; the harness
+``measure(ctx)`` returns metric points. One job = one task × one variant × one setting; the harness
 builds the `JobContext`, catches failures and writes the record.
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -57,7 +58,7 @@ class JobContext:
 
 
 class Task:
-    """Base class of every task. Subclasses set ``Params``, ``metrics`` and implement ``run``."""
+    """Base class of every task. Subclasses set ``Params``, ``metrics`` and implement ``measure``."""
 
     name: ClassVar[str] = ""
     Params: ClassVar[type] = object
@@ -105,18 +106,31 @@ class Task:
     # a battery of tasks whose headlines the board also averages into one column (TaskInfo.battery)
     battery: ClassVar[str] = ""
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A task written for 0.3 implements ``run``: it keeps working, with a warning, as its
+        ``measure`` (the name ``run`` now means only `attnbench.run`, which runs jobs)."""
+        super().__init_subclass__(**kwargs)
+        if "run" in vars(cls) and "measure" not in vars(cls):
+            warnings.warn(
+                f"task class {cls.__qualname__} implements run(ctx); rename it measure(ctx) "
+                "(the task contract's name since 0.4; run is used as measure until 0.5).",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            cls.measure = vars(cls)["run"]
+
     def __init__(self, params: Any) -> None:
         self.params = params
 
-    def run(self, ctx: JobContext) -> TaskResult:
-        """Run one job and return its metric points."""
+    def measure(self, ctx: JobContext) -> TaskResult:
+        """Measure one variant (one job) and return its metric points."""
         raise NotImplementedError
 
     def density_size(self) -> tuple[int, int, bool] | None:
         """(queries, keys, causal) of the attention a job's variant runs at, where the task
         records its ``density`` (`attnbench.metrics.DENSITY`); None: the task records none.
 
-        Declared apart from `run` so that a config check can compute every job's density from
+        Declared apart from `measure` so that a config check can compute every job's density from
         its parameters alone, without running it (tests/conf/test_presets_density.py).
         """
         return None

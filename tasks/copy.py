@@ -170,7 +170,7 @@ class SelectiveCopy(Task):
                 f"use vocab_size >= {FIRST_DATA + 2}."
             )
 
-    def run(self, ctx: JobContext) -> TaskResult:
+    def measure(self, ctx: JobContext) -> TaskResult:
         p = self.params
         torch.manual_seed(ctx.seed)
         cfg = ModelConfig(

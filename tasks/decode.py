@@ -352,7 +352,7 @@ class Decode(Task):
         """The attention a decoded sequence has seen: seq_len queries and keys, causal."""
         return self.params.seq_len, self.params.seq_len, True
 
-    def run(self, ctx: JobContext) -> TaskResult:
+    def measure(self, ctx: JobContext) -> TaskResult:
         p = self.params
         n, m, b, h, d = p.seq_len, p.new_tokens, p.batch_size, p.n_heads, p.head_dim
         kv = p.n_kv_heads or h

@@ -377,7 +377,7 @@ def _execute(task: Task, ident: dict[str, Any], cfg: DictConfig) -> _JobOutcome:
             raise UnsupportedError(reason)
         ctx, settings = _job_context(cfg, ident)
         with time_budget(float(cfg.timeout_s)):
-            result = task.run(ctx)
+            result = task.measure(ctx)
         outcome = _JobOutcome("ok", None, settings, _metric_points(result, task), result.details)
     except Exception as exc:  # every job failure becomes a record; the sweep goes on
         status, error = _classify(exc)

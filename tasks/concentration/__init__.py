@@ -346,7 +346,7 @@ class Concentration(Task):
         """The scales γ to sweep."""
         return list(self.params.scales) or [self.params.scale]
 
-    def run(self, ctx: JobContext) -> TaskResult:
+    def measure(self, ctx: JobContext) -> TaskResult:
         require_weights(ctx)  # before any training: a variant without weights is unsupported
         return self.run_gaussian(ctx) if self.params.source == "gaussian" else self.run_recall(ctx)
 

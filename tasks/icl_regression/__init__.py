@@ -480,7 +480,7 @@ class IclRegression(Task):
             return n + 1, n + 1, False
         return n, n, False
 
-    def run(self, ctx: JobContext) -> TaskResult:
+    def measure(self, ctx: JobContext) -> TaskResult:
         if self.params.mode == "prompt":
             return self.run_prompt(ctx)
         if self.params.mode == "one_layer":

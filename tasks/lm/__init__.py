@@ -368,7 +368,7 @@ class LanguageModel(Task):
             for q in points
         ]
 
-    def run(self, ctx: JobContext) -> TaskResult:
+    def measure(self, ctx: JobContext) -> TaskResult:
         p = self.params
         corpus: Corpus = load_corpus(p.corpus)
         torch.manual_seed(ctx.seed)

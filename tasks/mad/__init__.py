@@ -193,7 +193,7 @@ class MadTask(Task):
             out.append(logits[scored].argmax(-1) == target[scored])
         return torch.cat(out)
 
-    def run(self, ctx: JobContext) -> TaskResult:
+    def measure(self, ctx: JobContext) -> TaskResult:
         p = self.params
         torch.manual_seed(ctx.seed)
         model = self.build_model(ctx)

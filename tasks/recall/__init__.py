@@ -421,7 +421,7 @@ class Recall(Task):
         predictions on them (configuration → (n, N)); none here."""
         return []
 
-    def run(self, ctx: JobContext) -> TaskResult:
+    def measure(self, ctx: JobContext) -> TaskResult:
         p = self.params
         model, outcome = self.fit(ctx)
         tests = self.test_configs()

@@ -289,7 +289,7 @@ class StateTrackingTask(Task):
             out[n] = float((self.predict(model, ctx, x)[:, end] == y[:, end]).float().mean())
         return out
 
-    def run(self, ctx: JobContext) -> TaskResult:
+    def measure(self, ctx: JobContext) -> TaskResult:
         p = self.params
         torch.manual_seed(ctx.seed)
         model = self.build_model(ctx)

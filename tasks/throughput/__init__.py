@@ -527,7 +527,7 @@ class Throughput(Task):
         """The timed attention: seq_len queries and keys."""
         return self.params.seq_len, self.params.seq_len, self.params.causal
 
-    def run(self, ctx: JobContext) -> TaskResult:
+    def measure(self, ctx: JobContext) -> TaskResult:
         p = self.params
         variant = ctx.build_variant(VariantShape(p.n_heads, p.head_dim, p.seq_len, p.n_kv_heads))
         if p.doc_lengths is not None or p.doc_median is not None:  # packed against padded only

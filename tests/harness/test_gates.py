@@ -196,7 +196,7 @@ def test_timed_tasks_feed_the_gates(task, monkeypatch):
     params = {"seq_len": 32, "batch_size": 1, "n_heads": 2, "head_dim": 4, "min_run_time": 0.01}
     params |= {"max_timing_s": 0.5} if task == "throughput" else {"new_tokens": 4}
     ctx = JobContext(NAME, {}, torch.device("cpu"), torch.float32, 0, 1)
-    result = build_task(task, params).run(ctx)
+    result = build_task(task, params).measure(ctx)
     points = {p.metric: p.value for p in result.points}
     flag = "fwd_accurate" if task == "throughput" else "decode_accurate"
     assert points[flag] == 1.0

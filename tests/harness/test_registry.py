@@ -100,3 +100,26 @@ def test_builtin_variant_duplicate_refused():
 def test_build_variant_rejects_unknown_hyperparameter():
     with pytest.raises(ValueError, match="no hyperparameter 'temprature'.*valid: .*temperature"):
         build_variant("softmax", {"temprature": 2.0})
+
+
+def test_a_task_that_implements_run_measures_with_a_deprecation_warning():
+    """0.3's task contract named its method ``run``; such a plugin keeps working as ``measure``
+    (one name, one meaning: ``run`` is `attnbench.run`), and says so once, at class creation."""
+    from attnbench.metrics import MetricPoint, TaskResult
+    from attnbench.task import Task
+
+    with pytest.warns(DeprecationWarning, match="rename it measure"):
+
+        class Old(Task):
+            def run(self, ctx):
+                return TaskResult([MetricPoint("x", 1.0)])
+
+    assert Old(None).measure(None).points[0].value == 1.0
+
+    class New(Task):  # implements measure: no warning, no alias
+        def measure(self, ctx):
+            return TaskResult([])
+
+    assert "run" not in vars(New)
+    with pytest.raises(NotImplementedError):
+        Task(None).measure(None)

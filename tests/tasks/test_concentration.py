@@ -262,7 +262,7 @@ TASK_CASES = [
 
 def _run(variant, params, seed=0, **task):
     ctx = JobContext(variant, params, torch.device("cpu"), torch.float32, seed, 2)
-    result = build_task("concentration", task).run(ctx)
+    result = build_task("concentration", task).measure(ctx)
     got: dict[float, dict[str, float]] = {}
     for p in result.points:
         if p.x_value is not None:  # the scalars (density) are tested in test_density_metric.py
@@ -366,7 +366,7 @@ def test_attention_maps_of_a_model():
 
 def test_recall_source_reports_per_layer():
     ctx = JobContext("softmax", {}, torch.device("cpu"), torch.float32, 0, 2)
-    result = build_task("concentration", {"source": "recall", "recall_steps": 3}).run(ctx)
+    result = build_task("concentration", {"source": "recall", "recall_steps": 3}).measure(ctx)
     by_layer = {}
     for p in result.points:
         if p.x_value is not None:  # density is a scalar of the job
@@ -412,5 +412,5 @@ def test_a_variant_without_attention_weights_is_unsupported_before_any_training(
     ctx = JobContext("mesa", {}, torch.device("cpu"), torch.float32, 0, 1)
     started = time.perf_counter()
     with pytest.raises(UnsupportedError, match="concentration task analyses attention weights"):
-        build_task("concentration", {"source": source}).run(ctx)
+        build_task("concentration", {"source": source}).measure(ctx)
     assert time.perf_counter() - started < 5  # no model was trained

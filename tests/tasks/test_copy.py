@@ -43,7 +43,7 @@ def test_softmax_learns_selective_copying():
         seq_len=16, n_to_copy=3, vocab_size=8, train_size=4000, test_size=200, steps=300, d_model=32
     )
     ctx = JobContext("softmax", {}, torch.device("cpu"), torch.float32, 0, 2)
-    points = {p.metric: p.value for p in build_task("copy", params).run(ctx).points}
+    points = {p.metric: p.value for p in build_task("copy", params).measure(ctx).points}
     assert points["chance_accuracy"] == pytest.approx(1 / 6)
     assert points["accuracy"] > 0.8
     assert points["val_accuracy"] > 0.8  # 750 validation tokens: binomial sd ≈ 0.015 at 0.9

@@ -157,7 +157,7 @@ def _density(task: str, params: dict, variant: str, variant_params: dict) -> dic
     if task == "icl_regression" and params.get("mode") == "one_layer":
         params = {**params, "layer_eval_prompts": 16}
     ctx = JobContext(variant, variant_params, torch.device("cpu"), torch.float32, 0, 1)
-    points = build_task(task, params).run(ctx).points
+    points = build_task(task, params).measure(ctx).points
     return {(p.metric, p.x_name, p.x_value): p.value for p in points if "density" in p.metric}
 
 

@@ -131,7 +131,7 @@ def test_a_job_splits_its_headline_into_reassigned_and_kept_keys():
     ctx = JobContext("softmax", {}, torch.device("cpu"), torch.float32, 0, 1)
     points = {
         (p.metric, p.x_value): p.value
-        for p in build_task("forgetting_recall", params).run(ctx).points
+        for p in build_task("forgetting_recall", params).measure(ctx).points
     }
     reassigned, kept = points[("accuracy_reassigned", None)], points[("accuracy_kept", None)]
     assert points[("accuracy", None)] == pytest.approx((reassigned + kept) / 2, abs=1e-12)

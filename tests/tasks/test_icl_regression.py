@@ -34,7 +34,7 @@ def one_thread():
 
 def _run(variant, **params):
     ctx = JobContext(variant, {}, torch.device("cpu"), torch.float32, 0, 1)
-    result = build_task("icl_regression", params).run(ctx)
+    result = build_task("icl_regression", params).measure(ctx)
     return {(p.metric, p.x_value): p.value for p in result.points}, result.details
 
 

@@ -187,7 +187,7 @@ def test_prompt_mode_scores_the_shifts_with_least_squares_on_the_same_prompts():
         curriculum_dims=1, curriculum_points=2, curriculum_interval=1,
         shifts="skewed+orthogonal_query",
     )  # fmt: skip
-    result = build_task("icl_regression", params).run(_ctx())
+    result = build_task("icl_regression", params).measure(_ctx())
     got = {(p.metric, p.x_value) for p in result.points}
     for i in range(6):
         assert ("mse_skewed", i) in got and ("mse_skewed_least_squares", i) in got
@@ -213,7 +213,7 @@ def test_the_paper_presets_curriculum_runs_its_first_steps_on_cpu():
     assert task.curriculum().at(0) == (5, 11) and task.curriculum().at(30000) == (20, 41)
     assert task.params.steps == 500000 and task.shift_names() == list(icl_shifts.SHIFTS)
     params.update(steps=2, eval_prompts=64, val_prompts=64, bootstrap=10, shifts="skewed")
-    result = build_task("icl_regression", params).run(_ctx())
+    result = build_task("icl_regression", params).measure(_ctx())
     points = {(p.metric, p.x_value): p.value for p in result.points}
     assert all(math.isfinite(v) for v in points.values())
     assert ("mse", 40) in points and ("mse_skewed", 40) in points
@@ -239,9 +239,9 @@ def test_sparse_prompts_get_the_lasso_baseline_and_dense_ones_do_not():
         mode="prompt", n_dims=4, n_points=5, n_layers=1, d_model=16, n_heads=1, steps=2,
         batch_size=8, eval_prompts=32, val_prompts=16, bootstrap=10,
     )  # fmt: skip
-    sparse = build_task("icl_regression", {**params, "w_sparsity": 1}).run(_ctx()).points
+    sparse = build_task("icl_regression", {**params, "w_sparsity": 1}).measure(_ctx()).points
     assert {p.x_value for p in sparse if p.metric == "mse_lasso"} == set(range(5))
-    dense = build_task("icl_regression", params).run(_ctx()).points
+    dense = build_task("icl_regression", params).measure(_ctx()).points
     assert not any(p.metric == "mse_lasso" for p in dense)
 
 

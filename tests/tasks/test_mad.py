@@ -255,7 +255,7 @@ def test_the_autoencoder_decodes_from_the_last_position_alone():
 
 def _run(task: str, params: dict, variant: str = "softmax", seed: int = 0) -> dict[str, float]:
     ctx = JobContext(variant, {}, torch.device("cpu"), torch.float32, seed, 1)
-    return {p.metric: p.value for p in build_task(task, params).run(ctx).points}
+    return {p.metric: p.value for p in build_task(task, params).measure(ctx).points}
 
 
 def test_softmax_memorizes_the_map():

@@ -98,10 +98,10 @@ def test_empty_rows_carry_no_mass_and_an_empty_plan_has_no_divergence():
 def test_the_concentration_task_reports_it_per_scale_where_the_plan_is_not_causal():
     ctx = JobContext("softmax", {}, torch.device("cpu"), torch.float32, 0, 1)
     params = {"seq_len": 64, "head_dim": 16, "scales": [0.5, 4.0], "n_batches": 1}
-    points = build_task("concentration", params).run(ctx).points
+    points = build_task("concentration", params).measure(ctx).points
     values = {p.x_value: p.value for p in points if p.metric == "sinkhorn_divergence"}
     assert set(values) == {0.5, 4.0} and 0 < values[0.5] < values[4.0]  # sharper: more uneven
-    causal = build_task("concentration", {**params, "causal": True}).run(ctx).points
+    causal = build_task("concentration", {**params, "causal": True}).measure(ctx).points
     assert not any(p.metric == "sinkhorn_divergence" for p in causal)
 
 

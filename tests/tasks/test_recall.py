@@ -198,7 +198,7 @@ SMALL = dict(  # the quick preset's grid of 0.3 (sweep=standard's size is larger
 
 def test_softmax_learns_recall_far_above_chance():
     points = {
-        (p.metric, p.x_value): p.value for p in build_task("recall", SMALL).run(_ctx()).points
+        (p.metric, p.x_value): p.value for p in build_task("recall", SMALL).measure(_ctx()).points
     }
     by_pairs = {x: v for (m, x), v in points.items() if m == "accuracy_by_pairs"}
     assert sorted(by_pairs) == [2, 4, 8, 16]  # train 2, 4, 8 pairs, test also 16
@@ -234,7 +234,7 @@ def _sequences_seen(params: dict, seed: int) -> list[torch.Tensor]:
         return x, y
 
     task.data = recording
-    task.run(_ctx(seed=seed))
+    task.measure(_ctx(seed=seed))
     return seen
 
 
@@ -254,7 +254,7 @@ def test_same_config_and_seed_give_the_same_metrics():
     params = dict(SMALL, train_size=200, test_size=50, steps=10)
 
     def measured(seed: int = 0) -> list:
-        points = build_task("recall", params).run(_ctx(seed=seed)).points
+        points = build_task("recall", params).measure(_ctx(seed=seed)).points
         return [(p.metric, p.x_value, p.value) for p in points if p.metric != MS_PER_STEP]
 
     runs = [measured() for _ in range(2)]
@@ -265,7 +265,7 @@ def test_same_config_and_seed_give_the_same_metrics():
 
 def test_non_causal_recall_runs_for_a_variant_that_cannot_be_causal():
     params = dict(SMALL, train_size=200, test_size=50, steps=5, causal=False)
-    result = build_task("recall", params).run(_ctx("sinkhorn"))
+    result = build_task("recall", params).measure(_ctx("sinkhorn"))
     points = {p.metric for p in result.points}
     assert "accuracy" in points
     # no state to decode with: no point, and the record says why
@@ -330,7 +330,7 @@ def test_state_bytes_equals_what_every_registered_decoder_holds():
 
 def test_a_job_reports_accuracy_against_its_state_size():
     params = dict(SMALL, train_size=200, test_size=50, steps=5)
-    points = {(p.metric, p.x_name): p for p in build_task("recall", params).run(_ctx()).points}
+    points = {(p.metric, p.x_name): p for p in build_task("recall", params).measure(_ctx()).points}
     state = points[("state_bytes", None)].value
     assert state == 2 * 64 * 32 * 4  # softmax's K and V of 64 test tokens at width 32, float32
     along = points[("accuracy_by_state_bytes", "state_bytes")]

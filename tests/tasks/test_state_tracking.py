@@ -200,7 +200,7 @@ TINY = dict(
 )
 def test_a_job_records_accuracy_by_length_past_the_training_length(task, extra, chance):
     ctx = JobContext("softmax", {}, torch.device("cpu"), torch.float32, 0, 1)
-    result = build_task(task, dict(TINY, **extra)).run(ctx)
+    result = build_task(task, dict(TINY, **extra)).measure(ctx)
     points = {(p.metric, p.x_value): p.value for p in result.points}
     curve = {x: v for (m, x), v in points.items() if m == "accuracy_by_length"}
     assert sorted(curve) == [8, 16, 33]  # the test lengths, two of them past training's 8

@@ -37,7 +37,7 @@ def _one_sequence_metrics(task) -> set[str]:
 
 def _run(variant="softmax", **task_params):
     task = build_task("throughput", {"min_run_time": 0.01, **task_params})
-    return {p.metric: p for p in task.run(_ctx(variant)).points}, task
+    return {p.metric: p for p in task.measure(_ctx(variant)).points}, task
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -89,7 +89,7 @@ def test_a_variant_whose_forward_disagrees_with_its_weights_is_not_timed():
 
 def test_correctness_check_is_recorded():
     task = build_task("throughput", {"min_run_time": 0.01, "seq_len": 600, "backward": False})
-    result = task.run(_ctx("window"))
+    result = task.measure(_ctx("window"))
     assert result.details["correctness_check"].startswith("forward == weights·V at n=512")
 
 
@@ -109,7 +109,7 @@ def test_bad_timing_settings_are_one_clear_sentence(params, message):
 
 def test_each_timing_records_its_steadiness_spread_samples_and_time():
     task = build_task("throughput", {"min_run_time": 0.01, "seq_len": 64, "max_timing_s": 2.0})
-    result = task.run(_ctx())
+    result = task.measure(_ctx())
     points = {p.metric: p.value for p in result.points}
     for prefix in ("fwd", "fwd_bwd"):
         assert points[f"{prefix}_steady"] in (0.0, 1.0)
@@ -146,7 +146,7 @@ def test_grouped_query_heads_are_checked_then_timed(variant):
         {"min_run_time": 0.01, "seq_len": 96, "n_heads": 4, "n_kv_heads": 1, "head_dim": 16}
         | {"causal": True},
     )
-    result = task.run(_ctx(variant))
+    result = task.measure(_ctx(variant))
     assert {p.metric for p in result.points} == _one_sequence_metrics(task)
     assert result.details["kv_heads"] == 1
     assert result.details["correctness_check"].startswith("forward == weights·V at n=96")
@@ -302,9 +302,9 @@ def test_a_record_names_the_kernel_path_its_timing_ran():
 
     small = {"seq_len": 256, "batch_size": 1, "n_heads": 2, "head_dim": 16, "backward": False}
     task = build_task("throughput", {"min_run_time": 0.01, **small})
-    softmax = task.run(_ctx("softmax"))
+    softmax = task.measure(_ctx("softmax"))
     assert softmax.details["fwd_kernel_path"] == kernel_path.TORCH_OPERATORS
-    window = task.run(_ctx("window", window=64))
+    window = task.measure(_ctx("window", window=64))
     expected = tile.path() if tile._load() else kernel_path.TORCH_OPERATORS
     assert window.details["fwd_kernel_path"] == expected
 
@@ -402,7 +402,7 @@ def test_a_job_of_drawn_documents_records_them_at_its_seq_len():
         {"min_run_time": 0.01, "doc_median": 24, "seq_len": 160, "causal": True},
     )
     task.params.n_heads, task.params.head_dim, task.params.max_timing_s = 2, 8, 0.3
-    result = task.run(_ctx("softmax"))
+    result = task.measure(_ctx("softmax"))
     lengths = result.details["doc_lengths"]
     assert sum(lengths) == 160 and len(lengths) > 1
     assert {(p.x_name, p.x_value) for p in result.points} == {("seq_len", 160)}

@@ -169,7 +169,7 @@ def test_a_throughput_record_names_the_configuration_its_kernel_ran():
             "max_timing_s": 0.5,
         },
     )
-    record = task.run(context)
+    record = task.measure(context)
     (how,) = record.details["fwd_tuned"].values()
     assert how.endswith("(tuned)") and "query_tile=" in how
     assert json.loads(autotune.cache_file().read_text())["entries"]

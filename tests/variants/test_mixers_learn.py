@@ -74,7 +74,7 @@ def mqar_accuracy(variant: str, variant_params: dict, seed: int = 0) -> float:
     try:
         task = build_task("recall", PARAMS)
         ctx = JobContext(variant, variant_params, torch.device("cpu"), torch.float32, seed, 1)
-        result = task.run(ctx)
+        result = task.measure(ctx)
     finally:
         torch.set_num_threads(threads)
     return next(p.value for p in result.points if p.metric == "accuracy" and p.x_name is None)

@@ -56,6 +56,6 @@ def test_a_wrong_output_fails_a_throughput_job_before_timing():
     try:
         ctx = JobContext("test_planted_narrow", {}, torch.device("cpu"), torch.float32, 0, 1)
         with pytest.raises(ValueError, match="the contract is"):
-            build_task("throughput", {"seq_len": 32, "max_timing_s": 0.1}).run(ctx)
+            build_task("throughput", {"seq_len": 32, "max_timing_s": 0.1}).measure(ctx)
     finally:
         VARIANTS.unregister("test_planted_narrow")

@@ -268,7 +268,7 @@ class DeltaRule(ValueLinearMixer):
         beta = torch.sigmoid(raw)
         return 2 * beta if self.params.negative_eigenvalues else beta
 
-    def _run(self, q, k, v, gates, causal, state=None, cu_seqlens=None):
+    def _scan(self, q, k, v, gates, causal, state=None, cu_seqlens=None):
         """The rule on inputs in the working dtype: outputs (B, H, N, Dv) and the final state;
         ``cu_seqlens``: documents packed along the sequence, in one pass (`delta_chunks`)."""
         fq, fk = self.features(q, k)
@@ -425,7 +425,7 @@ class DeltaRuleIncremental(IncrementalAttention):
             gates = {name: g.to(work) for name, g in gates.items()}
         state = self.state.to(work)
         if q.shape[-2] > 1:
-            out, state = variant._run(q, k, v, gates, causal=True, state=state)
+            out, state = variant._scan(q, k, v, gates, causal=True, state=state)
         else:  # one token: the recurrence itself, at each position the rule gives it (one;
             # n_h sub-steps for a product of Householder steps)
             fq, fk = variant.features(q, k)
@@ -500,7 +500,7 @@ class GatedDeltaProduct(GatedDeltaNet):
             log_alpha.flatten(2, 3),
         )
 
-    def _run(self, q, k, v, gates, causal, state=None, cu_seqlens=None):
+    def _scan(self, q, k, v, gates, causal, state=None, cu_seqlens=None):
         """The rule over the interleaved sub-steps: outputs (B, H, N, Dv) read at each token's
         last sub-step, and the final state. ``cu_seqlens``: documents packed along the
         sequence, in one pass over the sub-steps (each document's bounds times n_h)."""

@@ -396,7 +396,7 @@ class DecayedLinearAttention(GatedMixer):
         A per query head): then one per parameter head, as `decay` keeps one per query head."""
         return kv_heads
 
-    def run(
+    def scan(
         self,
         q: torch.Tensor,
         k: torch.Tensor,
@@ -534,7 +534,7 @@ class DecayedIncremental(IncrementalAttention):
         return [self.state]
 
     def _extend(self, q, k, v, gates):
-        out, state = self.variant.run(q, k, v, gates, causal=True, state=self.state)
+        out, state = self.variant.scan(q, k, v, gates, causal=True, state=self.state)
         self.state.copy_(state)
         return out.to(q.dtype)
 

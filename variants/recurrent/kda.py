@@ -160,7 +160,7 @@ class KimiDeltaAttention(ValueLinearMixer):
         beta = torch.sigmoid(raw_beta)
         return k, v, 2 * beta if self.params.negative_eigenvalues else beta, log_alpha
 
-    def _run(self, q, k, v, gates, causal, state=None, cu_seqlens=None):
+    def _scan(self, q, k, v, gates, causal, state=None, cu_seqlens=None):
         """The rule on inputs in the working dtype: outputs (B, H, N, Dv) and the final state;
         ``cu_seqlens``: documents packed along the sequence, in one pass (`dplr_chunks`)."""
         fq, fk = self.features(q, k)
@@ -223,7 +223,7 @@ class KDAIncremental(IncrementalAttention):
             gates = {name: g.to(work) for name, g in gates.items()}
         state = self.state.to(work)
         if q.shape[-2] > 1:
-            out, state = variant._run(q, k, v, gates, causal=True, state=state)
+            out, state = variant._scan(q, k, v, gates, causal=True, state=state)
         else:  # one token: the recurrence itself
             fq, fk = variant.features(q, k)
             fk, v, beta, log_alpha = variant.rule_inputs(fk, v, gates)

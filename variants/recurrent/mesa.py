@@ -362,7 +362,7 @@ class MesaAttention(GatedMixer):
             q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
         return q, k, F.logsigmoid(gates["gamma"]), torch.sigmoid(gates["beta"])
 
-    def run(self, q, k, v, gates, causal, state=None):
+    def scan(self, q, k, v, gates, causal, state=None):
         """`mesa_attention` on the parametrised gates, in `compute_dtype`: (out, (H, G))."""
         dtype = compute_dtype(q.dtype)
         q, k, v = (x.to(dtype) for x in (q, k, v))
@@ -416,7 +416,7 @@ class MesaIncremental(IncrementalAttention):
     def _extend(self, q, k, v, gates):
         variant, out_dtype = self.variant, q.dtype
         if q.shape[-2] > 1:
-            out, (h, g) = variant.run(q, k, v, gates, causal=True, state=(self.h, self.g))
+            out, (h, g) = variant.scan(q, k, v, gates, causal=True, state=(self.h, self.g))
         else:
             dtype = compute_dtype(q.dtype)
             q, k, v = (x.to(dtype) for x in (q, k, v))

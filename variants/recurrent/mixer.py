@@ -1,5 +1,5 @@
 """The forward the recurrent mixers share (the delta family, `kda`, `rwkv7`, `gla`, `mamba2`,
-`mesa`): check the inputs and the gates, run the variant's engine (``run``, which computes in
+`mesa`): check the inputs and the gates, run the variant's engine (``scan``, which computes in
 `compute_dtype` and returns the output with the final state), and hand the output back in the
 inputs' dtype.
 
@@ -33,23 +33,23 @@ ONE_PASS_TOKENS = 96  # the longest document a packed call runs in the one pass 
 
 
 class GatedMixer(AttentionVariant):
-    """An `AttentionVariant` whose ``run(q, k, v, gates, causal, state=None)`` returns
+    """An `AttentionVariant` whose ``scan(q, k, v, gates, causal, state=None)`` returns
     ``(out, state)``: its forward is the engine's output."""
 
-    def _run(self, q, k, v, gates, causal, state=None) -> tuple[torch.Tensor, object]:
+    def _scan(self, q, k, v, gates, causal, state=None) -> tuple[torch.Tensor, object]:
         """The engine on inputs and gates already in the working dtype: (out, final state).
         A mixer with ``packing = "native"`` takes ``cu_seqlens`` too (documents packed along
         the sequence, each run from the zero state)."""
         raise NotImplementedError
 
-    def run(self, q, k, v, gates, causal, state=None, **packed) -> tuple[torch.Tensor, object]:
-        """`_run` on inputs and gates widened to `compute_dtype`, its output through `finish`
+    def scan(self, q, k, v, gates, causal, state=None, **packed) -> tuple[torch.Tensor, object]:
+        """`_scan` on inputs and gates widened to `compute_dtype`, its output through `finish`
         (a mixer whose engine does its own widening overrides this); ``packed``: the
         ``cu_seqlens`` of a native packed call, passed on."""
         work = compute_dtype(q.dtype)
         if gates is not None:
             gates = {name: g.to(work) for name, g in gates.items()}
-        out, state = self._run(q.to(work), k.to(work), v.to(work), gates, causal, state, **packed)
+        out, state = self._scan(q.to(work), k.to(work), v.to(work), gates, causal, state, **packed)
         return self.finish(out), state
 
     def finish(self, out: torch.Tensor) -> torch.Tensor:
@@ -77,10 +77,10 @@ class GatedMixer(AttentionVariant):
                 f"{self.packing!r}); pass cu_seqlens to the variant's call, not to forward."
             )
         if packed:
-            return self._packed_run(q, k, v, gates, causal, cu_seqlens).to(q.dtype)
-        return self.run(q, k, v, gates, causal)[0].to(q.dtype)
+            return self._packed_scan(q, k, v, gates, causal, cu_seqlens).to(q.dtype)
+        return self.scan(q, k, v, gates, causal)[0].to(q.dtype)
 
-    def _packed_run(self, q, k, v, gates, causal, cu_seqlens) -> torch.Tensor:
+    def _packed_scan(self, q, k, v, gates, causal, cu_seqlens) -> torch.Tensor:
         """Packed documents: the short ones (at most `ONE_PASS_TOKENS`) in one pass of the
         engine, side by side in whole chunks (`documents`), each longer one in a call of its
         own; the outputs put back in the documents' order. Both forms give each document its
@@ -89,20 +89,20 @@ class GatedMixer(AttentionVariant):
         docs = list(pairwise(bounds))
         short = [(a, b) for a, b in docs if b - a <= ONE_PASS_TOKENS]
         if len(short) == len(docs):  # all in the one pass, nothing to gather
-            return self.run(q, k, v, gates, causal, cu_seqlens=bounds)[0]
+            return self.scan(q, k, v, gates, causal, cu_seqlens=bounds)[0]
         pieces: dict[int, torch.Tensor] = {}
         if short:
             index = torch.cat([torch.arange(a, b, device=q.device) for a, b in short])
             starts = [0, *accumulate(b - a for a, b in short)]
             cut = [x.index_select(-2, index) for x in (q, k, v)]
             few = {n: g.index_select(-2, index) for n, g in (gates or {}).items()} or None
-            out = self.run(*cut, few, causal, cu_seqlens=starts)[0]
+            out = self.scan(*cut, few, causal, cu_seqlens=starts)[0]
             lengths = [b - a for a, b in short]
             pieces.update(zip([a for a, _ in short], out.split(lengths, dim=-2), strict=True))
         for a, b in docs:
             if b - a > ONE_PASS_TOKENS:
                 one = {n: g[..., a:b, :] for n, g in (gates or {}).items()} or None
-                pieces[a] = self.run(q[..., a:b, :], k[..., a:b, :], v[..., a:b, :], one, causal)[0]
+                pieces[a] = self.scan(q[..., a:b, :], k[..., a:b, :], v[..., a:b, :], one, causal)[0]
         return torch.cat([pieces[a] for a, _ in docs], dim=-2)
 
 

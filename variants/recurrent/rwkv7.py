@@ -162,7 +162,7 @@ class RWKV7(ValueLinearMixer):
         replacement = k * (1 + (rate - 1) * k_a)
         return replacement, v, -rate * removal, removal * (-log_w).exp(), log_w
 
-    def _run(self, q, k, v, gates, causal, state=None, cu_seqlens=None):
+    def _scan(self, q, k, v, gates, causal, state=None, cu_seqlens=None):
         """The recurrence on inputs in the working dtype: outputs (B, H, N, Dv), final state;
         ``cu_seqlens``: documents packed along the sequence, in one pass (`dplr_chunks`)."""
         parts = self.rule_inputs(k, v, gates)
@@ -221,7 +221,7 @@ class RWKV7Incremental(IncrementalAttention):
             gates = {name: g.to(work) for name, g in gates.items()}
         state = self.state.to(work)
         if q.shape[-2] > 1:
-            out, state = variant._run(q, k, v, gates, causal=True, state=state)
+            out, state = variant._scan(q, k, v, gates, causal=True, state=state)
         else:  # one token: the recurrence itself
             out, state = dplr_step(q, *variant.rule_inputs(k, v, gates), state)
         self.state.copy_(state)
