@@ -5,7 +5,9 @@ preset that sweeps several values gives several runs per variant and setting. Co
 variant at one shared value favours the variants that happen to suit it (published comparisons,
 e.g. Zoology's MQAR, sweep the learning rate per mixer and report the best), so the board keeps,
 per variant and setting, only the runs of the value whose **seed-averaged validation metric** is
-best, and shows which value won and what the others scored. The test metrics of the kept runs are
+best (`harness.results.tuning_choice`: averaged over the seeds every value has, so a value tuned
+at one seed and then run at more is compared on the tuning seed), and shows which value won and
+what the others scored. The test metrics of the kept runs are
 then an unbiased estimate for that choice: the choice never saw the test split.
 
 The kept runs lose their tuning axes from ``task_params`` (the axes move to the ``tuned`` column),
@@ -13,9 +15,11 @@ so that variants tuned to different values still meet in one contest of the over
 
 Rules, in order:
 - a candidate (one combination of axis values) is scored by the mean of ``select_by`` over its
-  ok runs; one without a score (failed, or from code before the task measured it) cannot win;
+  ok runs at the seeds every scored candidate has; one without a score (failed, or from code
+  before the task measured it) cannot win;
 - ties go to the candidate whose values sort first (deterministic, never by run order);
 - a group where no candidate has a score keeps all its runs unchanged, so their failures show.
+The same rule picks the value a preset's ``seeds_at_best`` grid runs its further seeds at.
 
 **A winner at the grid's edge is flagged** (`Choice.at_edge`): where the winning value of a
 numeric axis is the lowest or the highest value tried, the optimum may lie outside the grid, and
@@ -28,7 +32,6 @@ Torch-free, like the rest of the leaderboard.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -42,6 +45,7 @@ from attnbench.harness.leaderboard.tables import (
     format_value,
     map_distinct,
 )
+from attnbench.harness.results.tuning_choice import score_candidates, winner
 from attnbench.task_info import TaskInfo
 
 TUNED = "tuned"  # column of the kept rows: the winning values, e.g. "lr=0.003"
@@ -53,8 +57,8 @@ class Candidate:
     """One combination of tuning-axis values of a group, with its validation score."""
 
     values: dict
-    score: float  # mean of select_by over seeds; NaN when it has none
-    n_seeds: int
+    score: float  # mean of select_by over the compared seeds; NaN when it has none
+    n_seeds: int  # the seeds that score averages
     shown: list[str] = field(default_factory=list)  # the axes the label names (empty: all)
 
     @property
@@ -108,14 +112,6 @@ def _split(text: str, axes: list[str]) -> tuple[str, str]:
     return json.dumps(setting, sort_keys=True), json.dumps(values, sort_keys=True)
 
 
-def _choose(candidates: list[Candidate], higher_is_better: bool) -> int | None:
-    scored = [i for i, c in enumerate(candidates) if not math.isnan(c.score)]
-    if not scored:
-        return None
-    sign = -1.0 if higher_is_better else 1.0
-    return min(scored, key=lambda i: (sign * candidates[i].score, candidates[i].label))
-
-
 def select_tuned(
     frame: pd.DataFrame, infos: dict[str, TaskInfo]
 ) -> tuple[pd.DataFrame, list[Choice]]:
@@ -136,20 +132,23 @@ def select_tuned(
         rows = rows.assign(setting=split.str[0], axis_values=split.str[1])
         for key, group in rows.groupby(GROUP, sort=True, dropna=False):
             choice = Choice(*key, select_by=tuning.select_by, higher_is_better=higher)
-            scores = group[
-                (group["status"] == "ok") & (group["metric"] == tuning.select_by)
-            ].groupby("axis_values")["value"]
-            means, counts = scores.mean(), scores.count()
+            picked = group[(group["status"] == "ok") & (group["metric"] == tuning.select_by)]
+            per_seed = picked.groupby(["axis_values", "seed"])["value"].mean()
             labels = sorted(group["axis_values"].unique())
+            by_label: dict[str, dict[int, float]] = {t: {} for t in labels}
+            for (label, seed), value in per_seed.items():
+                by_label[label][int(seed)] = float(value)
+            scored = score_candidates(by_label)
             values = [json.loads(v) for v in labels]
             # name only the axes this group varies (icl_regression's prompt mode tunes lr; its
             # layer_lr is the unused default), all of them where nothing varies
             shown = differing_keys(values)
             choice.candidates = [
-                Candidate(v, float(means.get(t, math.nan)), int(counts.get(t, 0)), shown)
+                Candidate(v, scored[t].score, scored[t].n_seeds, shown)
                 for v, t in zip(values, labels, strict=True)
             ]
-            choice.winner = _choose(choice.candidates, higher)
+            best = winner(scored, higher)
+            choice.winner = None if best is None else labels.index(best)
             choices.append(choice)
             if choice.winner is None:
                 kept.append(group.drop(columns=["setting", "axis_values"]))
@@ -182,8 +181,8 @@ def tuning_table(choices: list[Choice], task: str) -> Table | None:
         Column(
             "chosen",
             "chosen",
-            f"Best seed-averaged {mine[0].select_by} (validation split); ⚠: at the grid's edge, "
-            "so the best value may lie outside the grid",
+            f"Best seed-averaged {mine[0].select_by} (validation split, over the seeds every "
+            "value has); ⚠: at the grid's edge, so the best value may lie outside the grid",
         ),
         Column("candidates", f"{mine[0].select_by} per value (seeds)", "Every value tried"),
     ]

@@ -160,3 +160,37 @@ def test_a_winner_at_the_grid_edge_is_flagged_and_an_interior_one_is_not():
     cells = {row[0].text: row[2].text for row in tuning_table(choices, "train").rows}
     assert "⚠ grid edge: lr at the highest tried" in cells["edge"]
     assert "⚠" not in cells["inner"]
+
+
+def test_values_are_compared_on_the_seeds_they_share():
+    """Tuned at seed 0, then seeds 1 and 2 run at the winner only (a ``seeds_at_best`` grid):
+    the comparison stays on seed 0, so the winner's weaker later seeds cannot hand the win to
+    a value that never had them; every seed of the winner is kept for its test number."""
+    frame = _frame(
+        [
+            _rows("A", 0.001, 0.70, 0.70, seed=0),
+            _rows("A", 0.01, 0.90, 0.90, seed=0),
+            _rows("A", 0.01, 0.50, 0.40, seed=1),
+            _rows("A", 0.01, 0.40, 0.50, seed=2),
+        ]
+    )
+    kept, choices = select_tuned(frame, INFOS)
+    (choice,) = choices
+    assert choice.candidates[choice.winner].values == {"lr": 0.01}
+    assert [(c.score, c.n_seeds) for c in choice.candidates] == [(0.70, 1), (0.90, 1)]
+    assert sorted(kept[kept["metric"] == "acc"]["seed"]) == [0, 1, 2]
+    # with the plain mean over each value's own seeds (0.60 against 0.70), 0.001 would have won
+
+
+def test_a_value_missing_a_seed_is_compared_on_what_both_have():
+    """A sweep stopped part-way: 0.01 has seeds 0 and 1, 0.001 only seed 0; seed 1's lucky
+    score must not decide (compared on seed 0: 0.001 wins, 0.8 against 0.6)."""
+    frame = _frame(
+        [
+            _rows("A", 0.001, 0.80, 0.80, seed=0),
+            _rows("A", 0.01, 0.60, 0.60, seed=0),
+            _rows("A", 0.01, 1.00, 1.00, seed=1),
+        ]
+    )
+    _, (choice,) = select_tuned(frame, INFOS)
+    assert choice.candidates[choice.winner].values == {"lr": 0.001}

@@ -1,0 +1,59 @@
+"""Which value of a tuning axis wins: one rule for the board and for the sweep that follows it.
+
+A task declares tuning axes and the validation metric that picks them (`TaskInfo.tuning`). A
+preset sweeps several values per (variant, setting); each value, a *candidate*, has a validation
+score per seed it was run with. The winner is the candidate with the best mean score **over the
+seeds every scored candidate has** (where they share none: over each one's own seeds):
+
+- a grid run at every seed (values × seeds) is compared on all of them, as a plain mean would;
+- a grid tuned at one seed, then run at more seeds at the winner only (the ``seeds_at_best``
+  grids of a preset, `hydra_plugins.attnbench_sweeper`) is compared on the tuning seed, so the
+  winner's extra seeds cannot make it lose (or win) against values that never had them;
+- a sweep stopped part-way compares what every value has, never one value's lucky extra seed.
+
+A candidate without a score (failed, or from code before the task measured it) cannot win; ties
+go to the candidate whose label sorts first, so the choice never depends on run order. Torch-free.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A candidate's score: the mean over the compared seeds (NaN: none), and how many."""
+
+    score: float
+    n_seeds: int
+
+
+def compared_seeds(scores: Mapping[str, Mapping[int, float]]) -> set[int]:
+    """The seeds the candidates are compared on: those every candidate with a score has; where
+    they share none, every seed (each candidate then scored on its own)."""
+    scored = [set(by_seed) for by_seed in scores.values() if by_seed]
+    if not scored:
+        return set()
+    shared = set.intersection(*scored)
+    return shared if shared else set.union(*scored)
+
+
+def score_candidates(scores: Mapping[str, Mapping[int, float]]) -> dict[str, Scored]:
+    """Each candidate's `Scored` on `compared_seeds`; ``scores`` is label → {seed: score}."""
+    seeds = compared_seeds(scores)
+    out = {}
+    for label, by_seed in scores.items():
+        values = [v for s, v in by_seed.items() if s in seeds and not math.isnan(v)]
+        out[label] = Scored(sum(values) / len(values) if values else math.nan, len(values))
+    return out
+
+
+def winner(scored: Mapping[str, Scored], higher_is_better: bool) -> str | None:
+    """The winning label of `score_candidates`' result; None where no candidate has a score."""
+    valid = [label for label, s in scored.items() if not math.isnan(s.score)]
+    if not valid:
+        return None
+    sign = -1.0 if higher_is_better else 1.0
+    return min(valid, key=lambda label: (sign * scored[label].score, label))
