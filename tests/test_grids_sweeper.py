@@ -355,3 +355,58 @@ def test_run_alone_jobs_run_one_at_a_time_in_the_sweeps_own_process(
     shared = {pid for b in (batches[0], batches[3]) for _, pid in b}
     assert alone == {os.getpid()}  # the sweep's own process, whatever the launcher
     assert (shared == {os.getpid()}) == (launcher == "basic")  # joblib: worker processes
+
+
+def _copy_records(results_dir):
+    return [json.loads(p.read_text()) for p in (results_dir / "runs").glob("*.json")]
+
+
+def _val(record):
+    return next(p["value"] for p in record["metrics"] if p["metric"] == "val_accuracy")
+
+
+@pytest.mark.slow
+def test_seeds_at_best_run_each_variants_winner_at_the_further_seeds(tmp_path):
+    """Three learning rates at seed 0, then seeds 1 and 2 at each variant's best validation
+    accuracy (ties to the smaller lr, as the board's label order): 2 × (3 + 2) records; run
+    again, every job is found finished and the same choice is made."""
+    command = ["attnbench", "-m", "sweep=tuned_test", SEARCHPATH, f"results_dir={tmp_path}"]
+    proc = run_cli(*command)
+    assert proc.returncode == 0, proc.stderr
+    assert "then at most 4 at the tuned values" in proc.stdout + proc.stderr
+    records = _copy_records(tmp_path)
+    assert len(records) == 10 and all(r["status"] == "ok" for r in records)
+    for variant in ("softmax", "linear"):
+        mine = [r for r in records if r["variant"] == variant]
+        tuning = [r for r in mine if r["seed"] == 0]
+        assert sorted(r["task_params"]["lr"] for r in tuning) == [0.001, 0.01, 0.1]
+        best = max(tuning, key=lambda r: (_val(r), -r["task_params"]["lr"]))["task_params"]["lr"]
+        further = [r for r in mine if r["seed"] != 0]
+        assert sorted(r["seed"] for r in further) == [1, 2]
+        assert {r["task_params"]["lr"] for r in further} == {best}
+    again = run_cli(*command)
+    assert again.returncode == 0, again.stderr
+    assert "6 of 6 jobs finished earlier" in again.stdout + again.stderr
+    assert "4 of 4 jobs finished earlier" in again.stdout + again.stderr
+    assert len(_copy_records(tmp_path)) == 10
+
+
+@pytest.mark.parametrize(
+    "grid, says",
+    [
+        ("{variant:softmax,task:throughput,task.seq_len:32,seeds_at_best:'1,2'}", "no tuning axes"),
+        ("{variant:softmax,task:copy,seed:1,task.lr:'0.001,0.01',seeds_at_best:'1,2'}", "seed 1"),
+        ("{variant:softmax,task:copy,task.lr:'0.001,0.01',seeds_at_best:'one'}", "whole seeds"),
+    ],
+)
+def test_a_bad_seeds_at_best_grid_is_one_sentence(tmp_path, grid, says):
+    proc = run_cli(
+        "attnbench",
+        "-m",
+        "hydra/sweeper=grids",
+        f"hydra.sweeper.grids=[{grid}]",
+        f"results_dir={tmp_path}",
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert says in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "runs").exists()

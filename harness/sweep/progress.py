@@ -148,6 +148,14 @@ class SweepProgress:
             )
             self.bar.set_postfix(failed=0)
 
+    def resize(self, total: int) -> None:
+        """The sweep's job count changed (jobs planned once others ran, or found finished)."""
+        with self.lock:
+            self.total = total
+            if self.bar is not None:
+                self.bar.total = total
+            self._show()
+
     def _tty(self) -> bool:
         try:
             return bool(self.stream.isatty())

@@ -27,6 +27,15 @@ with another job of the sweep, while the other grids' jobs still run side by sid
 reuses (the memory probe, `attnbench.toolkit.memory`), which a worker process must shut down after
 every job.
 
+A grid may set ``seeds_at_best: "1,2"`` (a key of the grid): its jobs tune the task's tuning axes
+(``task.lr: 0.001,0.003,0.01,0.03`` at one ``seed``), and once every job of the sweep's grids has
+run, each (variant, setting) is run again at these seeds with the values that won, by the
+board's rule (`attnbench.harness.results.tuning_choice`: the best validation score over the seeds
+the values share). Four values and three seeds then cost six jobs, not twelve, and the board's
+number for a variant is the mean of three seeds at its tuned value. The choice is read from the
+records, so a resumed sweep makes the same one and skips what it ran; a (variant, setting) whose
+values all failed gets no further seeds, and the sweep says so.
+
 Beyond the basic sweeper, three promises (see ``attnbench --help`` in README.md):
 
 * every job is checked before the first one runs (``job_check``, by default
@@ -46,6 +55,7 @@ Beyond the basic sweeper, three promises (see ``attnbench --help`` in README.md)
 
 # No `from __future__ import annotations` here: Hydra imports plugin modules without entering them
 # in sys.modules, and dataclasses then cannot resolve string annotations.
+import json
 import logging
 import sys
 from collections.abc import Sequence
@@ -64,13 +74,23 @@ from hydra.utils import get_method
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from attnbench.harness.jobs.paths import write_failure
-from attnbench.harness.jobs.records import FAILURES
+from attnbench.harness.jobs.records import FAILURES, find_finished_record
+from attnbench.harness.results.tuning_choice import score_candidates, winner
 from attnbench.harness.sweep.outcome import OUTCOME
 from attnbench.harness.sweep.progress import JobEnds, ReportingTask, SweepProgress, job_status
-from attnbench.harness.sweep.stop import SKIPPED, STOP_FILE, GracefulStop, GuardedTask, StopSweep
+from attnbench.harness.sweep.stop import (
+    SKIPPED,
+    STOP_FILE,
+    GracefulStop,
+    GuardedTask,
+    StopSweep,
+    stop_requested,
+)
 
 log = logging.getLogger(__name__)
 RUN_ALONE = "run_alone"  # a grid key: launch each of the grid's jobs in a batch of its own
+SEEDS_AT_BEST = "seeds_at_best"  # a grid key: seeds to run again at each tuned winner
+GRID_KEYS = (RUN_ALONE, SEEDS_AT_BEST)  # keys of a grid that are not overrides
 
 
 @dataclass
@@ -112,6 +132,42 @@ def _choices(override: Override) -> list[str]:
     return [override.get_value_element_as_str()]
 
 
+def _seeds(value: Any) -> tuple[int, ...]:
+    """A grid's ``seeds_at_best`` (``"1,2"``, ``[1, 2]``, ``1`` or absent) as whole seeds."""
+    if value is None:
+        return ()
+    items = value if isinstance(value, list | tuple) else str(value).split(",")
+    try:
+        seeds = tuple(int(str(s).strip()) for s in items)
+    except ValueError:
+        refuse(f"seeds_at_best: {value!r} is not a list of whole seeds; write it as 1,2.")
+    if any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
+        refuse(f"seeds_at_best: {value!r} must list distinct seeds of 0 or more, as 1,2.")
+    return seeds
+
+
+def _key(override: str) -> str:
+    """The key of an override line (``+task.lr=0.1`` → ``task.lr``)."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def _value(job: list[str], key: str) -> str | None:
+    """The value a job's overrides give ``key``; None where they do not set it."""
+    for o in job:
+        if _key(o) == key:
+            return o.split("=", 1)[1]
+    return None
+
+
+def _scalar(points: list[dict], metric: str) -> float | None:
+    """A record's value of ``metric`` without a curve axis; None where it has none."""
+    for p in points:
+        if p.get("metric") == metric and not p.get("x_name"):
+            value = p.get("value")
+            return None if value is None else float(value)
+    return None
+
+
 class GridsSweeper(BasicSweeper):
     """Runs the union of several basic-sweeper grids (see the module docstring)."""
 
@@ -123,10 +179,13 @@ class GridsSweeper(BasicSweeper):
         job_done: str | None = None,
     ) -> None:
         super().__init__(max_batch_size=max_batch_size, params=None)
-        # YAML gives numbers; `run_alone` is the grid's own flag, not an override
-        self.grids = [{str(k): str(v) for k, v in g.items() if k != RUN_ALONE} for g in grids]
+        # YAML gives numbers; `run_alone` and `seeds_at_best` are the grid's own, not overrides
+        self.grids = [{str(k): str(v) for k, v in g.items() if k not in GRID_KEYS} for g in grids]
         self.alone = [bool(g.get(RUN_ALONE, False)) for g in grids]
+        self.at_best = [_seeds(g.get(SEEDS_AT_BEST)) for g in grids]
         self.alone_jobs: set[tuple[str, ...]] = set()
+        self.tuned: list[tuple[tuple[int, ...], list[list[str]]]] = []  # (seeds, the grid's jobs)
+        self.prepared: dict[tuple[str, ...], Any] = {}  # a tuned grid's job → job_check's return
         self.in_process: BasicLauncher | None = None  # runs the run_alone jobs
         self.job_check = job_check
         self.job_done = job_done
@@ -180,12 +239,18 @@ class GridsSweeper(BasicSweeper):
         jobs: list[list[str]] = []
         seen = set()
         kept = 0
-        for grid, alone in zip(grids or [[]], self.alone or [False], strict=True):
+        self.tuned = []
+        for grid, alone, seeds in zip(
+            grids or [[]], self.alone or [False], self.at_best or [()], strict=True
+        ):
             lines = self._narrow(grid, command_line)
             if lines is None:
                 continue
             kept += 1
             (expanded,) = self.split_arguments(parser.parse_overrides(lines), None)
+            if seeds:
+                self._check_tuned_grid(expanded, seeds)
+                self.tuned.append((seeds, expanded))
             for job in expanded:
                 # one job per set of overrides, whatever their order: a command-line override
                 # appended to one grid can repeat another grid's job with its keys reordered
@@ -202,6 +267,17 @@ class GridsSweeper(BasicSweeper):
                 "matches nothing is an error."
             )
         return jobs
+
+    @staticmethod
+    def _check_tuned_grid(jobs: list[list[str]], seeds: tuple[int, ...]) -> None:
+        """A ``seeds_at_best`` grid tunes at one seed: its own seed must not be one it adds."""
+        own = {_value(job, "seed") for job in jobs}
+        clash = sorted(s for s in seeds if str(s) in own or (s == 0 and None in own))
+        if clash:
+            refuse(
+                f"a grid with seeds_at_best: {','.join(map(str, seeds))} also runs seed "
+                f"{clash[0]} itself; give the grid one seed the list does not have."
+            )
 
     def _refuse_no_grid(self, grids: list[list[Override]], command_line: list[Override]) -> None:
         in_grids = {o.get_key_element() for grid in grids for o in grid}
@@ -240,7 +316,9 @@ class GridsSweeper(BasicSweeper):
         loader = self.hydra_context.config_loader
         workers = self._worker_threads()
         todo = []
+        tuned = {tuple(job) for _, grid in self.tuned for job in grid}
         for job in jobs:
+            original = tuple(job)
             cfg = loader.load_sweep_config(self.config, list(job))
             if workers is not None and tuple(job) not in self.alone_jobs and cfg.threads == 0:
                 job = [o for o in job if o.split("=", 1)[0].lstrip("+") != "threads"]
@@ -254,6 +332,8 @@ class GridsSweeper(BasicSweeper):
                 checked = check(cfg)
             except ValueError as exc:
                 refuse(f"{exc} (job: {' '.join(job)})")
+            if original in tuned:
+                self.prepared[original] = checked
             if done is None or not done(cfg, checked):
                 todo.append(job)
         OUTCOME.sweep_planned(len(jobs), len(todo), self.config.get("results_dir"))
@@ -297,6 +377,79 @@ class GridsSweeper(BasicSweeper):
         if n_jobs == 1:
             return None
         return int(backend._prepare_worker_env(n_jobs)["OMP_NUM_THREADS"])
+
+    # --- the seeds at the tuned values ----------------------------------------------------
+
+    def _tuned_groups(self) -> list[tuple[tuple[int, ...], dict[tuple[str, ...], list[list[str]]]]]:
+        """Per ``seeds_at_best`` grid: its seeds, and its jobs grouped by (variant, setting):
+        every override but ``seed`` and the task's tuning axes (``task.lr``, …)."""
+        out = []
+        for seeds, jobs in self.tuned:
+            groups: dict[tuple[str, ...], list[list[str]]] = {}
+            for job in jobs:
+                axes = {f"task.{a}" for a in self._tuning(job).params} | {"seed"}
+                key = tuple(sorted(o for o in job if _key(o) not in axes))
+                groups.setdefault(key, []).append(job)
+            out.append((seeds, groups))
+        return out
+
+    def _tuning(self, job: list[str]) -> Any:
+        """The tuning axes the task of a ``seeds_at_best`` grid's job declares (`Tuning`)."""
+        prepared = self.prepared.get(tuple(job))
+        if prepared is None:  # no job_check: nothing composed the job
+            refuse("seeds_at_best needs the sweeper's job_check to compose its jobs; set it.")
+        tuning = prepared.task_class.describe().tuning
+        if tuning is None or not tuning.params:
+            refuse(
+                f"seeds_at_best is for a grid that tunes: task '{prepared.task_class.name}' "
+                "declares no tuning axes (TaskInfo.tuning); run its seeds in the grid instead."
+            )
+        return tuning
+
+    def _jobs_at_best(self) -> list[list[str]]:
+        """The jobs of every ``seeds_at_best`` grid's seeds at each group's winning values, read
+        from the records of the grid's jobs; a group none of whose values has a score adds none
+        (said in the log, since its failures are on the board)."""
+        assert self.config is not None
+        folder = str(self.config.results_dir)
+        out = []
+        for seeds, groups in self._tuned_groups():
+            for key, jobs in groups.items():
+                tuning = self._tuning(jobs[0])
+                info = self.prepared[tuple(jobs[0])].task_class.describe()
+                metric = info.metric(tuning.select_by)
+                higher = bool(metric.higher_is_better) if metric else True
+                scores: dict[str, dict[int, float]] = {}
+                by_label: dict[str, list[str]] = {}
+                for job in jobs:
+                    record = find_finished_record(folder, self.prepared[tuple(job)].run_id)
+                    if record is None:
+                        continue
+                    label = json.dumps(
+                        {
+                            a: record.task_params[a]
+                            for a in tuning.params
+                            if a in record.task_params
+                        },
+                        sort_keys=True,
+                    )
+                    by_label[label] = job
+                    value = _scalar(record.metrics, tuning.select_by)
+                    scores.setdefault(label, {})
+                    if value is not None:
+                        scores[label][int(record.seed)] = value
+                best = winner(score_candidates(scores), higher)
+                if best is None:
+                    log.warning(
+                        "seeds_at_best: no value of %s scored %s for %s: no further seeds run",
+                        ", ".join(tuning.params),
+                        tuning.select_by,
+                        " ".join(key),
+                    )
+                    continue
+                base = [o for o in by_label[best] if _key(o) != "seed"]
+                out.extend(base + [f"seed={s}"] for s in seeds)
+        return out
 
     # --- running them ----------------------------------------------------------------------
 
@@ -357,21 +510,35 @@ class GridsSweeper(BasicSweeper):
         jobs = self.validate_jobs(self.job_overrides(arguments))
         self.overrides = self.batches(jobs)
         self._save_sweep(Path(self.config.hydra.sweep.dir))
+        later = sum(len(groups) * len(seeds) for seeds, groups in self._tuned_groups())
         log.info("grids sweeper: %d jobs from %d grids", len(jobs), len(self.grids))
-        if not jobs:
+        if later:
+            log.info(
+                "grids sweeper: then at most %d at the tuned values (seeds_at_best), once those "
+                "ran",
+                later,
+            )
+        if not jobs and not later:
             return []
-        self.reporting.progress = progress = SweepProgress(len(jobs))
+        self.reporting.progress = progress = SweepProgress(len(jobs) + later)
         self.reporting.ends = JobEnds.open(progress)
         try:
-            return self._launch_all(jobs, progress)
+            returns = self._launch_all(jobs, progress)
+            if later and not stop_requested(self.guard.stop_file):
+                tuned = self.validate_jobs(self._jobs_at_best())
+                progress.resize(len(jobs) + len(tuned))
+                self.overrides.extend(self.batches(tuned))
+                returns += self._launch_all(tuned, progress, offset=len(jobs))
+            return returns
         finally:
             if self.reporting.ends is not None:
                 self.reporting.ends.close()
             progress.close()
             self.reporting.progress = self.reporting.ends = None
 
-    def _launch_all(self, jobs: list[list[str]], progress: SweepProgress) -> Any:
-        """Launch the batches in order (`sweep`), until done or stopped."""
+    def _launch_all(self, jobs: list[list[str]], progress: SweepProgress, offset: int = 0) -> Any:
+        """Launch the batches of ``jobs`` in order (`sweep`), until done or stopped; ``offset``:
+        the number of the sweep's jobs launched before them (Hydra numbers jobs from it)."""
         assert self.launcher is not None and self.guard is not None
         returns = []
         first = 0
@@ -383,7 +550,7 @@ class GridsSweeper(BasicSweeper):
                 launcher = self._launcher_of(batch)
                 stop.new_batch(local_workers=_runs_in_local_workers(launcher))
                 try:
-                    results = launcher.launch(batch, initial_job_idx=first)
+                    results = launcher.launch(batch, initial_job_idx=offset + first)
                 except (StopSweep, KeyboardInterrupt) as exc:
                     self._aborted(batch, exc, before_any_job=stop.before_any_job)
                     return returns
