@@ -19,8 +19,9 @@ from typing import Any
 
 import torch
 
-from attnbench import JobContext, Task, UnsupportedError
+from attnbench.task import JobContext, Task
 from attnbench.toolkit.timing import FEWEST_SAMPLES, PROBE_SIZE, Timing, time_call
+from attnbench.variant import UnsupportedError
 
 OUTLIER_RATE, OUTLIER_STD = 1e-3, 10.0  # FlashAttention-3's outliers: N(0, 100) at 0.1 %
 
