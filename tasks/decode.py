@@ -53,7 +53,6 @@ cheaper per token than softmax with a KV cache.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -62,13 +61,11 @@ import torch.nn.functional as F
 from attnbench import (
     JobContext,
     Metric,
-    MetricPoint,
     ScalingFit,
     Task,
     TaskResult,
     VariantShape,
     build_variant,
-    check_finite,
     incremental_form,
     load_plugins,
     random_gates,
@@ -78,14 +75,15 @@ from attnbench.metrics import DENSITY
 from attnbench.toolkit import kernel_path
 from attnbench.toolkit.memory import isolated_cpu_peak, peak_memory_mib
 from attnbench.toolkit.timed import (
+    Measurement,
     TimingParams,
     check_timing_settings,
     error_metrics,
+    first_call,
     kernel_errors,
     read_bandwidth_gbs,
     time_against,
-    timing_details,
-    timing_metrics,
+    timed_inputs,
 )
 
 CHECK_LEN = 96  # tokens of the correctness check: several chunks, blocks and window lengths
@@ -362,25 +360,19 @@ class Decode(Task):
             decode_errors(variant, ctx, h, d, kv), variant, ctx.dtype, "decode_accurate"
         )
         decoder = incremental_form(variant, b, n + m, d, d, ctx.device, ctx.dtype, kv)
-        gen = ctx.generator()
-        q, k, v = (
-            torch.randn(b, heads, n + m, d, generator=gen).to(device=ctx.device, dtype=ctx.dtype)
-            for heads in (h, kv, kv)
-        )
-        # a gated variant's raw gates, standard normal as q, k, v ({} for an ungated one)
-        gates = _gates(variant, b, n + m, d, kv, gen, ctx.device, ctx.dtype)
+        q, k, v, gates = timed_inputs(variant, ctx, b, h, kv, n + m, d, ctx.generator())
         gqa = kv != h  # SDPA's grouped-query path in the references
         context = [*(x[:, :, :n] for x in (q, k, v)), _cut(gates, 0, n)]
-        values: dict[str, float | None] = dict(accuracy)
-        details: dict[str, object] = {"correctness_check": correctness, **accuracy_details}
+        record = Measurement("seq_len", n, values=dict(accuracy))
+        values, details = record.values, record.details
+        details.update({"correctness_check": correctness, **accuracy_details})
 
         def prefill() -> None:
             decoder.position = 0  # every sample prefills the same context from the start
             with torch.no_grad():
                 decoder.prefill(*context)
 
-        with torch.no_grad(), kernel_path.recording() as prefill_paths:
-            check_finite("prefill output", decoder.prefill(*context))
+        prefill_paths = first_call("prefill output", lambda: decoder.prefill(*context))
         details["prefill_kernel_path"] = kernel_path.described(prefill_paths)
         details["prefill_tuned"] = dict(prefill_paths.tuned)
         if n <= p.prefill_max_len:
@@ -392,8 +384,7 @@ class Decode(Task):
                 ctx,
                 p,
             )
-            values.update(timing_metrics("prefill", timing, spread=("iqr", "rel_iqr")))
-            details["prefill_timing"] = timing_details(timing)
+            record.add_timing("prefill", timing, spread=("iqr", "rel_iqr"))
         else:
             details["prefill_timing"] = f"not timed: seq_len {n} > prefill_max_len"
         decoder.position = n
@@ -418,17 +409,19 @@ class Decode(Task):
                         new[i][0], k[:, :, : n + i + 1], v[:, :, : n + i + 1], enable_gqa=gqa
                     )
 
-        with torch.no_grad(), kernel_path.recording() as step_paths:
-            decoder.position = n
-            check_finite("decoded output", decoder.step(*new[0]))
+        decoder.position = n
+        step_paths = first_call("decoded output", lambda: decoder.step(*new[0]))
         details["decode_kernel_path"] = kernel_path.described(step_paths)
         bandwidth = read_bandwidth_gbs(ctx.device)
         timing = time_against(generate, bare_sdpa, ctx, p)
         bandwidth = max(bandwidth, read_bandwidth_gbs(ctx.device))  # the faster: less load
-        values.update(
-            timing_metrics(
-                "decode", timing, per=m, median="ms_per_token", spread=("iqr", "rel_iqr")
-            )
+        record.add_timing(
+            "decode",
+            timing,
+            samples="decode_block_samples_ms",
+            per=m,
+            median="ms_per_token",
+            spread=("iqr", "rel_iqr"),
         )
         values["tokens_per_s"] = b / (timing.median_ms / m * 1e-3)
         # the state each step reads: after step i the batch holds n + i + 1 tokens' state
@@ -440,8 +433,6 @@ class Decode(Task):
         values["peak_gbs"] = bandwidth
         values["bandwidth_fraction"] = values["achieved_gbs"] / bandwidth
         values["load_avg"] = timing.load_avg
-        details["decode_timing"] = timing_details(timing)
-        details["decode_block_samples_ms"] = list(timing.samples_ms)
         if ctx.device.type == "cuda":
             del decoder
             values["decode_peak_mib"] = peak_memory_mib(
@@ -467,12 +458,7 @@ class Decode(Task):
                 "of state the batch holds (memory reused inside the probe goes unseen)"
             )
         values["density"] = variant.density(*self.density_size())
-        points = [
-            MetricPoint(name, float(value), "seq_len", n)
-            for name, value in values.items()
-            if value is not None and not math.isnan(value)
-        ]
-        return TaskResult(points=points, details=details)
+        return record.result()
 
 
 def _serve(variant, q, k, v, n: int, device, dtype, kv_heads: int, gates: dict) -> None:

@@ -52,7 +52,7 @@ def _init_probe() -> None:
     show no warnings.
 
     A Ctrl-C in a terminal reaches the whole process group, the probe included; the job's own
-    process decides what it means (`harness.cli.interrupt`: finish the running job first), and a
+    process decides what it means (`harness.sweep.stop`: finish the running job first), and a
     probe killed by it would fail that job and print its own traceback.
 
     The probe repeats work the job's own process has done (imports, plugins, the same call), and

@@ -7,6 +7,12 @@ Both tasks time a kernel in alternating rounds with a reference on the same inpu
 ``min_run_time``, ``steady_rtol``, ``steady_max_rel_iqr``, ``max_timing_s``), so that a timing means
 the same thing in both; `timing_metrics` names what a timing gives the same way in both, per call
 or, for decode, per generated token.
+
+A job of either measures in the same steps: it draws its inputs (`timed_inputs`), calls the
+kernel once, checked finite, noting which kernels ran (`first_call`), records the kernel's error
+against float64 (`kernel_errors`, `error_metrics`), times it against its reference (`time_against`)
+and records each timing and the values it derives into one `Measurement`, whose points are the
+job's result. What each task times, and what it derives from a timing, is its own.
 """
 
 from __future__ import annotations
@@ -14,13 +20,16 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from attnbench import JobContext, Task, UnsupportedError
+from attnbench.metrics import MetricPoint, TaskResult
+from attnbench.task import JobContext, Task, check_finite
+from attnbench.toolkit import kernel_path
 from attnbench.toolkit.timing import FEWEST_SAMPLES, PROBE_SIZE, Timing, time_call
+from attnbench.variant import UnsupportedError, random_gates
 
 OUTLIER_RATE, OUTLIER_STD = 1e-3, 10.0  # FlashAttention-3's outliers: N(0, 100) at 0.1 %
 
@@ -267,3 +276,77 @@ def timing_details(timing: Timing) -> dict[str, object]:
     return {
         k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in details.items()
     }
+
+
+def timed_inputs(
+    variant,
+    ctx: JobContext,
+    batch: int,
+    heads: int,
+    kv_heads: int,
+    length: int,
+    head_dim: int,
+    generator: torch.Generator,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    """What a timed kernel runs on: standard-normal q of shape (batch, heads, length, head_dim),
+    k and v of (batch, kv_heads, length, head_dim), and the variant's raw gates, standard normal
+    too (`attnbench.variant.random_gates`; {} for an ungated variant).
+
+    Drawn in that order from ``generator`` on the CPU, so a job's seed gives the same inputs on
+    every device, then moved to the job's device and dtype, outside any timed region.
+    """
+    q, k, v = (
+        torch.randn(batch, h, length, head_dim, generator=generator).to(
+            device=ctx.device, dtype=ctx.dtype
+        )
+        for h in (heads, kv_heads, kv_heads)
+    )
+    gates = random_gates(
+        variant, batch, length, head_dim=head_dim, kv_heads=kv_heads, generator=generator
+    )
+    return q, k, v, {name: g.to(device=ctx.device, dtype=ctx.dtype) for name, g in gates.items()}
+
+
+def first_call(what: str, call: Callable[[], torch.Tensor]) -> kernel_path.Ran:
+    """Call ``call`` once, without gradients, before it is timed: an output that is not finite
+    fails the job (`attnbench.task.check_finite`, naming the output ``what``) instead of posting a
+    speed. Returns the kernels the call ran (`attnbench.toolkit.kernel_path.recording`), which a
+    record names beside its timing."""
+    with torch.no_grad(), kernel_path.recording() as paths:
+        check_finite(what, call())
+    return paths
+
+
+@dataclass
+class Measurement:
+    """The record of a timed job, filled as the job measures: its metric values, all at the point
+    ``at`` of the task's axis ``axis``, and the details the record keeps.
+
+    A value of None or NaN is one the job could not read (a memory probe that missed, a busy-machine
+    reading the platform does not give): the record leaves it out rather than posting a number.
+    """
+
+    axis: str
+    at: float
+    values: dict[str, float | None] = field(default_factory=dict)
+    details: dict[str, object] = field(default_factory=dict)
+
+    def add_timing(
+        self, prefix: str, timing: Timing, *, samples: str | None = None, **names: Any
+    ) -> None:
+        """Record one timing: its metrics (`timing_metrics` with ``prefix`` and ``names``: ``per``,
+        ``median``, ``spread``), how it went under the details' ``<prefix>_timing``
+        (`timing_details`) and, where ``samples`` names a details key, its samples there."""
+        self.values.update(timing_metrics(prefix, timing, **names))
+        self.details[f"{prefix}_timing"] = timing_details(timing)
+        if samples is not None:
+            self.details[samples] = list(timing.samples_ms)
+
+    def result(self) -> TaskResult:
+        """The job's result: one point per value read, along the task's axis, and the details."""
+        points = [
+            MetricPoint(name, float(value), self.axis, self.at)
+            for name, value in self.values.items()
+            if value is not None and not math.isnan(value)
+        ]
+        return TaskResult(points=points, details=self.details)

@@ -75,7 +75,6 @@ from attnbench import (
     TaskResult,
     VariantShape,
     build_variant,
-    check_finite,
     load_plugins,
     random_gates,
     register_task,
@@ -86,15 +85,16 @@ from attnbench.tasks.throughput.packed import drawn_lengths, packed_timing
 from attnbench.toolkit import kernel_path
 from attnbench.toolkit.memory import isolated_cpu_peak, peak_memory_mib
 from attnbench.toolkit.timed import (
+    Measurement,
     TimingParams,
     check_timing_settings,
     error_metrics,
+    first_call,
     gemm_gflops,
     gradient_errors,
     kernel_errors,
     time_against,
-    timing_details,
-    timing_metrics,
+    timed_inputs,
 )
 
 
@@ -540,14 +540,9 @@ class Throughput(Task):
         kv = variant.shape.kv_heads
         gen = ctx.generator()
         shape = (p.batch_size, p.n_heads, p.seq_len, p.head_dim)
-        q, k, v = (
-            torch.randn(p.batch_size, heads, p.seq_len, p.head_dim, generator=gen).to(
-                device=ctx.device, dtype=ctx.dtype
-            )
-            for heads in (p.n_heads, kv, kv)
+        q, k, v, gates = timed_inputs(
+            variant, ctx, p.batch_size, p.n_heads, kv, p.seq_len, p.head_dim, gen
         )
-        # a gated variant's raw gates, standard normal as q, k, v ({} for an ungated one)
-        gates = _on(random_gates(variant, p.batch_size, p.seq_len, **_gate_shape(p, kv, gen)), ctx)
         gqa = kv != p.n_heads  # dense SDPA's grouped-query path
 
         def forward() -> torch.Tensor:
@@ -558,8 +553,7 @@ class Throughput(Task):
             with torch.no_grad():
                 return F.scaled_dot_product_attention(q, k, v, is_causal=p.causal, enable_gqa=gqa)
 
-        with kernel_path.recording() as paths:  # which kernels the timed call runs
-            check_finite("forward output", forward())
+        paths = first_call("forward output", forward)  # which kernels the timed call runs
         correctness = check_against_weights(variant, p, ctx)
         accuracy, accuracy_details = error_metrics(
             forward_errors(variant, p, ctx), variant, ctx.dtype, "fwd_accurate"
@@ -585,35 +579,38 @@ class Throughput(Task):
         achieved = flops / (fwd.median_ms * 1e-3) / 1e9
         fastest_probe_ms = min(fwd.probe_before_ms, fwd.probe_after_ms)
         machine_peak = gemm_gflops(ctx.device, fastest_probe_ms)
-        values: dict[str, float | None] = {
-            **timing_metrics("fwd", fwd),
-            **accuracy,
-            "peak_mem_mib": peak,
-            "gflops_fwd": achieved,
-            "peak_gflops": machine_peak,
-            "peak_fraction": achieved / machine_peak,
-            "tokens_per_s": p.batch_size * p.seq_len / (fwd.median_ms * 1e-3),
-            "first_call_ms": fwd.first_call_ms,
-            "density": variant.density(*self.density_size()),
-            "load_avg": fwd.load_avg,
-        }
-        details = {
-            "fwd_kernel_path": kernel_path.described(paths),
-            "fwd_tuned": dict(paths.tuned),  # the configurations chosen on this machine
-            "fwd_samples_ms": list(fwd.samples_ms),
-            "fwd_timing": timing_details(fwd),
-            "forward_flops": flops,
-            "backward_flops": variant.backward_flops(
-                p.batch_size, p.n_heads, p.seq_len, p.seq_len, p.head_dim, p.head_dim, p.causal
-            ),
-            **accuracy_details,
-            "correctness_check": correctness,
-            "kv_heads": kv,
-        }
+        record = Measurement("seq_len", p.seq_len)
+        record.add_timing("fwd", fwd, samples="fwd_samples_ms")
+        record.values.update(
+            {
+                **accuracy,
+                "peak_mem_mib": peak,
+                "gflops_fwd": achieved,
+                "peak_gflops": machine_peak,
+                "peak_fraction": achieved / machine_peak,
+                "tokens_per_s": p.batch_size * p.seq_len / (fwd.median_ms * 1e-3),
+                "first_call_ms": fwd.first_call_ms,
+                "density": variant.density(*self.density_size()),
+                "load_avg": fwd.load_avg,
+            }
+        )
+        record.details.update(
+            {
+                "fwd_kernel_path": kernel_path.described(paths),
+                "fwd_tuned": dict(paths.tuned),  # the configurations chosen on this machine
+                "forward_flops": flops,
+                "backward_flops": variant.backward_flops(
+                    p.batch_size, p.n_heads, p.seq_len, p.seq_len, p.head_dim, p.head_dim, p.causal
+                ),
+                **accuracy_details,
+                "correctness_check": correctness,
+                "kv_heads": kv,
+            }
+        )
         if p.backward:
             backward, backward_details = backward_accuracy(variant, p, ctx, accuracy)
-            values.update(backward)
-            details.update(backward_details)
+            record.values.update(backward)
+            record.details.update(backward_details)
             qg, kg, vg = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
             grad = torch.randn(shape, generator=gen).to(device=ctx.device, dtype=ctx.dtype)
 
@@ -631,15 +628,8 @@ class Throughput(Task):
                     t.grad = None
 
             bwd = time_against(forward_backward, dense_forward_backward, ctx, p)
-            values.update(timing_metrics("fwd_bwd", bwd))
-            details["fwd_bwd_samples_ms"] = list(bwd.samples_ms)
-            details["fwd_bwd_timing"] = timing_details(bwd)
-        points = [
-            MetricPoint(name, value, "seq_len", p.seq_len)
-            for name, value in values.items()
-            if value is not None and not math.isnan(value)
-        ]
-        return TaskResult(points=points, details=details)
+            record.add_timing("fwd_bwd", bwd, samples="fwd_bwd_samples_ms")
+        return record.result()
 
 
 def forward_peak_mib(
