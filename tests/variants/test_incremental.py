@@ -1,4 +1,4 @@
-"""The built-in variants' incremental forms (`attnbench.variants.incremental`) beyond the
+"""The built-in variants' incremental forms (each in its variant's module) beyond the
 contract suite: every causal built-in has one, non-default hyperparameters and trained-looking
 parameters decode exactly, and a window's state stops growing at w.
 
