@@ -259,16 +259,17 @@ def incremental_form(
     dtype: torch.dtype = torch.float32,
     kv_heads: int | None = None,
 ) -> IncrementalAttention:
-    """The registered incremental form of ``variant`` (plugins loaded first), built.
+    """The incremental form registered under ``variant``'s name, built.
+
+    A form registers where its variant is defined (the variant's module, or one it imports), so
+    a variant instance implies that its form, if it has one, is registered: the lookup reads the
+    registry as it is and loads no plugins.
 
     Raises:
         UnsupportedError: the variant has none (`why_no_incremental_form`), or fewer key/value
             heads than query heads were asked of a form that does not share them.
         ValueError: ``kv_heads`` does not divide the variant's heads.
     """
-    from attnbench.harness.discovery import load_plugins  # the built-in forms register there
-
-    load_plugins()
     reason = why_no_incremental_form(variant)
     if reason:
         raise UnsupportedError(reason)

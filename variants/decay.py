@@ -5,6 +5,11 @@ The causal form is the recurrence S_t = λ·S_{t−1} + k_t v_tᵀ, out_t = q_t�
 causal sums forwards plus the causal sums of the reversed sequence, minus the diagonal counted
 twice. Per head, λ_h = 1 − 2^(−5−h) by default (RetNet's schedule), or one λ for all heads. The
 pattern is fixed (recency only): theory.md §2 gives its sparsity S in closed form.
+
+Its incremental form keeps S, a D×Dv matrix per head decayed by λ each token, the same size at
+every length (`variants.decoding.RecurrentState`). λ is per query head, so heads that share keys
+and values (grouped-query) still accumulate different states: one S per query head, as without
+grouping.
 """
 
 from __future__ import annotations
@@ -14,9 +19,9 @@ from dataclasses import dataclass
 
 import torch
 
-from attnbench import AttentionVariant, VariantShape, register_variant
+from attnbench import AttentionVariant, VariantShape, register_incremental, register_variant
 from attnbench.masks import causal_pattern
-from attnbench.variants import incremental  # noqa: F401  registers this module's incremental forms
+from attnbench.variants.decoding import RecurrentState
 from attnbench.variants.kernels.prefix_sums import causal_kernel_sums
 
 
@@ -85,3 +90,33 @@ class DecayAttention(AttentionVariant):
         c = min(self.params.chunk_size, n)
         one_pass = 2.0 * batch * heads * n * (c * (d + dv) + 2 * d * dv)
         return one_pass if causal else 2 * one_pass
+
+
+@register_incremental("decay")
+class DecayIncremental(RecurrentState):
+    """S_t = λ·S_{t−1} + k_t v_tᵀ, out_t = q_t·S_t / √D, with λ per head: one S per query head,
+    also with grouped keys and values (heads with different λ accumulate different states)."""
+
+    state_heads_are_query_heads = True
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        log_decay = self.variant.log_decay.to(device=self.device, dtype=self.dtype)
+        self.log_decay = log_decay.view(-1, 1, 1)  # (H, 1, 1)
+        self.decay = torch.exp(self.log_decay)
+
+    def _extend(self, q, k, v):
+        n, scale = q.shape[-2], 1 / math.sqrt(q.shape[-1])
+        k, v = self.repeat_kv(k), self.repeat_kv(v)
+        if n == 1:  # a step: S_t = λ·S_{t−1} + k vᵀ, then read it
+            self.state.mul_(self.decay).add_(k.transpose(-2, -1) @ v)
+            return (q @ self.state).mul_(scale)
+        steps = torch.arange(n, device=q.device, dtype=q.dtype).view(1, -1, 1)
+        # the earlier tokens reach position t + i decayed by λ^{i+1}
+        out = (q @ self.state) * torch.exp((steps + 1) * self.log_decay) * scale
+        out = out + causal_kernel_sums(
+            q, k, v, self.variant.params.chunk_size, self.variant.log_decay, scale=scale
+        )
+        to_end = torch.exp((n - 1 - steps) * self.log_decay)  # λ^{n−1−i}: (H, n, 1)
+        self.state.mul_(torch.exp(n * self.log_decay)).add_((k * to_end).transpose(-2, -1) @ v)
+        return out

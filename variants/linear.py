@@ -9,6 +9,10 @@ attention with whitened features). Computed as Q·(KᵀV) — the same linear-co
 
 Both take grouped-query heads natively: the state KᵀV (and Σφ(k)) is computed once per key/value
 head and read by the query heads of its group, so fewer key/value heads save that work.
+
+Their incremental forms keep that state (`variants.decoding.RecurrentState`): a D×Dv matrix per
+key/value head, plus a D-vector normaliser for linear, Σφ(k)vᵀ and Σφ(k) over past tokens, the
+same size at every length.
 """
 
 from __future__ import annotations
@@ -20,9 +24,15 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from attnbench import AttentionVariant, VariantShape, per_query_head, register_variant
+from attnbench import (
+    AttentionVariant,
+    VariantShape,
+    per_query_head,
+    register_incremental,
+    register_variant,
+)
 from attnbench.masks import causal_pattern
-from attnbench.variants import incremental  # noqa: F401  registers this module's incremental forms
+from attnbench.variants.decoding import RecurrentState
 from attnbench.variants.kernels.prefix_sums import causal_kernel_sums
 
 FEATURE_MAPS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
@@ -140,3 +150,55 @@ class IdentityAttention(AttentionVariant):
 
     def forward_flops(self, batch, heads, n, m, d, dv, causal) -> float:
         return _linear_flops(self, batch, heads, n, m, d, dv, causal, self.params.chunk_size)
+
+
+@register_incremental("identity")
+class IdentityIncremental(RecurrentState):
+    """S = Σ k vᵀ; out = q·S / (√D·M) with M = ``max_len`` (identity's causal normaliser)."""
+
+    def _extend(self, q, k, v):
+        scale = 1 / (math.sqrt(q.shape[-1]) * self.max_len)
+        if q.shape[-2] == 1:  # a step: fold the token in, then read S_t
+            self.state.add_(k.transpose(-2, -1) @ v)
+            return self.per_query_head(q, self.state).mul_(scale)
+        out = self.per_query_head(q, self.state) * scale
+        chunk = self.variant.params.chunk_size
+        out = out + causal_kernel_sums(q, self.repeat_kv(k), self.repeat_kv(v), chunk, scale=scale)
+        self.state += k.transpose(-2, -1) @ v
+        return out
+
+
+@register_incremental("linear")
+class LinearIncremental(RecurrentState):
+    """S = Σ φ(k)vᵀ and z = Σ φ(k); out = φ(q)·S / (φ(q)·z + eps)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.key_sum = torch.zeros(
+            self.batch, self.kv_heads, self.head_dim, 1, device=self.device, dtype=self.dtype
+        )
+
+    def state_size(self, n: int) -> int:
+        return self.kv_heads * self.head_dim * (self.value_dim + 1)
+
+    def state_tensors(self) -> list[torch.Tensor]:
+        return [self.state, self.key_sum]
+
+    def _extend(self, q, k, v):
+        phi, eps = self.variant.phi, self.variant.params.eps
+        fq, fk = phi(q), phi(k)
+        if q.shape[-2] == 1:  # a step: fold the token in, then read
+            self.state.add_(fk.transpose(-2, -1) @ v)
+            self.key_sum.add_(fk.transpose(-2, -1))
+            num = self.per_query_head(fq, self.state)
+            return num / (self.per_query_head(fq, self.key_sum) + eps)
+        num = self.per_query_head(fq, self.state)
+        den = self.per_query_head(fq, self.key_sum)
+        # the new tokens among themselves: values with a column of ones give the normaliser
+        ones = v.new_ones(*v.shape[:-1], 1)
+        values = self.repeat_kv(torch.cat([v, ones], dim=-1))
+        inner = causal_kernel_sums(fq, self.repeat_kv(fk), values, self.variant.params.chunk_size)
+        num, den = num + inner[..., :-1], den + inner[..., -1:]
+        self.state += fk.transpose(-2, -1) @ v
+        self.key_sum += fk.sum(dim=-2, keepdim=True).transpose(-2, -1)
+        return num / (den + eps)

@@ -16,6 +16,10 @@ on 2 CPU cores at N = 8192 (256 × 512 keeps a tile of 4 heads in 2 MiB, within 
 Without autograd on the CPU in float32 the forward is the compiled kernel
 (`variants.kernels.pointwise`: the same tiles, fused, with sizes tuned on the machine) where it
 is built; the torch path above serves every other call and is the kernel's reference.
+
+Their incremental form (`PointwiseIncremental`) keeps a KV cache of every key and value
+(`variants.decoding.KeyValueCache`): a later query may weigh any earlier key, so none can be
+dropped.
 """
 
 from __future__ import annotations
@@ -27,9 +31,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from attnbench import AttentionVariant, register_variant
+from attnbench import AttentionVariant, register_incremental, register_variant
 from attnbench.masks import causal_pattern, future_keys
-from attnbench.variants import incremental  # noqa: F401  registers this module's incremental forms
+from attnbench.variants.decoding import KeyValueCache
 from attnbench.variants.kernels.pointwise import compiled_pointwise
 
 QUERY_TILE, KEY_TILE = 256, 512
@@ -221,3 +225,35 @@ class SigmoidAttention(PointwiseAttention):
 
     # (its bias stays a pass of its own: as the GEMM's addend (`baddbmm`) it is copied into the
     # output before the product, the same pass, measured no faster)
+
+
+class PointwiseIncremental(KeyValueCache):
+    """relu² and sigmoid with a KV cache; M in their weights is ``max_len`` (the causal forward's
+    number of keys)."""
+
+    def _attend(self, q, t, keys, values):
+        m, variant = self.max_len, self.variant
+        if t == 0 and q.shape[-2] > 1:
+            # from the start: the variant's own tiled kernel over the whole reserved cache, so
+            # that its M is max_len; keys not written yet (zeros) are after every query, causal
+            # masking gives them weight 0 and the kernel skips their tiles
+            whole = self.repeat_kv(self.keys), self.repeat_kv(self.values)
+            return variant(q, *whole, causal=True)
+        scale = 1 / math.sqrt(q.shape[-1])
+        outs = []
+        for scores, future, e in self.score_tiles(q, t, keys):
+            weights = variant.weight(scores * scale, m)
+            if future is not None:
+                weights = weights.masked_fill(future, 0.0)
+            outs.append(self.ungrouped(weights @ values[:, :, None, : t + e]))
+        return torch.cat(outs, dim=2)
+
+
+@register_incremental("relu2")
+class Relu2Incremental(PointwiseIncremental):
+    """relu(s + b)² / M with a KV cache."""
+
+
+@register_incremental("sigmoid")
+class SigmoidIncremental(PointwiseIncremental):
+    """σ(s + b) with a KV cache (b = −log M by default)."""

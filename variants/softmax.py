@@ -4,6 +4,10 @@ Row-wise softmax(QKᵀ/(√d·ε)) is the semi-relaxed entropic optimal-transpor
 ε → 0 gives a hard argmax, ε → ∞ uniform rows. The forward pass is
 `F.scaled_dot_product_attention`, so fused kernels (flash, memory-efficient, cuDNN) are used where
 the device has them; the n×n matrix is materialised only by `attention_weights`.
+
+Its incremental form (`SoftmaxIncremental`) keeps a KV cache of every key and value
+(`variants.decoding.KeyValueCache`): a later query may weigh any earlier key, so none can be
+dropped. A step is one SDPA call of the new query over the cache.
 """
 
 from __future__ import annotations
@@ -15,9 +19,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnbench import AttentionVariant, VariantShape, register_variant
+from attnbench import AttentionVariant, VariantShape, register_incremental, register_variant
 from attnbench.masks import apply_pattern, causal_pattern
-from attnbench.variants import incremental  # noqa: F401  registers this module's incremental forms
+from attnbench.variants.decoding import KeyValueCache, masked_sdpa
 
 
 @dataclass
@@ -85,3 +89,12 @@ class SoftmaxAttention(AttentionVariant):
         if causal:
             logits = apply_pattern(logits, causal_pattern(q.shape[-2], k.shape[-2], q.device))
         return torch.softmax(logits, dim=-1)
+
+
+@register_incremental("softmax")
+class SoftmaxIncremental(KeyValueCache):
+    """Softmax with a KV cache: a step is one SDPA call of one query over the cache."""
+
+    def _attend(self, q, t, keys, values):
+        q, scale = self.variant._scaled_queries(q)
+        return masked_sdpa(q, t, keys, values, scale)

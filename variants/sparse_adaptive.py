@@ -16,6 +16,12 @@ those. Scores are computed for all keys (cost n²), in query chunks of about `TO
 of scores so that memory stays O(chunk·M); causal chunks score only the keys up to their last
 query. Each chunk's scores become its softmax weights in place (`topk_kernel` on the CPU in
 float32, `top_softmax` elsewhere), and one matmul mixes the values of the keys it sees.
+
+Incremental forms: both keep a KV cache of every key (`variants.decoding`), since a later query
+may pick or list any earlier one. A `topk` step scores every cached key (finding the k largest
+needs them all), then mixes the k picked values. `learned_pattern` selects per head, so its
+prefill goes query block by query block over the ``max_len`` pattern, each gathering the keys of
+its selected blocks only.
 """
 
 from __future__ import annotations
@@ -30,9 +36,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnbench import AttentionVariant, VariantShape, register_variant
+from attnbench import AttentionVariant, VariantShape, register_incremental, register_variant
 from attnbench.masks import apply_pattern, causal_pattern, future_keys
-from attnbench.variants import incremental  # noqa: F401  registers this module's incremental forms
+from attnbench.variants.decoding import BlockPatternIncremental, KeyValueCache
 from attnbench.variants.kernels.blocksparse import block_sparse_attention, listed_pairs
 from attnbench.variants.kernels.topk import compiled_topk_attention, compiled_topk_softmax
 
@@ -231,7 +237,7 @@ class TopKAttention(AttentionVariant):
     @staticmethod
     def _mix(weights: torch.Tensor, idx: torch.Tensor, v: torch.Tensor, m: int) -> torch.Tensor:
         """Σ over the k picked keys (``idx`` of the first m) of weight·value, for the incremental
-        form (`variants.incremental.TopKIncremental`), where a step is one query row: up to
+        form (`TopKIncremental`), where a step is one query row: up to
         DENSE_MIX_MAX_KEYS keys, the weights are scattered into a row of all the keys and mixed
         by one matmul; beyond, only the picked value rows are fetched, O(k·Dv) a row."""
         if m <= DENSE_MIX_MAX_KEYS:
@@ -333,3 +339,49 @@ SELECT_ROWS_PER_THREAD = 64  # fewer rows than this per thread: one thread selec
 def _selection_pool(threads: int) -> ThreadPoolExecutor:
     """Threads for `kth_highest` (numpy releases the GIL while it partitions)."""
     return ThreadPoolExecutor(threads, thread_name_prefix="attnbench-topk")
+
+
+@register_incremental("topk")
+class TopKIncremental(KeyValueCache):
+    """Top-k with a KV cache: a step scores every cached key (finding the k largest needs them
+    all), then mixes the k picked values; k is resolved at ``max_len`` keys, as in the forward."""
+
+    def _attend(self, q, t, keys, values):
+        keep = self.variant.keep(self.max_len)
+        scale = 1 / math.sqrt(q.shape[-1])
+        outs = []
+        for scores, future, e in self.score_tiles(q, t, keys):
+            if future is not None:
+                scores = scores.masked_fill(future, float("-inf"))
+            top, idx = scores.topk(min(keep, t + e), dim=-1)  # (B, kv_heads, group, rows, k)
+            weights = (top * scale).softmax(dim=-1)
+            b, kv, g, r, k = idx.shape  # each key/value head's group of rows, mixed together
+            mixed = self.variant._mix(
+                weights.reshape(b, kv, g * r, k),
+                idx.reshape(b, kv, g * r, k),
+                values[:, :, : t + e],
+                t + e,
+            )
+            outs.append(self.ungrouped(mixed.reshape(b, kv, g, r, -1)))
+        return torch.cat(outs, dim=2)
+
+
+@register_incremental("learned_pattern")
+class LearnedPatternIncremental(BlockPatternIncremental):
+    """The blocks each head selects in the ``max_len`` pattern, with their gate log σ(P) as a
+    logit bias; one block in all is dense softmax (the gate cancels), as in the forward."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.block = self.variant.block(self.max_len)
+        self.n_blocks = math.ceil(self.max_len / self.block)
+        if self.n_blocks > 1:
+            blocks = self.variant.selected_blocks(self.n_blocks, causal=True)
+            gates = F.logsigmoid(self.variant.pattern_logits[:, : self.n_blocks, : self.n_blocks])
+            self.blocks = blocks.to(self.device)
+            self.gates = gates.detach().gather(-1, blocks.clamp(min=0)).to(self.device)
+
+    def listed(self, c):
+        if self.n_blocks == 1:
+            return None
+        return self.blocks[:, c], self.gates[:, c]

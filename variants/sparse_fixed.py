@@ -21,21 +21,37 @@ Conventions (i = query position, j = key position):
   ``window_blocks`` neighbouring blocks on each side (only earlier ones when causal), the first
   ``n_global`` blocks, and ``n_random`` random blocks drawn once from ``seed``; the global blocks'
   queries see every key. Causal adds j ≤ i at token level.
+
+Incremental forms: `window` keeps a ring of the w latest keys and values (older keys are never
+seen again); `strided` and `bigbird` keep a KV cache of every key (`variants.decoding`): a later
+query may still see any earlier key (every residue class modulo the stride; any earlier block
+through bigbird's random blocks). A step computes only what the pattern scores: the w ring
+entries (window), the local and dilated keys (strided), the listed key blocks (bigbird). A prefill
+from the start runs the variant's own kernel where the pattern of a prefix is the prefix of the
+full pattern (window, strided: sizes resolved at ``max_len`` and pinned as absolute counts,
+`_pinned`); bigbird draws its random blocks per sequence length, so its prefill goes query block
+by query block over the ``max_len`` pattern.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from attnbench import AttentionVariant, VariantShape, register_variant
+from attnbench import (
+    AttentionVariant,
+    IncrementalAttention,
+    VariantShape,
+    register_incremental,
+    register_variant,
+)
 from attnbench.masks import WINDOW, apply_pattern, window_pairs
-from attnbench.variants import incremental  # noqa: F401  registers this module's incremental forms
+from attnbench.variants.decoding import BlockPatternIncremental, KeyValueCache
 from attnbench.variants.kernels.banded import attention_with_lse, banded_attention, lse_available
 from attnbench.variants.kernels.blocksparse import (
     block_sparse_attention,
@@ -519,3 +535,113 @@ class BigBirdAttention(AttentionVariant):
         """The pairs of `scored_pairs` (masked pairs of a computed tile are not counted, as
         FlashAttention's convention halves causal attention)."""
         return 2.0 * batch * heads * self.scored_pairs(n, m, causal) * (d + dv)
+
+
+def _pinned(variant, **sizes):
+    """A twin of ``variant`` with pattern sizes pinned as absolute counts (and its parameters,
+    learned ones included, shared): its kernel on a prefix computes the full pattern's prefix."""
+    twin = type(variant).__new__(type(variant))
+    twin.__dict__ = dict(variant.__dict__)  # shares the submodules and parameters
+    twin.params = replace(variant.params, **sizes)
+    return twin
+
+
+@register_incremental("strided")
+class StridedIncremental(KeyValueCache):
+    """Strided with a KV cache: every residue class modulo the stride is visited by some later
+    query, so no key can be dropped; a step gathers its local and dilated keys only."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.local, self.stride = self.variant.sizes(self.max_len)
+        self.twin = _pinned(self.variant, local=self.local, stride=self.stride)
+
+    def _attend(self, q, t, keys, values):
+        scale = 1 / math.sqrt(q.shape[-1])
+        n = q.shape[-2]
+        if n == 1:
+            i = t
+            local = torch.arange(max(0, i - self.local + 1), i + 1, device=q.device)
+            # keys a multiple of the stride back, beyond the local window
+            first = i - self.stride * math.ceil(self.local / self.stride)
+            dilated = torch.arange(max(first, -1), -1, -self.stride, device=q.device)
+            idx = torch.cat([dilated, local])
+            return F.scaled_dot_product_attention(
+                q,
+                keys.index_select(2, idx),
+                values.index_select(2, idx),
+                scale=scale,
+                enable_gqa=self.group > 1,
+            )
+        # queries of the earlier positions are not kept: zeros in their place, outputs dropped
+        padded = torch.cat([q.new_zeros(*q.shape[:2], t, q.shape[-1]), q], dim=2)
+        keys, values = self.repeat_kv(keys), self.repeat_kv(values)
+        return self.twin(padded, keys, values, causal=True)[:, :, t:]
+
+
+@register_incremental("window")
+class WindowIncremental(IncrementalAttention):
+    """Sliding window with a ring of the w latest keys and values (slot = position mod w): a key
+    leaves every later query's window once w newer ones arrived. w is resolved at ``max_len``."""
+
+    grouped_query = True
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.window = self.variant._window(self.max_len)
+        self.twin = _pinned(self.variant, window=self.window)
+        lead = (self.batch, self.kv_heads, self.window)
+        self.keys = torch.empty(*lead, self.head_dim, device=self.device, dtype=self.dtype)
+        self.values = torch.empty(*lead, self.value_dim, device=self.device, dtype=self.dtype)
+
+    def state_size(self, n: int) -> int:
+        return min(n, self.window) * self.kv_heads * (self.head_dim + self.value_dim)
+
+    def state_tensors(self) -> list[torch.Tensor]:
+        held = min(self.position, self.window)
+        return [self.keys[:, :, :held], self.values[:, :, :held]]
+
+    def _extend(self, q, k, v):
+        t, n, w = self.position, q.shape[-2], self.window
+        scale = 1 / math.sqrt(q.shape[-1])
+        if n == 1:  # the ring holds exactly the window (softmax does not care about order)
+            self.keys[:, :, t % w] = k[:, :, 0]
+            self.values[:, :, t % w] = v[:, :, 0]
+            held = min(t + 1, w)
+            return F.scaled_dot_product_attention(
+                q,
+                self.keys[:, :, :held],
+                self.values[:, :, :held],
+                scale=scale,
+                enable_gqa=self.group > 1,
+            )
+        # the w − 1 keys before the new tokens, in order, then the new ones: the window's kernel
+        earlier = torch.arange(max(0, t - w + 1), t, device=q.device) % w
+        keys = torch.cat([self.keys.index_select(2, earlier), k], dim=2)
+        values = torch.cat([self.values.index_select(2, earlier), v], dim=2)
+        c = len(earlier)
+        padded = torch.cat([q.new_zeros(*q.shape[:2], c, q.shape[-1]), q], dim=2)
+        out = self.twin(padded, self.repeat_kv(keys), self.repeat_kv(values), causal=True)
+        out = out[:, :, c:]
+        kept = torch.arange(max(t, t + n - w), t + n, device=q.device)
+        self.keys[:, :, kept % w] = keys[:, :, c + kept - t]
+        self.values[:, :, kept % w] = values[:, :, c + kept - t]
+        return out
+
+
+@register_incremental("bigbird")
+class BigBirdIncremental(BlockPatternIncremental):
+    """BigBird's window, global and random blocks of the ``max_len`` pattern; the queries of the
+    global blocks see every earlier key."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.block = self.variant.block(self.max_len)
+        nb = math.ceil(self.max_len / self.block)
+        self.blocks = self.variant.key_blocks(nb, causal=True, device=self.device)  # (nb, K)
+
+    def listed(self, c):
+        if c < self.variant.params.n_global:
+            return None
+        blocks = self.blocks[c].expand(self.heads, -1)
+        return blocks, torch.zeros(blocks.shape, device=self.device)

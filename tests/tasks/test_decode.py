@@ -10,8 +10,7 @@ from attnbench import UnsupportedError
 from attnbench.incremental import INCREMENTAL, register_incremental
 from attnbench.task import JobContext, build_task
 from attnbench.variant import VARIANTS, register_variant
-from attnbench.variants.incremental import SoftmaxIncremental
-from attnbench.variants.softmax import SoftmaxAttention
+from attnbench.variants.softmax import SoftmaxAttention, SoftmaxIncremental
 
 FAST = {"min_run_time": 0.01, "min_samples": 4, "max_timing_s": 0.5}
 

@@ -1,4 +1,4 @@
-"""The built-in variants' incremental forms (`attnbench.variants.incremental`) beyond the
+"""The built-in variants' incremental forms (each in its variant's module) beyond the
 contract suite: every causal built-in has one, non-default hyperparameters and trained-looking
 parameters decode exactly, and a window's state stops growing at w.
 
@@ -6,6 +6,10 @@ Float64 and tolerance 1e-9 as in `attnbench.testing` (rounding ~1e-13; a wrong w
 """
 
 from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
@@ -15,6 +19,24 @@ from attnbench.testing import random_qkv
 from attnbench.variant import VARIANTS
 
 H, D, DV = 3, 8, 5
+
+
+def test_a_variant_built_without_loading_plugins_has_its_incremental_form():
+    """Each form registers in its variant's module, so `incremental_form` needs no plugins
+    loaded: a fresh process that imports only softmax's module and builds the variant directly
+    gets its form, and the engine's plugin discovery is never imported."""
+    code = textwrap.dedent("""
+        import sys
+        from attnbench.incremental import incremental_form
+        from attnbench.variant import VariantShape
+        from attnbench.variants.softmax import SoftmaxAttention, SoftmaxIncremental, SoftmaxParams
+        shape = VariantShape(n_heads=2, head_dim=4, max_len=8)
+        decoder = incremental_form(SoftmaxAttention(SoftmaxParams(), shape), 1, 8, 4)
+        assert type(decoder) is SoftmaxIncremental, type(decoder)
+        assert "attnbench.harness.discovery" not in sys.modules
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
 
 
 def test_every_causal_built_in_variant_has_an_incremental_form():
