@@ -22,7 +22,9 @@ class Metric:
         description: One line shown on hover in the leaderboard.
         unit: Unit for axis labels ("ms", "MiB", "" for ratios).
         label: A short name a reader understands, for chart titles, axes, legends and table
-            headers (e.g. "state per sequence" for ``state_bytes``); "" shows ``name``.
+            headers (e.g. "state per sequence" for ``state_bytes``); "" leaves the title to the
+            board, which words it from the description's lead or the identifier
+            (`harness.leaderboard.tables.Words`). Every built-in task labels its metrics.
     """
 
     name: str

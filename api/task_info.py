@@ -112,7 +112,12 @@ class TaskInfo:
         axes: How to name the curve axes and task parameters the page shows (a `Metric` each:
             name, label, unit; direction None), e.g. ``Metric("seq_len", None, "…", "tokens",
             label="context length")``. A curve axis that is itself a declared metric (e.g. the
-            state a sequence holds) needs no entry. Undeclared names are shown as they are.
+            state a sequence holds) needs no entry. The board titles a name left undeclared in
+            words of its own (`harness.leaderboard.tables.Words`: "n_kv_pairs" as "number of
+            key-value pairs"); the quality chooser names such a parameter by the label another
+            task declares for it, else only counts it. Every built-in task labels what it
+            declares; a declared parameter is also named when fixed (the chooser's "one
+            setting: …"), so declare those a reader should see.
         headline: The metric the leaderboard ranks by.
         metrics: Declared metrics (direction, description, unit), in display order.
         charts: Metrics drawn against their curve axis (default: the headline).

@@ -130,7 +130,18 @@ class SelectiveCopy(Task):
         *LEARNING_CURVE_METRICS,
     )
     charts = ("learning_curve",)
-    axes = (EXAMPLES_AXIS,)
+    axes = (
+        Metric("d_model", None, "Model width", label="model width"),
+        Metric("seq_len", None, "Sequence length", "tokens", label="sequence length"),
+        Metric("n_to_copy", None, "Data tokens to copy", label="tokens to copy"),
+        Metric("vocab_size", None, "Tokens of the vocabulary", label="vocabulary size"),
+        Metric("train_size", None, "Fixed training sequences", label="training sequences"),
+        Metric("lr", None, "Peak AdamW learning rate (tuned per variant)", label="learning rate"),
+        Metric(
+            "weight_decay", None, "AdamW weight decay (tuned per variant)", label="weight decay"
+        ),
+        EXAMPLES_AXIS,
+    )
     # every trained number is judged by the run's convergence (attnbench.toolkit.convergence)
     chance_metric = "chance_accuracy"  # with the ceiling: does a column separate the variants
     ceiling = 1.0

@@ -113,7 +113,16 @@ class Decode(Task):
     description = "Inference: one token at a time after a context (latency, state, memory)."
     headline = "decode_ratio"
     label = "Decoding"
-    axes = (Metric("seq_len", None, "Context length", "tokens", label="context length"),)
+    axes = (
+        Metric("seq_len", None, "Context length", "tokens", label="context length"),
+        Metric("n_kv_heads", None, "Key-value heads (grouped-query)", label="key-value heads"),
+        Metric(
+            "decode_kernel_path", None, "Which kernel the decoding ran", label="decode kernel path"
+        ),
+        Metric(
+            "prefill_kernel_path", None, "Which kernel the prefill ran", label="prefill kernel path"
+        ),
+    )
     cost_metric = "decode_ratio"
     # what a reader budgets when choosing for long-context decoding (the board's chooser)
     budgets = ("decode_ms_per_token", "state_bytes")

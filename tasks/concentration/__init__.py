@@ -253,6 +253,8 @@ class Concentration(Task):
     axes = (
         Metric("scale", None, "Scale of the attention logits", label="logit scale"),
         Metric("layer", None, "Layer of the trained model", label="layer"),
+        Metric("source", None, "Gaussian inputs or a trained recall model", label="source"),
+        Metric("seq_len", None, "Sequence length", "tokens", label="sequence length"),
     )
     charts = ("sparsity_s", "entropy", "empty_rows", "sinkhorn_divergence")
     chart_companions = {"sparsity_s": {"sparsity_s_theory": "closed form"}}

@@ -136,6 +136,22 @@ class IclRegression(Task):
         Metric(
             "n_examples", None, "In-context examples before the query", label="examples in context"
         ),
+        Metric("mode", None, "What is trained and on which problem", label="mode"),
+        Metric("n_dims", None, "Dimension d of the inputs", label="input dimension"),
+        Metric(
+            "n_points", None, "Examples per prompt (history points)", label="examples per prompt"
+        ),
+        Metric("x_dist", None, "Distribution of the inputs", label="input distribution"),
+        Metric("noise_std", None, "σ of the noise added to observed y", label="noise σ"),
+        Metric("shifts", None, "Garg's distribution shifts scored", label="distribution shifts"),
+        Metric("d_model", None, "Model width (prompt mode)", label="model width"),
+        Metric("lr", None, "Peak AdamW learning rate (prompt mode)", label="learning rate"),
+        Metric(
+            "layer_lr",
+            None,
+            "Peak AdamW learning rate (one_layer mode)",
+            label="one-layer learning rate",
+        ),
     )
     tuning = Tuning(["lr", "layer_lr"], "val_mse_mean")  # lr: prompt mode, layer_lr: one_layer
     # the three modes train different models on different problems: one overview column each,

@@ -145,6 +145,13 @@ class LanguageModel(Task):
     axes = (
         Metric(LENGTH, None, "Evaluation window", "bytes", label="evaluation length"),
         Metric(TOKENS_SEEN, None, "Training tokens (bytes) seen", label="training tokens"),
+        Metric("corpus", None, "Text trained and scored on (prose or code)", label="corpus"),
+        Metric("context", None, "Training context", "bytes", label="training context"),
+        Metric("d_model", None, "Model width", label="model width"),
+        Metric("lr", None, "Peak AdamW learning rate (tuned per variant)", label="learning rate"),
+        Metric(
+            "weight_decay", None, "AdamW weight decay (tuned per variant)", label="weight decay"
+        ),
     )
     charts = ("bpb_by_length", LEARNING_CURVE)
     # where a kernel's speed-up meets the whole model: a step's time against its mixers'

@@ -110,7 +110,19 @@ class MadTask(Task):
         *LEARNING_CURVE_METRICS,
     )
     charts = ("learning_curve",)
-    axes = (EXAMPLES_AXIS,)
+    # the parameters the board names (MAD's protocol varies length, vocabulary and training
+    # set), the tuned ones, and the learning curve's axis
+    axes = (
+        Metric("d_model", None, "Model width", label="model width"),
+        Metric("seq_len", None, "Sequence length", "tokens", label="sequence length"),
+        Metric("vocab_size", None, "Tokens of the vocabulary", label="vocabulary size"),
+        Metric("train_size", None, "Fixed training sequences", label="training sequences"),
+        Metric("lr", None, "Peak AdamW learning rate (tuned per variant)", label="learning rate"),
+        Metric(
+            "weight_decay", None, "AdamW weight decay (tuned per variant)", label="weight decay"
+        ),
+        EXAMPLES_AXIS,
+    )
     # every trained number is judged by the run's convergence (attnbench.toolkit.convergence)
     chance_metric = "chance_accuracy"  # with the ceiling: does a column separate the variants
     ceiling = 1.0

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attnbench import JobContext, register_task
+from attnbench import JobContext, Metric, register_task
 from attnbench.tasks.mad import MadParams, MadTask
 from attnbench.tasks.mad.autoencoder import AutoEncoder
 from attnbench.tasks.mad.data import (
@@ -50,6 +50,11 @@ class FuzzyRecall(MadTask):
 
     Params = FuzzyRecallParams
     label = "Fuzzy recall (MAD)"
+    axes = (
+        *MadTask.axes,
+        Metric("k_motif", None, "Longest key", "tokens", label="key length"),
+        Metric("v_motif", None, "Longest value", "tokens", label="value length"),
+    )
     description = (
         "MAD's fuzzy recall: keys and values are runs of 1-3 tokens; write out the value of a key "
         "seen before (every repeat, the final probe's too)."
@@ -96,6 +101,11 @@ class NoisyRecall(MadTask):
 
     Params = NoisyRecallParams
     label = "Noisy recall (MAD)"
+    axes = (
+        *MadTask.axes,
+        Metric("noise_vocab_size", None, "Noise tokens of the vocabulary", label="noise tokens"),
+        Metric("frac_noise", None, "Probability that a slot is noise", label="noise fraction"),
+    )
     description = (
         "MAD's noisy recall: key-value pairs among noise tokens; write out the value of every key "
         "seen before."

@@ -137,6 +137,17 @@ class Recall(Task):
         Metric("n_kv_pairs", None, "Key-value pairs in a test sequence", label="key-value pairs"),
         Metric("d_model", None, "Model width", label="model width"),
         Metric("seq_len", None, "Training sequence length", "tokens", label="sequence length"),
+        Metric("min_kv_pairs", None, "Fewest key-value pairs in training", label="fewest pairs"),
+        Metric("tokens_per_pair", None, "Training length cap per pair", label="tokens per pair"),
+        Metric(
+            "test_doublings", None, "Doublings of the pairs past training's", label="test doublings"
+        ),
+        Metric("vocab_size", None, "Tokens of the vocabulary", label="vocabulary size"),
+        Metric("train_size", None, "Fixed training sequences", label="training sequences"),
+        Metric("lr", None, "Peak AdamW learning rate (tuned per variant)", label="learning rate"),
+        Metric(
+            "weight_decay", None, "AdamW weight decay (tuned per variant)", label="weight decay"
+        ),
         EXAMPLES_AXIS,
     )
     battery = "mad"  # MAD's selective copying / in-context recall (tasks/mad, docs/mad.md)

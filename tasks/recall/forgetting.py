@@ -63,6 +63,10 @@ class ForgettingRecall(Recall):
         "query asks for the latest; separates overwriting a binding from keeping both."
     )
     label = "Recall with reassigned keys (forgetting MQAR)"
+    axes = (
+        *Recall.axes,
+        Metric("n_updates", None, "Keys reassigned per sequence", label="reassigned keys"),
+    )
     battery = ""  # not one of MAD's tasks
     charts = ("accuracy_by_pairs", "accuracy_reassigned_by_pairs", *Recall.charts[1:])
     chart_references = {

@@ -105,6 +105,14 @@ class StateTrackingTask(Task):
     tuning = Tuning(["lr", "weight_decay"], "val_accuracy")
     axes = (
         Metric(LENGTH, None, "Test sequence length", "tokens", label="test length"),
+        Metric(
+            "train_length", None, "Longest training sequence", "tokens", label="training length"
+        ),
+        Metric("d_model", None, "Model width", label="model width"),
+        Metric("lr", None, "Peak AdamW learning rate (tuned per variant)", label="learning rate"),
+        Metric(
+            "weight_decay", None, "AdamW weight decay (tuned per variant)", label="weight decay"
+        ),
         EXAMPLES_AXIS,
     )
     charts = ("accuracy_by_length", "learning_curve")

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attnbench import register_task
+from attnbench import Metric, register_task
 from attnbench.tasks.state_tracking import StateParams, StateTrackingTask
 from attnbench.tasks.state_tracking.data import (
     OPERATORS,
@@ -137,6 +137,7 @@ class WordProblem(StateTrackingTask):
 
     Params = WordProblemParams
     label = "Group word problem (length extrapolation)"
+    axes = (*StateTrackingTask.axes, Metric("group", None, "The group of the word", label="group"))
     description = (
         "Prefix products of uniform elements of S3, A5 or S5 (Merrill et al. 2024, Siems et al. "
         "2025): trained on words up to train_length, the product scored at position n of longer "

@@ -130,6 +130,7 @@ class Throughput(Task):
     axes = (
         Metric("seq_len", None, "Sequence length", "tokens", label="sequence length"),
         Metric("fwd_kernel_path", None, "Which kernel the forward timing ran", label="kernel path"),
+        Metric("n_kv_heads", None, "Key-value heads (grouped-query)", label="key-value heads"),
     )
     headline = "fwd_ratio"  # ranked by the interleaved ratio to dense SDPA (module docstring)
     charts = ("fwd_ratio", "fwd_ms", "peak_mem_mib", "fwd_bwd_ms")

@@ -153,7 +153,41 @@ def test_every_metric_and_axis_a_built_in_task_declares_has_a_label_in_words():
         info = entry.obj.describe()
         missing += [f"{info.name}: {m.name}" for m in [*info.metrics, *info.axes] if not m.label]
         missing += [f"{info.name}: {m.label}" for m in info.metrics if raw_parts(m.label, set())]
+        # the parameters and detail keys its own declarations name: tuned, the column's, the
+        # annotations' keys, the fits' axes
+        named = [*(info.tuning.params if info.tuning else []), *info.annotations.values()]
+        named += [info.column_by] * bool(info.column_by) + [f.axis for f in info.scaling_fits]
+        labelled = {m.name for m in [*info.all_metrics(), *info.axes] if m.label}
+        missing += [f"{info.name}: {n} (named, not labelled)" for n in named if n not in labelled]
+        budgets = info.budgets or list(info.steadiness)
+        missing += [f"{info.name}: budget {b}" for b in budgets if b not in labelled]
     assert missing == []
+
+
+def test_a_parameter_two_built_in_tasks_declare_has_one_label():
+    """One name, one meaning: the board titles the same parameter alike in every column (and
+    the chooser names a parameter a task leaves undeclared by the others' label). Two names
+    have two meanings, said apart: decode's ``seq_len`` is the context before generating, not a
+    sequence trained or timed on; lm's ``length`` an evaluation window in bytes, state
+    tracking's a test sequence in tokens."""
+    from attnbench.harness.discovery import load_plugins
+    from attnbench.task import TASKS
+
+    load_plugins()
+    by_name: dict[str, dict[tuple[str, str], list[str]]] = defaultdict(lambda: defaultdict(list))
+    for entry in TASKS.entries():
+        if entry.origin == "attnbench":
+            info = entry.obj.describe()
+            for a in info.axes:
+                by_name[a.name][(a.label, a.unit)].append(info.name)
+    twins = {name: dict(labels) for name, labels in by_name.items() if len(labels) > 1}
+    said_apart = {
+        "seq_len": {("sequence length", "tokens"), ("context length", "tokens")},
+        "length": {("test length", "tokens"), ("evaluation length", "bytes")},
+    }
+    assert {
+        n: set(labels) for n, labels in twins.items() if set(labels) - said_apart.get(n, set())
+    } == {}
 
 
 TIMED = TaskInfo(
