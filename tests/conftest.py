@@ -248,19 +248,20 @@ def reference_as_current(tmp_path_factory) -> Path:
     (folder / "runs").mkdir()
     digests: dict[str, str | None] = {}
 
-    def installed(module: str, recorded: str) -> str:
+    def installed(module: str) -> str | None:
         if module not in digests:
             try:
                 digests[module] = module_digest(module)
-            except Exception:  # a module of the record's code that is gone: keep its digest
+            except Exception:
                 digests[module] = None
-        return digests[module] or recorded
+        return digests[module]
 
     for path in sorted((REFERENCE / "runs").glob("*.json")):
         record = json.loads(path.read_text())
         modules = record.get("code_modules") or {}
-        if modules:
-            record["code_modules"] = {m: installed(m, d) for m, d in modules.items()}
+        if modules:  # a module of the record's code that is gone (moved, merged) is dropped
+            now = {m: installed(m) for m in modules}
+            record["code_modules"] = {m: d for m, d in now.items() if d is not None}
             record["code_fingerprint"] = combined_digest(record["code_modules"])
         (folder / "runs" / path.name).write_text(json.dumps(record))
     from attnbench.harness.results.collect import collect
