@@ -58,7 +58,7 @@ class JobContext:
 
 
 class Task:
-    """Base class of every task. Subclasses set ``Params``, ``metrics`` and implement ``measure``."""
+    """Base class of every task: it sets ``Params`` and ``metrics`` and implements ``measure``."""
 
     name: ClassVar[str] = ""
     Params: ClassVar[type] = object

@@ -23,6 +23,7 @@ from attnbench import task as task_module
 from attnbench import variant as variant_module
 from attnbench.registry import Registry, registering_from
 from attnbench.task import TASKS, Task, register_task
+from attnbench.toolkit.memory import at_probe_start
 from attnbench.variant import VARIANTS, AttentionVariant, VariantShape, register_variant
 
 ENTRY_POINT_GROUPS = {"attnbench.variants": VARIANTS, "attnbench.tasks": TASKS}
@@ -92,6 +93,7 @@ def load_plugins(*, reload: bool = False) -> list[PluginFailure]:
     Returns:
         The plugins that failed to load (also emitted as `PluginLoadWarning`).
     """
+    at_probe_start(load_plugins)  # a memory probe this process starts holds the same registry
     for group, registry in ENTRY_POINT_GROUPS.items():
         if group in _loaded_groups and not reload:
             continue

@@ -26,14 +26,9 @@ import functools
 import torch
 import torch.nn.functional as F
 
-from attnbench import (
-    AttentionVariant,
-    UnsupportedError,
-    VariantShape,
-    build_variant,
-    register_variant,
-)
+from attnbench import AttentionVariant, UnsupportedError, VariantShape, register_variant
 from attnbench.peers.availability import PeerVariant
+from attnbench.variant import build_variant  # ours, registered: the engine loads the plugins
 
 INSTALL = "pip install fla-core==0.6.0 (CUDA, with the Triton your CUDA torch brings)"
 # the chunk length (the Triton tile BT) of every FLA chunk kernel used here

@@ -33,6 +33,9 @@ from attnbench.toolkit.training import (
     EXAMPLES_AXIS,
     IGNORE_INDEX,
     LEARNING_CURVE_METRICS,
+    SEQUENCE_AXES,
+    TUNED_AXES,
+    WIDTH_AXIS,
     TrainConfig,
     accuracy_with_noise,
     fit_token_model,
@@ -131,15 +134,10 @@ class SelectiveCopy(Task):
     )
     charts = ("learning_curve",)
     axes = (
-        Metric("d_model", None, "Model width", label="model width"),
-        Metric("seq_len", None, "Sequence length", "tokens", label="sequence length"),
+        WIDTH_AXIS,
+        *SEQUENCE_AXES,
         Metric("n_to_copy", None, "Data tokens to copy", label="tokens to copy"),
-        Metric("vocab_size", None, "Tokens of the vocabulary", label="vocabulary size"),
-        Metric("train_size", None, "Fixed training sequences", label="training sequences"),
-        Metric("lr", None, "Peak AdamW learning rate (tuned per variant)", label="learning rate"),
-        Metric(
-            "weight_decay", None, "AdamW weight decay (tuned per variant)", label="weight decay"
-        ),
+        *TUNED_AXES,
         EXAMPLES_AXIS,
     )
     # every trained number is judged by the run's convergence (attnbench.toolkit.convergence)

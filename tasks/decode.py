@@ -65,9 +65,7 @@ from attnbench import (
     Task,
     TaskResult,
     VariantShape,
-    build_variant,
     incremental_form,
-    load_plugins,
     random_gates,
     register_task,
 )
@@ -85,6 +83,7 @@ from attnbench.toolkit.timed import (
     time_against,
     timed_inputs,
 )
+from attnbench.variant import build_variant  # the registry's (in a probe: `at_probe_start`)
 
 CHECK_LEN = 96  # tokens of the correctness check: several chunks, blocks and window lengths
 CHECK_STEPS = 8  # of which the last ones come one step at a time
@@ -503,7 +502,6 @@ def decode_peak_mib(
 ) -> float | None:
     """Peak memory of `_serve` on CPU, run in the memory-probe process (inputs built outside
     the measured region)."""
-    load_plugins()
     b, h, n, d = shape
     dt = getattr(torch, dtype)
     shape_of_variant = VariantShape(h, d, n + new_tokens, kv_heads)

@@ -214,7 +214,7 @@ class RecurrentState(IncrementalAttention):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.state_heads = self.heads if self.state_heads_are_query_heads else self.kv_heads
+        self.state_heads = self._state_heads()
         self.state = torch.zeros(
             self.batch,
             self.state_heads,
@@ -223,6 +223,10 @@ class RecurrentState(IncrementalAttention):
             device=self.device,
             dtype=self.dtype,
         )
+
+    def _state_heads(self) -> int:
+        """How many S the form keeps: one per key/value head, or per query head."""
+        return self.heads if self.state_heads_are_query_heads else self.kv_heads
 
     def state_size(self, n: int) -> int:
         return self.state_heads * self.head_dim * self.value_dim

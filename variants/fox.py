@@ -53,8 +53,9 @@ import torch
 import torch.nn.functional as F
 
 from attnbench import AttentionVariant, register_variant
-from attnbench.incremental import IncrementalAttention, register_incremental
+from attnbench.incremental import register_incremental
 from attnbench.variant import allowed_pairs, check_gates
+from attnbench.variants.decoding import KeyValueCache
 from attnbench.variants.kernels.tile import compiled_forget
 
 BIAS_TILE_BYTES = 64 * 1024 * 1024  # float64 bias materialised at once by a causal forward
@@ -181,21 +182,18 @@ class ForgettingAttention(AttentionVariant):
 
 
 @register_incremental("fox")
-class ForgettingAttentionIncremental(IncrementalAttention):
+class ForgettingAttentionIncremental(KeyValueCache):
     """`fox` with a KV cache and each cached key's log forget gate: a later query may weigh any
     earlier key, and the bias it gives key j is the sum of the log gates after j, so every gate
     is kept. A step is one SDPA call of one query over the cache with the bias row c_t − c_j,
     the cumulative sum recomputed in float64 from the kept log gates (O(t), as the scores):
     a cumulative sum kept in float32 would carry its rounding, 6·10⁻⁸ of |c|, into every bias.
-    Keys, values and gates are kept per key/value head (grouped-query: shared by a group)."""
-
-    grouped_query = True
+    Keys, values and gates are kept per key/value head (grouped-query: shared by a group): the
+    cache of `KeyValueCache`, and the gates beside it."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         lead = (self.batch, self.kv_heads, self.max_len)
-        self.keys = torch.zeros(*lead, self.head_dim, device=self.device, dtype=self.dtype)
-        self.values = torch.zeros(*lead, self.value_dim, device=self.device, dtype=self.dtype)
         self.log_f = torch.zeros(*lead, device=self.device, dtype=self.dtype)
 
     def state_size(self, n: int) -> int:

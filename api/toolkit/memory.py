@@ -17,6 +17,11 @@ Caveats (CPU): RSS counts pages *touched*, so an allocation that is never writte
 other threads of the process (e.g. a data loader) are counted too; page granularity is 4 KiB; where
 /proc/self/clear_refs is unavailable (not Linux, or forbidden) the CPU peak is reported as unknown
 (None), never guessed.
+
+The probe is a fresh process: a variant is built there by name, so the registry must hold what
+the job's process holds. Whoever fills that registry (the engine, loading the plugins) registers
+the same loading with `at_probe_start`, and the probe runs it first; a task needs no engine
+import for it.
 """
 
 from __future__ import annotations
@@ -45,11 +50,20 @@ _MIB = 1024 * 1024
 PINNED_THRESHOLD = 64 * 1024
 _probe: ProcessPoolExecutor | None = None
 _STDLIB_METHODS = ("fork", "spawn", "forkserver")
+_probe_setup: list[Callable[[], object]] = []  # run first in every probe (`at_probe_start`)
 
 
-def _init_probe() -> None:
-    """The probe's start: pin glibc's mmap threshold, ignore Ctrl-C, end with its parent, and
-    show no warnings.
+def at_probe_start(fn: Callable[[], object]) -> None:
+    """Run ``fn()`` first in every memory-probe process started from now on (once per
+    function). ``fn`` must be a module-level function: it is pickled by name. The engine
+    registers its plugin loading, so that a probed function can build any registered variant."""
+    if fn not in _probe_setup:
+        _probe_setup.append(fn)
+
+
+def _init_probe(*setup: Callable[[], object]) -> None:
+    """The probe's start: pin glibc's mmap threshold, ignore Ctrl-C, end with its parent, show
+    no warnings, then run ``setup`` (`at_probe_start`'s functions).
 
     A Ctrl-C in a terminal reaches the whole process group, the probe included; the job's own
     process decides what it means (`harness.sweep.stop`: finish the running job first), and a
@@ -63,6 +77,8 @@ def _init_probe() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     end_with_parent()  # a killed job's process gives its probe no signal
     _mallopt(_M_MMAP_THRESHOLD, PINNED_THRESHOLD)
+    for fn in setup:
+        fn()
 
 
 @contextlib.contextmanager
@@ -146,7 +162,10 @@ def isolated_cpu_peak(fn: Callable[..., float | None], *args: Any) -> float | No
             # child cannot set up; the probe needs only the standard library's spawn.
             multiprocessing.set_start_method("spawn", force=True)
         _probe = ProcessPoolExecutor(
-            1, mp_context=multiprocessing.get_context("spawn"), initializer=_init_probe
+            1,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_init_probe,
+            initargs=tuple(_probe_setup),
         )
         with main_script_hidden(), _sigint_ignored():  # the first submit spawns the process
             future = _probe.submit(fn, *args)

@@ -94,6 +94,18 @@ LEARNING_CURVE_METRICS = (
     ),
 )
 EXAMPLES_AXIS = Metric(EXAMPLES_SEEN, None, "Training examples seen", label="examples seen")
+# the parameters every trained task names alike: the tuned optimiser settings and the model's
+# and training set's sizes (a task declares them in its ``axes``, beside its own)
+TUNED_AXES = (
+    Metric("lr", None, "Peak AdamW learning rate (tuned per variant)", label="learning rate"),
+    Metric("weight_decay", None, "AdamW weight decay (tuned per variant)", label="weight decay"),
+)
+WIDTH_AXIS = Metric("d_model", None, "Model width", label="model width")
+SEQUENCE_AXES = (
+    Metric("seq_len", None, "Sequence length", "tokens", label="sequence length"),
+    Metric("vocab_size", None, "Tokens of the vocabulary", label="vocabulary size"),
+    Metric("train_size", None, "Fixed training sequences", label="training sequences"),
+)
 
 
 @dataclass

@@ -57,6 +57,8 @@ from attnbench.toolkit.training import (
     EXAMPLES_SEEN,
     LEARNING_CURVE,
     MS_PER_STEP,
+    TUNED_AXES,
+    WIDTH_AXIS,
     TrainConfig,
     train,
 )
@@ -147,11 +149,8 @@ class LanguageModel(Task):
         Metric(TOKENS_SEEN, None, "Training tokens (bytes) seen", label="training tokens"),
         Metric("corpus", None, "Text trained and scored on (prose or code)", label="corpus"),
         Metric("context", None, "Training context", "bytes", label="training context"),
-        Metric("d_model", None, "Model width", label="model width"),
-        Metric("lr", None, "Peak AdamW learning rate (tuned per variant)", label="learning rate"),
-        Metric(
-            "weight_decay", None, "AdamW weight decay (tuned per variant)", label="weight decay"
-        ),
+        WIDTH_AXIS,
+        *TUNED_AXES,
     )
     charts = ("bpb_by_length", LEARNING_CURVE)
     # where a kernel's speed-up meets the whole model: a step's time against its mixers'

@@ -43,6 +43,9 @@ from attnbench.toolkit.training import (
     EXAMPLES_AXIS,
     IGNORE_INDEX,
     LEARNING_CURVE_METRICS,
+    SEQUENCE_AXES,
+    TUNED_AXES,
+    WIDTH_AXIS,
     TrainConfig,
     accuracy_with_noise,
     fit_token_model,
@@ -113,14 +116,9 @@ class MadTask(Task):
     # the parameters the board names (MAD's protocol varies length, vocabulary and training
     # set), the tuned ones, and the learning curve's axis
     axes = (
-        Metric("d_model", None, "Model width", label="model width"),
-        Metric("seq_len", None, "Sequence length", "tokens", label="sequence length"),
-        Metric("vocab_size", None, "Tokens of the vocabulary", label="vocabulary size"),
-        Metric("train_size", None, "Fixed training sequences", label="training sequences"),
-        Metric("lr", None, "Peak AdamW learning rate (tuned per variant)", label="learning rate"),
-        Metric(
-            "weight_decay", None, "AdamW weight decay (tuned per variant)", label="weight decay"
-        ),
+        WIDTH_AXIS,
+        *SEQUENCE_AXES,
+        *TUNED_AXES,
         EXAMPLES_AXIS,
     )
     # every trained number is judged by the run's convergence (attnbench.toolkit.convergence)

@@ -63,6 +63,8 @@ from attnbench.toolkit.training import (
     CONVERGED,
     EXAMPLES_AXIS,
     LEARNING_CURVE_METRICS,
+    TUNED_AXES,
+    WIDTH_AXIS,
     TrainConfig,
     TrainOutcome,
     train,
@@ -135,7 +137,7 @@ class Recall(Task):
     label = "Associative recall (MQAR)"
     axes = (
         Metric("n_kv_pairs", None, "Key-value pairs in a test sequence", label="key-value pairs"),
-        Metric("d_model", None, "Model width", label="model width"),
+        WIDTH_AXIS,
         Metric("seq_len", None, "Training sequence length", "tokens", label="sequence length"),
         Metric("min_kv_pairs", None, "Fewest key-value pairs in training", label="fewest pairs"),
         Metric("tokens_per_pair", None, "Training length cap per pair", label="tokens per pair"),
@@ -144,10 +146,7 @@ class Recall(Task):
         ),
         Metric("vocab_size", None, "Tokens of the vocabulary", label="vocabulary size"),
         Metric("train_size", None, "Fixed training sequences", label="training sequences"),
-        Metric("lr", None, "Peak AdamW learning rate (tuned per variant)", label="learning rate"),
-        Metric(
-            "weight_decay", None, "AdamW weight decay (tuned per variant)", label="weight decay"
-        ),
+        *TUNED_AXES,
         EXAMPLES_AXIS,
     )
     battery = "mad"  # MAD's selective copying / in-context recall (tasks/mad, docs/mad.md)

@@ -62,6 +62,8 @@ from attnbench.toolkit.training import (
     CONVERGED,
     EXAMPLES_AXIS,
     LEARNING_CURVE_METRICS,
+    TUNED_AXES,
+    WIDTH_AXIS,
     TrainConfig,
     fit_token_model,
 )
@@ -108,11 +110,8 @@ class StateTrackingTask(Task):
         Metric(
             "train_length", None, "Longest training sequence", "tokens", label="training length"
         ),
-        Metric("d_model", None, "Model width", label="model width"),
-        Metric("lr", None, "Peak AdamW learning rate (tuned per variant)", label="learning rate"),
-        Metric(
-            "weight_decay", None, "AdamW weight decay (tuned per variant)", label="weight decay"
-        ),
+        WIDTH_AXIS,
+        *TUNED_AXES,
         EXAMPLES_AXIS,
     )
     charts = ("accuracy_by_length", "learning_curve")

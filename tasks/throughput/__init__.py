@@ -74,8 +74,6 @@ from attnbench import (
     Task,
     TaskResult,
     VariantShape,
-    build_variant,
-    load_plugins,
     random_gates,
     register_task,
     repeat_kv_heads,
@@ -96,6 +94,7 @@ from attnbench.toolkit.timed import (
     time_against,
     timed_inputs,
 )
+from attnbench.variant import build_variant  # the registry's (in a probe: `at_probe_start`)
 
 
 @dataclass
@@ -650,7 +649,6 @@ def forward_peak_mib(
     Runs in the memory-probe process: the variant and inputs are built there, outside the
     measured region.
     """
-    load_plugins()
     b, h, n, d = shape
     dt = getattr(torch, dtype)
     kv = kv_heads or h

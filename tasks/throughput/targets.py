@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from attnbench import VariantShape, build_variant, load_plugins, random_gates
+from attnbench import VariantShape, random_gates
 from attnbench.tasks.throughput import forward_peak_mib
 from attnbench.toolkit.memory import isolated_cpu_peak
+from attnbench.variant import build_variant  # attnbench-speed loads the plugins first
 
 HEADS, HEAD_DIM = 4, 64
 
@@ -176,7 +177,6 @@ def _sized(name: str, n: int, causal: bool = True, backward: bool = False) -> Ca
 
 def _density(case: Case) -> float:
     """The pattern's density at the case's size (pairs scored over pairs allowed)."""
-    load_plugins()
     variant = build_variant(case.variant, case.params, VariantShape(HEADS, HEAD_DIM, case.seq_len))
     return variant.density(case.seq_len, case.seq_len, case.causal)
 
@@ -314,7 +314,6 @@ def cliff_targets() -> list[Target]:
     The ideal 1/density assumes the work follows the pairs kept. A variant whose cost is n²
     (`AttentionVariant.cost`: top-k scores every pair to choose its k) has no such ideal: its
     fraction is reported, not judged."""
-    load_plugins()
     targets = []
     for name, (key, values) in DENSITY_SWEEPS.items():
         scores_every_pair = build_variant(name).cost == "n²"

@@ -110,7 +110,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnbench import (
-    IncrementalAttention,
     VariantShape,
     per_query_head,
     register_incremental,
@@ -123,8 +122,7 @@ from attnbench.variants.recurrent.delta_chunks import (
     delta_rule_chunked,
     products_flops,
 )
-from attnbench.variants.recurrent.mixer import ValueLinearMixer
-from attnbench.variants.recurrent.precision import compute_dtype
+from attnbench.variants.recurrent.mixer import RuleIncremental, ValueLinearMixer
 
 QK_ACTIVATIONS = ("silu", "identity")
 NORM_EPS = 1e-6  # the L2 norm divides by max(‖x‖, eps): exact for any key not ~0
@@ -388,57 +386,27 @@ class GatedDeltaNet(DeltaRule):
 
 
 @register_incremental("delta_net")
-class DeltaRuleIncremental(IncrementalAttention):
+class DeltaRuleIncremental(RuleIncremental):
     """The (gated) delta rule token by token: the state S alone, D×Dv per state head (per
     key/value head; per query head for a gated variant whose decay has a head per query head),
-    the same at every length. A step applies the recurrence; a prefill runs the chunked form
-    from the state held."""
+    the same at every length: nothing else, since the gates of a token enter at that token
+    only. A step applies the recurrence; a prefill runs the chunked form from the state held."""
 
-    grouped_query = True
+    head_parameter = "A_log"  # the gated rule's decay (the plain rule has none)
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        decay = getattr(self.variant, "A_log", None)
-        heads = 0 if decay is None else decay.shape[0]
-        self.state_heads = heads if heads > self.kv_heads else self.kv_heads
-        self.state = torch.zeros(
-            self.batch,
-            self.state_heads,
-            self.head_dim,
-            self.value_dim,
-            device=self.device,
-            dtype=self.dtype,
-        )
-
-    def state_size(self, n: int) -> int:
-        """D·Dv per state head: what a sequence of any length keeps (nothing else: the gates of
-        a token enter at that token only)."""
-        return self.state_heads * self.head_dim * self.value_dim
-
-    def state_tensors(self) -> list[torch.Tensor]:
-        return [self.state]
-
-    def _extend(self, q, k, v, gates=None):
-        variant, work = self.variant, compute_dtype(self.dtype)
-        q, k, v = q.to(work), k.to(work), v.to(work)
-        if gates is not None:
-            gates = {name: g.to(work) for name, g in gates.items()}
-        state = self.state.to(work)
-        if q.shape[-2] > 1:
-            out, state = variant._scan(q, k, v, gates, causal=True, state=state)
-        else:  # one token: the recurrence itself, at each position the rule gives it (one;
-            # n_h sub-steps for a product of Householder steps)
-            fq, fk = variant.features(q, k)
-            fk, v, beta, log_alpha = variant.rule_inputs(fk, v, gates)
-            for j in range(fk.shape[-2]):
-                if log_alpha is not None:
-                    state = state * log_alpha[..., j, None, None].exp()
-                key = fk[..., j : j + 1, :]
-                write = beta[..., j, None, None] * (v[..., j : j + 1, :] - key @ state)
-                state = state + key.transpose(-1, -2) @ write  # + k β (v − Sᵀk)ᵀ
-            out = per_query_head(fq, state)
-        self.state.copy_(state)
-        return variant.finish(out).to(self.dtype)
+    def _step(self, q, k, v, gates, state):
+        # the recurrence at each position the rule gives the token (one; n_h sub-steps for a
+        # product of Householder steps)
+        variant = self.variant
+        fq, fk = variant.features(q, k)
+        fk, v, beta, log_alpha = variant.rule_inputs(fk, v, gates)
+        for j in range(fk.shape[-2]):
+            if log_alpha is not None:
+                state = state * log_alpha[..., j, None, None].exp()
+            key = fk[..., j : j + 1, :]
+            write = beta[..., j, None, None] * (v[..., j : j + 1, :] - key @ state)
+            state = state + key.transpose(-1, -2) @ write  # + k β (v − Sᵀk)ᵀ
+        return per_query_head(fq, state), state
 
 
 @register_incremental("gated_delta_net")

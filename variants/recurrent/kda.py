@@ -51,7 +51,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnbench import (
-    IncrementalAttention,
     VariantShape,
     per_query_head,
     register_incremental,
@@ -63,8 +62,7 @@ from attnbench.variants.recurrent.dplr_chunks import (
     dplr_flops,
     dplr_step,
 )
-from attnbench.variants.recurrent.mixer import ValueLinearMixer
-from attnbench.variants.recurrent.precision import compute_dtype
+from attnbench.variants.recurrent.mixer import RuleIncremental, ValueLinearMixer
 
 QK_ACTIVATIONS = ("silu", "identity")
 NORM_EPS = 1e-6  # the L2 norm divides by max(‖x‖, eps): exact for any key not ~0
@@ -188,46 +186,16 @@ class KimiDeltaAttention(ValueLinearMixer):
 
 
 @register_incremental("kda")
-class KDAIncremental(IncrementalAttention):
+class KDAIncremental(RuleIncremental):
     """`kda` token by token: the state S alone, D×Dv per state head (per key/value head, or per
-    query head where the decay has a head per query head), the same at every length. A step
-    applies the recurrence; a prefill runs the chunked form from the state held."""
+    query head where the decay has a head per query head), the same at every length: all a
+    sequence keeps (a token's gates enter at that token only). A step applies the recurrence;
+    a prefill runs the chunked form from the state held."""
 
-    grouped_query = True
+    head_parameter = "A_log"
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        heads = self.variant.A_log.shape[0]
-        self.state_heads = heads if heads > self.kv_heads else self.kv_heads
-        self.state = torch.zeros(
-            self.batch,
-            self.state_heads,
-            self.head_dim,
-            self.value_dim,
-            device=self.device,
-            dtype=self.dtype,
-        )
-
-    def state_size(self, n: int) -> int:
-        """D·Dv per state head: all a sequence of any length keeps (a token's gates enter at
-        that token only)."""
-        return self.state_heads * self.head_dim * self.value_dim
-
-    def state_tensors(self) -> list[torch.Tensor]:
-        return [self.state]
-
-    def _extend(self, q, k, v, gates=None):
-        variant, work = self.variant, compute_dtype(self.dtype)
-        q, k, v = q.to(work), k.to(work), v.to(work)
-        if gates is not None:
-            gates = {name: g.to(work) for name, g in gates.items()}
-        state = self.state.to(work)
-        if q.shape[-2] > 1:
-            out, state = variant._scan(q, k, v, gates, causal=True, state=state)
-        else:  # one token: the recurrence itself
-            fq, fk = variant.features(q, k)
-            fk, v, beta, log_alpha = variant.rule_inputs(fk, v, gates)
-            written = beta * fk
-            out, state = dplr_step(fq, written, v, -written, fk, log_alpha, state)
-        self.state.copy_(state)
-        return variant.finish(out).to(self.dtype)
+    def _step(self, q, k, v, gates, state):
+        fq, fk = self.variant.features(q, k)
+        fk, v, beta, log_alpha = self.variant.rule_inputs(fk, v, gates)
+        written = beta * fk
+        return dplr_step(fq, written, v, -written, fk, log_alpha, state)

@@ -26,6 +26,7 @@ import torch
 from attnbench import AttentionVariant
 from attnbench.masks import document_bounds
 from attnbench.variant import check_gates
+from attnbench.variants.decoding import RecurrentState
 from attnbench.variants.recurrent.output_norm import normalise_output
 from attnbench.variants.recurrent.precision import compute_dtype
 
@@ -102,7 +103,9 @@ class GatedMixer(AttentionVariant):
         for a, b in docs:
             if b - a > ONE_PASS_TOKENS:
                 one = {n: g[..., a:b, :] for n, g in (gates or {}).items()} or None
-                pieces[a] = self.scan(q[..., a:b, :], k[..., a:b, :], v[..., a:b, :], one, causal)[0]
+                pieces[a] = self.scan(q[..., a:b, :], k[..., a:b, :], v[..., a:b, :], one, causal)[
+                    0
+                ]
         return torch.cat([pieces[a] for a, _ in docs], dim=-2)
 
 
@@ -135,3 +138,35 @@ class ValueLinearMixer(GatedMixer):
         b, kv, m, _ = k.shape
         eye = torch.eye(m, dtype=k.dtype, device=k.device).expand(b, kv, m, m)
         return self.forward(q, k, eye, causal=causal, gates=gates)
+
+
+class RuleIncremental(RecurrentState):
+    """A mixer with a D×Dv state token by token (the delta family, `kda`, `rwkv7`): the state S
+    alone, one per key/value head, or one per query head where the variant's per-head parameter
+    (``head_parameter``, e.g. its decay's ``A_log``) has a head per query head; the same size at
+    every length. A prefill runs the chunked engine from the state held (``_scan``); one token,
+    the recurrence itself (``_step``), both in `compute_dtype`."""
+
+    head_parameter = ""  # the variant's parameter with a leading head axis ("": none)
+
+    def _state_heads(self) -> int:
+        param = getattr(self.variant, self.head_parameter, None) if self.head_parameter else None
+        heads = 0 if param is None else param.shape[0]
+        return heads if heads > self.kv_heads else self.kv_heads
+
+    def _step(self, q, k, v, gates, state) -> tuple[torch.Tensor, torch.Tensor]:
+        """One token's output (before `finish`) and the state after it, in the working dtype."""
+        raise NotImplementedError
+
+    def _extend(self, q, k, v, gates=None):
+        variant, work = self.variant, compute_dtype(self.dtype)
+        q, k, v = q.to(work), k.to(work), v.to(work)
+        if gates is not None:
+            gates = {name: g.to(work) for name, g in gates.items()}
+        state = self.state.to(work)
+        if q.shape[-2] > 1:
+            out, state = variant._scan(q, k, v, gates, causal=True, state=state)
+        else:
+            out, state = self._step(q, k, v, gates, state)
+        self.state.copy_(state)
+        return variant.finish(out).to(self.dtype)

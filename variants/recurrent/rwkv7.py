@@ -64,7 +64,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnbench import (
-    IncrementalAttention,
     VariantShape,
     per_query_head,
     register_incremental,
@@ -76,8 +75,7 @@ from attnbench.variants.recurrent.dplr_chunks import (
     dplr_flops,
     dplr_step,
 )
-from attnbench.variants.recurrent.mixer import ValueLinearMixer
-from attnbench.variants.recurrent.precision import compute_dtype
+from attnbench.variants.recurrent.mixer import RuleIncremental, ValueLinearMixer
 
 DECAY_SPAN = math.exp(-0.5)  # log w ∈ (−e^{−1/2}, 0): fla's 0.6065306597126334
 NORM_EPS = 1e-12  # κ̂'s L2 norm divides by max(‖k ⊙ k_k‖, eps) (torch's default)
@@ -186,43 +184,13 @@ class RWKV7(ValueLinearMixer):
 
 
 @register_incremental("rwkv7")
-class RWKV7Incremental(IncrementalAttention):
-    """`rwkv7` token by token: the state S alone, D×Dv per state head, the same at every
-    length. A step applies the recurrence; a prefill runs the chunked form from the state."""
+class RWKV7Incremental(RuleIncremental):
+    """`rwkv7` token by token: the state S alone, D×Dv per state head (per key/value head, or
+    per query head where the parameters have a head per query head), the same at every length:
+    all a sequence keeps (a token's gates and keys enter at that token only). A step applies
+    the recurrence; a prefill runs the chunked form from the state."""
 
-    grouped_query = True
+    head_parameter = "w_bias"
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        heads = self.variant.w_bias.shape[0]
-        self.state_heads = heads if heads > self.kv_heads else self.kv_heads
-        self.state = torch.zeros(
-            self.batch,
-            self.state_heads,
-            self.head_dim,
-            self.value_dim,
-            device=self.device,
-            dtype=self.dtype,
-        )
-
-    def state_size(self, n: int) -> int:
-        """D·Dv per state head (per key/value head, or per query head where the parameters
-        have a head per query head): all a sequence of any length keeps (a token's gates and
-        keys enter at that token only)."""
-        return self.state_heads * self.head_dim * self.value_dim
-
-    def state_tensors(self) -> list[torch.Tensor]:
-        return [self.state]
-
-    def _extend(self, q, k, v, gates=None):
-        variant, work = self.variant, compute_dtype(self.dtype)
-        q, k, v = q.to(work), k.to(work), v.to(work)
-        if gates is not None:
-            gates = {name: g.to(work) for name, g in gates.items()}
-        state = self.state.to(work)
-        if q.shape[-2] > 1:
-            out, state = variant._scan(q, k, v, gates, causal=True, state=state)
-        else:  # one token: the recurrence itself
-            out, state = dplr_step(q, *variant.rule_inputs(k, v, gates), state)
-        self.state.copy_(state)
-        return variant.finish(out).to(self.dtype)
+    def _step(self, q, k, v, gates, state):
+        return dplr_step(q, *self.variant.rule_inputs(k, v, gates), state)
