@@ -77,3 +77,28 @@ def test_the_contracts_are_the_layers_and_the_cycles():
 )
 def test_a_deliberate_import_against_the_layers_breaks_a_contract(importer, imported, contract):
     assert not kept(contract, [(importer, imported)])
+
+
+def test_no_job_s_code_reaches_the_engine():
+    """A job's identity covers the modules its task and variant import, names from the package
+    face followed to the module that defines them (`harness.jobs.fingerprint`): no built-in task,
+    variant or peer may reach `attnbench.harness` that way (``from attnbench import
+    load_plugins`` did), or an engine change would mark every record of theirs as older code."""
+    from importlib import metadata
+
+    from attnbench.harness.jobs.fingerprint import module_closure
+
+    roots = sorted(
+        {
+            ep.value.split(":")[0]
+            for group in ("attnbench.variants", "attnbench.tasks")
+            for ep in metadata.entry_points(group=group)
+            if ep.value.startswith("attnbench.")
+        }
+    )
+    assert len(roots) > 20
+    reached = {
+        root: [m for m in module_closure([root]) if m.startswith("attnbench.harness")]
+        for root in roots
+    }
+    assert {root: mods for root, mods in reached.items() if mods} == {}
