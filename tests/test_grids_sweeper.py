@@ -410,3 +410,39 @@ def test_a_bad_seeds_at_best_grid_is_one_sentence(tmp_path, grid, says):
     assert proc.returncode == 2, proc.stderr
     assert says in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.slow
+def test_a_stopped_sweep_runs_no_seeds_at_best(tmp_path):
+    """SIGTERM while the tuning jobs run: the sweep stops there, and does not go on to choose
+    winners from the records it has (it did: a line per (variant, setting) saying no value had
+    scored, then the choice from a part of the grid)."""
+    import subprocess
+
+    from conftest import BIN
+
+    proc = subprocess.Popen(
+        [
+            str(BIN / "attnbench"),
+            "-m",
+            "sweep=tuned_test",
+            SEARCHPATH,
+            f"results_dir={tmp_path}",
+            "task.steps=400",
+            "hydra/launcher=basic",
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "HYDRA_FULL_ERROR": "0"},
+    )
+    deadline = time.monotonic() + 120
+    while not list((tmp_path / "runs").glob("*.json")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode != 0, out
+    assert "no value of" not in out and "5 job(s) not run" in out, out
+    records = _copy_records(tmp_path)
+    assert records and len(records) < 6 and {r["seed"] for r in records} == {0}

@@ -84,7 +84,6 @@ from attnbench.harness.sweep.stop import (
     GracefulStop,
     GuardedTask,
     StopSweep,
-    stop_requested,
 )
 
 log = logging.getLogger(__name__)
@@ -191,6 +190,7 @@ class GridsSweeper(BasicSweeper):
         self.job_done = job_done
         self.guard: GuardedTask | None = None
         self.reporting: ReportingTask | None = None  # the guard, as the launchers run it
+        self.stopped = False  # the last `_launch_all` ended by a stop, not by its last batch
 
     def setup(
         self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
@@ -524,7 +524,7 @@ class GridsSweeper(BasicSweeper):
         self.reporting.ends = JobEnds.open(progress)
         try:
             returns = self._launch_all(jobs, progress)
-            if later and not stop_requested(self.guard.stop_file):
+            if later and not self.stopped:
                 tuned = self.validate_jobs(self._jobs_at_best())
                 progress.resize(len(jobs) + len(tuned))
                 self.overrides.extend(self.batches(tuned))
@@ -542,6 +542,7 @@ class GridsSweeper(BasicSweeper):
         assert self.launcher is not None and self.guard is not None
         returns = []
         first = 0
+        self.stopped = True  # until every batch has been launched: a stop returns early
         self.guard.take_batch()
         with GracefulStop(self.guard.stop_file) as stop:
             while not self.is_done() and not stop.requested:
@@ -574,6 +575,7 @@ class GridsSweeper(BasicSweeper):
                 self.guard.take_batch()
                 if stop.requested:
                     OUTCOME.stopped(skipped + (len(jobs) - first))
+            self.stopped = stop.requested
         return returns
 
     def _save_sweep(self, sweep_dir: Path) -> None:
