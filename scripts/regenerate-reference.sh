@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Regenerate results/reference, the committed reference board, as the round's single
+# regeneration does it (docs/leaderboard.md, "The reference board"): sweep=standard from a clean
+# clone of this commit, installed as a user gets it, in three parts:
+#
+#   scripts/regenerate-reference.sh quality   # the training grids, two jobs at a time (~4½ h)
+#   scripts/regenerate-reference.sh timings   # throughput and decode, alone on a quiet machine
+#   scripts/regenerate-reference.sh finish    # the records into results/reference, collected
+#
+# Each part can be stopped and run again: it skips every job that has a record. A later part may
+# run in another session, from a later commit: the clone is moved to this commit first, and a job
+# whose code changed runs again (its identity holds its modules' digests); `finish` keeps only the
+# records of the code it collects for. WORK (default ../attnbench-regen) holds the clone, its
+# environment, the records and the logs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$(pwd)
+WORK=${WORK:-$REPO/../attnbench-regen}
+PART=${1:-}
+QUALITY=recall,forgetting_recall,copy,noisy_recall,compression,memorization,parity,icl_regression,concentration,lm
+
+case "$PART" in
+  quality | timings | finish) ;;
+  *)
+    echo "usage: scripts/regenerate-reference.sh quality|timings|finish (see its first lines)" >&2
+    exit 2
+    ;;
+esac
+
+COMMIT=$(git rev-parse HEAD)
+if [ "$PART" != finish ]; then
+  if [ ! -d "$WORK/attnbench" ]; then
+    mkdir -p "$WORK"
+    git clone -q "$REPO" "$WORK/attnbench"
+    git -C "$WORK/attnbench" checkout -q "$COMMIT"
+    python3 -m venv "$WORK/.venv"
+    "$WORK/.venv/bin/pip" install -q torch==2.13.0 "$WORK/attnbench[peers]"
+  fi
+  CLONED=$(git -C "$WORK/attnbench" rev-parse HEAD)
+  if [ "$CLONED" != "$COMMIT" ]; then
+    echo "regenerate-reference: moving $WORK/attnbench from ${CLONED:0:8} to ${COMMIT:0:8}" \
+      "(jobs whose code changed run again)" >&2
+    git -C "$WORK/attnbench" fetch -q "$REPO" "$COMMIT"
+    git -C "$WORK/attnbench" checkout -q "$COMMIT"
+    "$WORK/.venv/bin/pip" install -q --force-reinstall --no-deps "$WORK/attnbench[peers]"
+  fi
+  TASKS=$QUALITY
+  [ "$PART" = timings ] && TASKS=throughput,decode
+  cd "$WORK/attnbench"
+  "$WORK/.venv/bin/attnbench" -m sweep=standard "task=$TASKS" "results_dir=$WORK/results" \
+    "hydra.sweep.dir=$WORK/hydra/$PART" 2>&1 | tee -a "$WORK/$PART.log"
+  exit "${PIPESTATUS[0]}"
+fi
+
+# finish: the new records replace the old ones (git keeps those), then one collection
+shopt -s nullglob
+new=("$WORK"/results/runs/*.json)
+if [ ${#new[@]} -eq 0 ]; then
+  echo "regenerate-reference: no records in $WORK/results/runs; run the quality and timings parts first." >&2
+  exit 2
+fi
+rm -f results/reference/runs/*.json
+cp "${new[@]}" results/reference/runs/
+"$WORK/.venv/bin/attnbench-collect" --drop-missing results/reference  # the code that ran
+# records of code that changed while the parts ran: history in $WORK, not on the board
+"$WORK/.venv/bin/python" - <<'PY'
+import pathlib, pandas as pd
+table = pd.read_parquet("results/reference/results.parquet", columns=["run_id", "current"])
+old = sorted(set(table.loc[~table["current"].astype(bool), "run_id"]))
+for run_id in old:
+    for path in pathlib.Path("results/reference/runs").glob(f"{run_id}*.json"):
+        path.unlink()
+print(f"{len(old)} records of older code left out")
+PY
+"$WORK/.venv/bin/attnbench-collect" --drop-missing results/reference
+echo "results/reference: the records of $WORK/results for this code; build the board with" \
+  "attnbench-leaderboard results/reference, then commit results/reference."
