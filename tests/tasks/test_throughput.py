@@ -407,3 +407,17 @@ def test_a_job_of_drawn_documents_records_them_at_its_seq_len():
     assert sum(lengths) == 160 and len(lengths) > 1
     assert {(p.x_name, p.x_value) for p in result.points} == {("seq_len", 160)}
     assert next(p.value for p in result.points if p.metric == "packed_error") == 0.0
+
+
+def test_a_packed_job_leaves_out_a_reading_the_platform_does_not_give(monkeypatch):
+    """Where /proc/stat is not there (not Linux) the foreign CPU share and the load are NaN: a
+    packed job leaves them out of its record, as every timed job does, instead of failing on a
+    non-finite point."""
+    from attnbench.toolkit import timing
+
+    monkeypatch.setattr(timing, "foreign_cpu_share", lambda before, after: math.nan)
+    monkeypatch.setattr(timing, "load_average", lambda: math.nan)
+    points, _ = _run(doc_lengths=[16, 16], n_heads=2, head_dim=16, max_timing_s=0.2)
+    assert "packed_ms" in points
+    assert not any("foreign_cpu" in name or name == "load_avg" for name in points)
+    assert all(math.isfinite(p.value) for p in points.values())
