@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import logging
 import pickle
+import re
 import textwrap
 import time
 
@@ -188,3 +189,52 @@ def test_a_sweep_prints_its_progress_and_only_the_failed_jobs(tmp_path):
     assert "throughput × softmax: ok" not in out
     logs = "".join(p.read_text() for p in (results / "hydra" / "multiruns").rglob("*.log"))
     assert logs.count("throughput × softmax: ok in") == 2  # the job's log file keeps it
+
+
+# a kernel build that takes 10 s, once per machine (a file as its cache), in every process that
+# starts: compiled.build wrapped at interpreter start (sitecustomize)
+SLOW_BUILD = """
+import os, time
+import attnbench.variants.kernels.compiled as compiled
+
+_build = compiled.build
+
+
+def build(*args, **kwargs):
+    marker = os.environ["PLANTED_BUILT"]
+    if not os.path.exists(marker):
+        time.sleep(10)
+        open(marker, "w").close()
+    return _build(*args, **kwargs)
+
+
+compiled.build = build
+"""
+
+
+@pytest.mark.slow
+def test_kernel_builds_happen_before_the_sweep_s_clock(tmp_path):
+    """A variant's first call (where its kernel is built) is made before the first job: the
+    progress line's clock and estimate measure jobs, not a build (they read 10 s of build as
+    the first job's time, and the estimate multiplied it)."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(SLOW_BUILD)
+    proc = run_cli(
+        "attnbench",
+        "-m",
+        "variant=relu2",  # its kernel: the pointwise one
+        "task=throughput",
+        "task.seq_len=32,48,64",
+        "task.backward=false",
+        "task.min_run_time=0.01",
+        "threads=1",
+        "hydra/launcher=basic",  # the jobs in the sweep's process, as the warm-up
+        f"results_dir={tmp_path / 'results'}",
+        env={"PYTHONPATH": str(site), "PLANTED_BUILT": str(tmp_path / "built")},
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "first calls (kernel builds) took 10 s, before the clock" in out, out[-3000:]
+    elapsed = [int(s) for s in re.findall(r"sweep: 1/3 jobs done, 0 failed, (\d+)s elapsed", out)]
+    assert elapsed and elapsed[0] < 10, out[-3000:]

@@ -85,6 +85,7 @@ from attnbench.harness.sweep.stop import (
     GuardedTask,
     StopSweep,
 )
+from attnbench.harness.sweep.warm import warm_kernels
 
 log = logging.getLogger(__name__)
 RUN_ALONE = "run_alone"  # a grid key: launch each of the grid's jobs in a batch of its own
@@ -191,6 +192,7 @@ class GridsSweeper(BasicSweeper):
         self.guard: GuardedTask | None = None
         self.reporting: ReportingTask | None = None  # the guard, as the launchers run it
         self.stopped = False  # the last `_launch_all` ended by a stop, not by its last batch
+        self.cpu_variants: dict[str, None] = {}  # the variants of the jobs to run on the CPU
 
     def setup(
         self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
@@ -336,6 +338,9 @@ class GridsSweeper(BasicSweeper):
                 self.prepared[original] = checked
             if done is None or not done(cfg, checked):
                 todo.append(job)
+                identity = getattr(checked, "identity", None)  # a `PreparedJob`'s, by default
+                if isinstance(identity, dict) and identity.get("device") == "cpu":
+                    self.cpu_variants[str(identity.get("variant"))] = None
         OUTCOME.sweep_planned(len(jobs), len(todo), self.config.get("results_dir"))
         if len(todo) < len(jobs):
             log.info(
@@ -520,6 +525,11 @@ class GridsSweeper(BasicSweeper):
             )
         if not jobs and not later:
             return []
+        seconds = warm_kernels(list(self.cpu_variants))
+        if seconds >= 1:
+            log.info(
+                "grids sweeper: first calls (kernel builds) took %.0f s, before the clock", seconds
+            )
         self.reporting.progress = progress = SweepProgress(len(jobs) + later)
         self.reporting.ends = JobEnds.open(progress)
         try:

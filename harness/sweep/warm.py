@@ -1,0 +1,57 @@
+"""Build the compiled kernels a sweep's variants use before its clock starts.
+
+A variant's C++ kernel is built on its first call on a machine (`variants/kernels/compiled.py`,
+cached per CPU capability and torch version): 20-25 s a kernel on two busy cores, about a minute
+for the three. In a sweep those builds fell inside its first jobs, and the progress line's
+estimate, the mean time per job so far, read them as the cost of every job (on a new machine
+2.7 times the time left, from the first tenth). So before the first job, each variant the sweep
+runs on the CPU makes one small call in the sweep's process: every kernel is built then, the
+jobs find it built, and the estimate measures jobs. Where the kernels are built already, the
+calls take a fraction of a second. The engine names no variant: each variant's first call builds
+what it needs. Only the variants attnbench ships are called (`SHIPPED`, their registry origin):
+they are the ones with kernels, and their first calls are bounded, where a plugin's could be
+anything (one in the tests blocks for minutes) and belongs in its job, under the job's time
+budget. A call that fails is ignored; the job that runs the variant says why.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+
+import torch
+
+from attnbench.variant import VARIANTS, VariantShape, build_variant, random_gates
+
+log = logging.getLogger(__name__)
+
+SHIPPED = "attnbench"  # the registry origin of the variants this package ships
+
+SIZE = (1, 2, 256, 64)  # (B, H, N, D) of the call: long enough to take every kernel path
+
+
+def warm_kernels(variants: list[str]) -> float:
+    """One small float32 CPU call of each named variant attnbench ships (causal, else not),
+    without gradients; the seconds it took."""
+    start = time.monotonic()
+    b, h, n, d = SIZE
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a variant's warnings belong to its jobs
+        for name in variants:
+            try:
+                if VARIANTS.entry(name).origin != SHIPPED:
+                    continue
+                variant = build_variant(name, {}, VariantShape(h, d, n))
+                q, k, v = (torch.randn(b, h, n, d) for _ in range(3))
+                gates = random_gates(variant, b, n, head_dim=d, kv_heads=h) or None
+            except Exception:  # noqa: BLE001 - the job that runs the variant says why
+                continue
+            for causal in (True, False):
+                try:
+                    with torch.no_grad():
+                        variant(q, k, v, causal=causal, gates=gates)
+                    break
+                except Exception:  # noqa: BLE001, S112 - not causal: the other form; else none
+                    continue
+    return time.monotonic() - start
