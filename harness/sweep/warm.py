@@ -8,7 +8,8 @@ estimate, the mean time per job so far, read them as the cost of every job (on a
 runs on the CPU makes one small call in the sweep's process: every kernel is built then, the
 jobs find it built, and the estimate measures jobs. Where the kernels are built already, the
 calls take a fraction of a second. The engine names no variant: each variant's first call builds
-what it needs. Only the variants attnbench ships are called (`SHIPPED`, their registry origin):
+what it needs. The calls run as a timed region, where no kernel tunes itself: tuning belongs to
+the shapes the jobs run (it took 20 s at this small one). Only the variants attnbench ships are called (`SHIPPED`, their registry origin):
 they are the ones with kernels, and their first calls are bounded, where a plugin's could be
 anything (one in the tests blocks for minutes) and belongs in its job, under the job's time
 budget. A call that fails is ignored; the job that runs the variant says why.
@@ -22,6 +23,7 @@ import warnings
 
 import torch
 
+from attnbench.toolkit.timing import timed_region
 from attnbench.variant import VARIANTS, VariantShape, build_variant, random_gates
 
 log = logging.getLogger(__name__)
@@ -36,7 +38,7 @@ def warm_kernels(variants: list[str]) -> float:
     without gradients; the seconds it took."""
     start = time.monotonic()
     b, h, n, d = SIZE
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), timed_region():
         warnings.simplefilter("ignore")  # a variant's warnings belong to its jobs
         for name in variants:
             try:
