@@ -6,13 +6,15 @@ for the three. In a sweep those builds fell inside its first jobs, and the progr
 estimate, the mean time per job so far, read them as the cost of every job (on a new machine
 2.7 times the time left, from the first tenth). So before the first job, each variant the sweep
 runs on the CPU makes one small call in the sweep's process: every kernel is built then, the
-jobs find it built, and the estimate measures jobs. Where the kernels are built already, the
-calls take a fraction of a second. The engine names no variant: each variant's first call builds
-what it needs. The calls run as a timed region, where no kernel tunes itself: tuning belongs to
-the shapes the jobs run (it took 20 s at this small one). Only the variants attnbench ships are called (`SHIPPED`, their registry origin):
-they are the ones with kernels, and their first calls are bounded, where a plugin's could be
-anything (one in the tests blocks for minutes) and belongs in its job, under the job's time
-budget. A call that fails is ignored; the job that runs the variant says why.
+jobs find it built, and the estimate measures jobs. Where the kernels are built, the calls take
+about a second for all 21 shipped variants. The engine names no variant: each variant's first
+call builds what it needs.
+
+The calls run as a timed region, where no kernel tunes itself: tuning belongs to the shapes the
+jobs run (it took 20 s at this small one). Only the variants attnbench ships are called
+(`SHIPPED`, their registry origin): they are the ones with kernels, and their first calls are
+bounded, where a plugin's could be anything (one in the tests blocks for minutes) and belongs in
+its job, under the job's time budget. A call that fails is ignored; its job says why.
 """
 
 from __future__ import annotations
