@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 REPO=$(pwd)
 WORK=${WORK:-$REPO/../attnbench-regen}
 PART=${1:-}
-QUALITY=recall,forgetting_recall,copy,noisy_recall,compression,memorization,parity,icl_regression,concentration,lm
+QUALITY=recall,forgetting_recall,copy,noisy_recall,compression,parity,icl_regression,concentration,lm
 
 case "$PART" in
   quality | timings | finish) ;;
