@@ -18,7 +18,7 @@ from attnbench.harness.cli.app import CONF_DIR
 from attnbench.harness.jobs.config import store_configs
 from attnbench.task import TASKS
 from attnbench.variant import VARIANTS
-from hydra_plugins.attnbench_sweeper.grids_sweeper import RUN_ALONE
+from hydra_plugins.attnbench_sweeper.grids_sweeper import GRID_KEYS
 
 store_configs()
 SWEEPS = sorted(p.stem for p in (Path(CONF_DIR) / "sweep").glob("*.yaml"))
@@ -155,7 +155,7 @@ def test_every_grid_composes_into_a_job(sweep):
     for grid in _grids(cfg.hydra.sweeper):
         overrides = []
         for key, value in grid.items():
-            if key == RUN_ALONE:  # how the sweeper launches the grid's jobs, not an override
+            if key in GRID_KEYS:  # how the sweeper runs the grid's jobs, not an override
                 continue
             value = str(value)
             first = value.split(",")[0] if not value.startswith(("glob", "[")) else value

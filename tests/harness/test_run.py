@@ -271,7 +271,7 @@ def test_a_failed_overwrite_keeps_the_ok_record(tmp_path, monkeypatch):
     def broken(self, ctx):
         raise RuntimeError("the machine was busy")
 
-    monkeypatch.setattr(Throughput, "run", broken)
+    monkeypatch.setattr(Throughput, "measure", broken)
     failed = run_job(_cfg(tmp_path, "variant=softmax", "overwrite=true"))
     assert failed.status == "failed" and failed.run_id == ok.run_id
     assert find_finished_record(tmp_path, ok.run_id) == ok  # still in its place
