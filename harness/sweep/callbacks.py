@@ -9,7 +9,6 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from attnbench.harness.jobs.paths import write_failure
-from attnbench.harness.results.collect import MissingRunsError, collect
 from attnbench.harness.sweep.hard_stop import collect_on_stop
 from attnbench.harness.sweep.outcome import OUTCOME, one_line
 
@@ -55,6 +54,10 @@ class CollectResults(Callback):
     """
 
     def _collect(self, config: DictConfig) -> None:
+        # imported here: the collector brings pandas (0.5 s), which a command that stops at its
+        # arguments (one sentence, exit 2) never needs
+        from attnbench.harness.results.collect import MissingRunsError, collect
+
         results_dir = config.results_dir
         try:
             summary = collect(results_dir)
