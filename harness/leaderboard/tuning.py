@@ -60,6 +60,13 @@ class Candidate:
     score: float  # mean of select_by over the compared seeds; NaN when it has none
     n_seeds: int  # the seeds that score averages
     shown: list[str] = field(default_factory=list)  # the axes the label names (empty: all)
+    seeds_run: int = 0  # the seeds it has a score at (more than n_seeds: run on at the winner)
+
+    @property
+    def seeds(self) -> str:
+        """How many seeds the score averages, and of how many run where more ran: "1 of 3"."""
+        more = self.seeds_run > self.n_seeds
+        return f"{self.n_seeds} of {self.seeds_run}" if more else str(self.n_seeds)
 
     @property
     def label(self) -> str:
@@ -144,7 +151,7 @@ def select_tuned(
             # layer_lr is the unused default), all of them where nothing varies
             shown = differing_keys(values)
             choice.candidates = [
-                Candidate(v, scored[t].score, scored[t].n_seeds, shown)
+                Candidate(v, scored[t].score, scored[t].n_seeds, shown, len(by_label[t]))
                 for v, t in zip(values, labels, strict=True)
             ]
             best = winner(scored, higher)
@@ -184,7 +191,11 @@ def tuning_table(choices: list[Choice], task: str) -> Table | None:
             f"Best seed-averaged {mine[0].select_by} (validation split, over the seeds every "
             "value has); ⚠: at the grid's edge, so the best value may lie outside the grid",
         ),
-        Column("candidates", f"{mine[0].select_by} per value (seeds)", "Every value tried"),
+        Column(
+            "candidates",
+            f"{mine[0].select_by} per value (seeds)",
+            'Every value tried, over the seeds compared ("1 of 3": the winner ran two more)',
+        ),
     ]
     rows = []
     for c in mine:
@@ -196,7 +207,7 @@ def tuning_table(choices: list[Choice], task: str) -> Table | None:
         if edges:
             chosen += " ⚠ grid edge: " + "; ".join(edges)
         tried = "; ".join(
-            f"{cand.label}: {format_value(cand.score)} ({cand.n_seeds})" for cand in c.candidates
+            f"{cand.label}: {format_value(cand.score)} ({cand.seeds})" for cand in c.candidates
         )
         rows.append(
             [Cell(c.variant, c.variant), Cell(label, label), Cell(chosen, chosen), Cell(tried, "")]

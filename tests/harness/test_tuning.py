@@ -179,6 +179,9 @@ def test_values_are_compared_on_the_seeds_they_share():
     assert choice.candidates[choice.winner].values == {"lr": 0.01}
     assert [(c.score, c.n_seeds) for c in choice.candidates] == [(0.70, 1), (0.90, 1)]
     assert sorted(kept[kept["metric"] == "acc"]["seed"]) == [0, 1, 2]
+    # the table says what the score averages and what ran
+    (row,) = tuning_table(choices, "train").rows
+    assert row[3].text == "lr=0.001: 0.7 (1); lr=0.01: 0.9 (1 of 3)"
     # with the plain mean over each value's own seeds (0.60 against 0.70), 0.001 would have won
 
 
