@@ -45,7 +45,7 @@ from attnbench.harness.leaderboard.tables import (
     format_value,
     map_distinct,
 )
-from attnbench.harness.results.tuning_choice import score_candidates, winner
+from attnbench.harness.results.tuning_choice import score_candidates, value_label, winner
 from attnbench.task_info import TaskInfo
 
 TUNED = "tuned"  # column of the kept rows: the winning values, e.g. "lr=0.003"
@@ -115,8 +115,7 @@ def _split(text: str, axes: list[str]) -> tuple[str, str]:
     """(setting: task params without the axes, axis values present), both canonical JSON."""
     params = json.loads(text)
     setting = {k: v for k, v in params.items() if k not in axes}
-    values = {k: params[k] for k in axes if k in params}
-    return json.dumps(setting, sort_keys=True), json.dumps(values, sort_keys=True)
+    return json.dumps(setting, sort_keys=True), value_label(params, axes)
 
 
 def select_tuned(

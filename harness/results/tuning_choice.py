@@ -17,8 +17,9 @@ go to the candidate whose label sorts first, so the choice never depends on run 
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 
@@ -28,6 +29,13 @@ class Scored:
 
     score: float
     n_seeds: int
+
+
+def value_label(params: Mapping[str, object], axes: Iterable[str]) -> str:
+    """A candidate's label: the values ``params`` (a run's task parameters) give the tuning
+    ``axes``, as canonical JSON. Ties go to the label that sorts first, so the board and the
+    sweep must label alike."""
+    return json.dumps({a: params[a] for a in axes if a in params}, sort_keys=True)
 
 
 def compared_seeds(scores: Mapping[str, Mapping[int, float]]) -> set[int]:

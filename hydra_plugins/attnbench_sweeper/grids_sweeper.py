@@ -55,7 +55,6 @@ Beyond the basic sweeper, three promises (see ``attnbench --help`` in README.md)
 
 # No `from __future__ import annotations` here: Hydra imports plugin modules without entering them
 # in sys.modules, and dataclasses then cannot resolve string annotations.
-import json
 import logging
 import sys
 from collections.abc import Sequence
@@ -75,7 +74,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from attnbench.harness.jobs.paths import write_failure
 from attnbench.harness.jobs.records import FAILURES, find_finished_record
-from attnbench.harness.results.tuning_choice import score_candidates, winner
+from attnbench.harness.results.tuning_choice import score_candidates, value_label, winner
 from attnbench.harness.sweep.outcome import OUTCOME
 from attnbench.harness.sweep.progress import JobEnds, ReportingTask, SweepProgress, job_status
 from attnbench.harness.sweep.stop import (
@@ -430,14 +429,7 @@ class GridsSweeper(BasicSweeper):
                     record = find_finished_record(folder, self.prepared[tuple(job)].run_id)
                     if record is None:
                         continue
-                    label = json.dumps(
-                        {
-                            a: record.task_params[a]
-                            for a in tuning.params
-                            if a in record.task_params
-                        },
-                        sort_keys=True,
-                    )
+                    label = value_label(record.task_params, tuning.params)
                     by_label[label] = job
                     value = _scalar(record.metrics, tuning.select_by)
                     scores.setdefault(label, {})
