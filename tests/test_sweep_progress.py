@@ -238,3 +238,23 @@ def test_kernel_builds_happen_before_the_sweep_s_clock(tmp_path):
     assert "first calls (kernel builds) took 10 s, before the clock" in out, out[-3000:]
     elapsed = [int(s) for s in re.findall(r"sweep: 1/3 jobs done, 0 failed, (\d+)s elapsed", out)]
     assert elapsed and elapsed[0] < 10, out[-3000:]
+
+
+def test_first_calls_build_their_kernels_at_once(monkeypatch):
+    """Each shipped variant's first call runs on its own thread, inside a timed region (no
+    tuning): four calls that each wait 1 s on a build (a compiler process: no CPU of this
+    one) end in about 1 s, where one after another took 4; a plugin's variant is not called."""
+    from attnbench.harness.sweep import warm
+    from attnbench.toolkit.timing import in_timed_region
+
+    called: list[tuple[str, bool]] = []
+
+    def first_call(name: str) -> None:
+        time.sleep(1.0)
+        called.append((name, in_timed_region()))
+
+    monkeypatch.setattr(warm, "_first_call", first_call)
+    monkeypatch.setattr(warm, "_shipped", lambda name: not name.startswith("plugin"))
+    seconds = warm.warm_kernels(["softmax", "relu2", "topk", "window", "plugin_x"])
+    assert sorted(called) == [(n, True) for n in ("relu2", "softmax", "topk", "window")]
+    assert 1.0 <= seconds < 2.5  # serial: >= 4 s; the margin is for a busy machine's threads
