@@ -286,6 +286,31 @@ def test_a_group_that_no_grid_has_is_one_sentence(hydra_sweep_runner, tmp_path, 
     )
 
 
+def test_the_progress_weighs_the_jobs_left_by_their_grids_expected_seconds(
+    hydra_sweep_runner, tmp_path, monkeypatch
+):
+    """Each job's ``expected_s`` reaches the progress in launch order (a grid's jobs have its
+    time); a sweep where one grid gives none keeps the mean per job done."""
+    from attnbench.harness.sweep.progress import SweepProgress
+
+    seen: list[list[float] | None] = []
+    init = SweepProgress.__init__
+
+    def recording(self, total, stream=None, expected=None):
+        init(self, total, stream, expected)
+        seen.append(self.expected)
+
+    # the class itself: Hydra loads its plugin modules apart from sys.modules
+    monkeypatch.setattr(SweepProgress, "__init__", recording)
+    timed = (
+        "hydra.sweeper.grids=[{group1:file1,bar:'1,2',expected_s:0.5},"
+        "{group1:file2,bar:3,expected_s:4}]"
+    )
+    assert len(_sweep(hydra_sweep_runner, tmp_path, None, timed)) == 3
+    assert len(_sweep(hydra_sweep_runner, tmp_path, None, GRID_LIST)) == 3
+    assert seen == [[0.5, 0.5, 4.0], None]
+
+
 # --- real sweeps of attnbench -------------------------------------------------------------
 
 
@@ -397,6 +422,7 @@ def test_seeds_at_best_run_each_variants_winner_at_the_further_seeds(tmp_path):
         ("{variant:softmax,task:throughput,task.seq_len:32,seeds_at_best:'1,2'}", "no tuning axes"),
         ("{variant:softmax,task:copy,seed:1,task.lr:'0.001,0.01',seeds_at_best:'1,2'}", "seed 1"),
         ("{variant:softmax,task:copy,task.lr:'0.001,0.01',seeds_at_best:'one'}", "whole seeds"),
+        ("{variant:softmax,task:throughput,task.seq_len:32,expected_s:-1}", "expected_s=-1"),
     ],
 )
 def test_a_bad_seeds_at_best_grid_is_one_sentence(tmp_path, grid, says):

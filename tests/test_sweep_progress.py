@@ -258,3 +258,25 @@ def test_first_calls_build_their_kernels_at_once(monkeypatch):
     seconds = warm.warm_kernels(["softmax", "relu2", "topk", "window", "plugin_x"])
     assert sorted(called) == [(n, True) for n in ("relu2", "softmax", "topk", "window")]
     assert 1.0 <= seconds < 2.5  # serial: >= 4 s; the margin is for a busy machine's threads
+
+
+def test_the_time_left_weighs_the_jobs_left_by_their_expected_seconds(monkeypatch):
+    """Ten jobs expected at 1 s, then twenty at 5 s, on a machine twice as slow: after the ten,
+    20 s elapsed, so 2 × 100 s are left; the mean per job done (2 s) would say 40 s. Without
+    expected times, or with a list of another length, the mean per job done."""
+    clock = [0.0]
+    monkeypatch.setattr(sweep_progress.time, "monotonic", lambda: clock[0])
+    progress = SweepProgress(30, stream=io.StringIO(), expected=[1.0] * 10 + [5.0] * 20)
+    clock[0] = 20.0
+    for _ in range(10):
+        progress.job_finished(False)
+    assert progress.seconds_left(20.0) == pytest.approx(200.0)
+    assert "about 3m20s left" in progress.line()
+    plain = SweepProgress(30, stream=io.StringIO(), expected=[1.0] * 29)
+    for _ in range(10):
+        plain.job_finished(False)
+    assert plain.seconds_left(20.0) == pytest.approx(40.0)
+    progress.resize(31, [1.0] * 10 + [5.0] * 21)  # a tuned seed planned: its time counts
+    assert progress.seconds_left(20.0) == pytest.approx(210.0)
+    progress.close()
+    plain.close()

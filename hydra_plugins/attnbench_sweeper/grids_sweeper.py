@@ -36,6 +36,13 @@ number for a variant is the mean of three seeds at its tuned value. The choice i
 records, so a resumed sweep makes the same one and skips what it ran; a (variant, setting) whose
 values all failed gets no further seeds, and the sweep says so.
 
+A grid may set ``expected_s: 1.4`` (a key of the grid): the seconds of the sweep's clock one of
+its jobs took on the host the preset was sized on (a pooled job's share: its time over the
+workers). Jobs differ by tens between grids (a timing run alone against a training job beside
+another), so a mean over the jobs done so far mispredicts the rest; where every grid gives its
+time, the progress line's estimate is the jobs left weighed by it, scaled by how this machine
+compares on the jobs done (`attnbench.harness.sweep.progress.SweepProgress`).
+
 Beyond the basic sweeper, three promises (see ``attnbench --help`` in README.md):
 
 * every job is checked before the first one runs (``job_check``, by default
@@ -89,7 +96,8 @@ from attnbench.harness.sweep.warm import warm_kernels
 log = logging.getLogger(__name__)
 RUN_ALONE = "run_alone"  # a grid key: launch each of the grid's jobs in a batch of its own
 SEEDS_AT_BEST = "seeds_at_best"  # a grid key: seeds to run again at each tuned winner
-GRID_KEYS = (RUN_ALONE, SEEDS_AT_BEST)  # keys of a grid that are not overrides
+EXPECTED = "expected_s"  # a grid key: a job's seconds on the sweep's clock, where it was sized
+GRID_KEYS = (RUN_ALONE, SEEDS_AT_BEST, EXPECTED)  # keys of a grid that are not overrides
 
 
 @dataclass
@@ -158,6 +166,19 @@ def _value(job: list[str], key: str) -> str | None:
     return None
 
 
+def _seconds(value: Any) -> float | None:
+    """A grid's ``expected_s``: a positive number of seconds, or None where it gives none."""
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = float("nan")
+    if not seconds > 0 or seconds == float("inf"):
+        refuse(f"expected_s={value} in a grid: give the seconds one of its jobs takes (> 0).")
+    return seconds
+
+
 def _scalar(points: list[dict], metric: str) -> float | None:
     """A record's value of ``metric`` without a curve axis; None where it has none."""
     for p in points:
@@ -182,6 +203,8 @@ class GridsSweeper(BasicSweeper):
         self.grids = [{str(k): str(v) for k, v in g.items() if k not in GRID_KEYS} for g in grids]
         self.alone = [bool(g.get(RUN_ALONE, False)) for g in grids]
         self.at_best = [_seeds(g.get(SEEDS_AT_BEST)) for g in grids]
+        self.expected = [_seconds(g.get(EXPECTED)) for g in grids]
+        self.job_expected: dict[tuple[str, ...], float | None] = {}  # a job → its grid's
         self.alone_jobs: set[tuple[str, ...]] = set()
         self.tuned: list[tuple[tuple[int, ...], list[list[str]]]] = []  # (seeds, the grid's jobs)
         self.prepared: dict[tuple[str, ...], Any] = {}  # a tuned grid's job → job_check's return
@@ -241,8 +264,12 @@ class GridsSweeper(BasicSweeper):
         seen = set()
         kept = 0
         self.tuned = []
-        for grid, alone, seeds in zip(
-            grids or [[]], self.alone or [False], self.at_best or [()], strict=True
+        for grid, alone, seeds, expected in zip(
+            grids or [[]],
+            self.alone or [False],
+            self.at_best or [()],
+            self.expected or [None],
+            strict=True,
         ):
             lines = self._narrow(grid, command_line)
             if lines is None:
@@ -258,6 +285,7 @@ class GridsSweeper(BasicSweeper):
                 if (key := tuple(sorted(job))) not in seen:
                     seen.add(key)
                     jobs.append(job)
+                    self.job_expected[tuple(job)] = expected
                     if alone:
                         self.alone_jobs.add(tuple(job))
         if not kept:
@@ -445,7 +473,9 @@ class GridsSweeper(BasicSweeper):
                     )
                     continue
                 base = [o for o in by_label[best] if _key(o) != "seed"]
-                out.extend(base + [f"seed={s}"] for s in seeds)
+                for seed in seeds:
+                    out.append(base + [f"seed={seed}"])
+                    self.job_expected[tuple(out[-1])] = self.job_expected.get(tuple(jobs[0]))
         return out
 
     # --- running them ----------------------------------------------------------------------
@@ -522,14 +552,16 @@ class GridsSweeper(BasicSweeper):
             log.info(
                 "grids sweeper: first calls (kernel builds) took %.0f s, before the clock", seconds
             )
-        self.reporting.progress = progress = SweepProgress(len(jobs) + later)
+        self.reporting.progress = progress = SweepProgress(
+            len(jobs) + later, expected=self._expected(self.overrides, later)
+        )
         self.reporting.ends = JobEnds.open(progress)
         try:
             returns = self._launch_all(jobs, progress)
             if later and not self.stopped:
                 tuned = self.validate_jobs(self._jobs_at_best())
-                progress.resize(len(jobs) + len(tuned))
                 self.overrides.extend(self.batches(tuned))
+                progress.resize(len(jobs) + len(tuned), self._expected(self.overrides, 0))
                 returns += self._launch_all(tuned, progress, offset=len(jobs))
             return returns
         finally:
@@ -537,6 +569,17 @@ class GridsSweeper(BasicSweeper):
                 self.reporting.ends.close()
             progress.close()
             self.reporting.progress = self.reporting.ends = None
+
+    def _expected(self, batches: list[list[list[str]]], later: int) -> list[float] | None:
+        """Each job's expected seconds in launch order, then ``later`` jobs' at the tuned grids'
+        (their groups' grid's); None unless every grid gives one (``expected_s``)."""
+        times = [self.job_expected.get(tuple(job)) for batch in batches for job in batch]
+        for seeds, groups in self._tuned_groups() if later else []:
+            for jobs in groups.values():
+                times += [self.job_expected.get(tuple(jobs[0]))] * len(seeds)
+        if any(t is None for t in times):
+            return None
+        return [float(t) for t in times if t is not None]
 
     def _launch_all(self, jobs: list[list[str]], progress: SweepProgress, offset: int = 0) -> Any:
         """Launch the batches of ``jobs`` in order (`sweep`), until done or stopped; ``offset``:
