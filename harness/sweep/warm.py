@@ -1,7 +1,7 @@
 """Build the compiled kernels a sweep's variants use before its clock starts.
 
 A variant's C++ kernel is built on its first call on a machine (`variants/kernels/compiled.py`,
-cached per CPU capability and torch version): 20-25 s a kernel on two busy cores, about a minute
+cached per CPU capability and torch installation): 20-25 s a kernel on two busy cores, about a minute
 for the three. In a sweep those builds fell inside its first jobs, and the progress line's
 estimate, the mean time per job so far, read them as the cost of every job (on a new machine
 2.7 times the time left, from the first tenth). So before the first job, each variant the sweep

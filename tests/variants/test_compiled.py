@@ -25,12 +25,16 @@ def _extensions_here(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "extensions"))
 
 
-def test_extension_names_separate_capabilities_and_torch_versions(monkeypatch):
+def test_extension_names_separate_capabilities_torch_versions_and_installations(monkeypatch):
     avx512 = compiled.extension_name("attnbench_tiles", "AVX512")
     assert avx512 != compiled.extension_name("attnbench_tiles", "AVX2")
     assert avx512.isidentifier()  # torch builds a module of that name
     monkeypatch.setattr(torch, "__version__", "9.9.9+cu999")
-    assert compiled.extension_name("attnbench_tiles", "AVX512") not in (avx512,)
+    other_version = compiled.extension_name("attnbench_tiles", "AVX512")
+    assert other_version != avx512
+    # the same torch installed in another environment: another build folder
+    monkeypatch.setattr(torch, "__file__", "/elsewhere/site-packages/torch/__init__.py")
+    assert compiled.extension_name("attnbench_tiles", "AVX512") not in (avx512, other_version)
 
 
 def test_capability_flags_name_the_capability():

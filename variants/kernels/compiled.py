@@ -7,10 +7,13 @@ variants that run a kernel covers it: `harness.jobs.fingerprint` hashes a module
 with a ``.cpp`` of the same stem beside it. `build` compiles the file with
 ``torch.utils.cpp_extension.load`` (about 6 s, then torch's extension cache; ``load_inline``, which
 prepends ``torch/extension.h`` and its Python bindings, took about 20 s) under a
-name that includes the CPU capability and torch's version: a cluster's nodes may share a home
-directory but not an instruction set, and an extension built against one torch must not be
-loaded by another. ``ninja``, which torch's build needs, is looked for next to the running Python
-too (a virtual environment's ``bin`` is often not on the PATH). Where the build fails (no C++
+name that includes the CPU capability, torch's version and a digest of where that torch is
+installed: a cluster's nodes may share a home directory but not an instruction set, an extension
+built against one torch must not be loaded by another, and two environments of one torch (the
+README's `.venv` and `.venv-test`) each keep their build, where one shared folder was rebuilt at
+every switch (its build file names the environment's include paths: ~30 s a time for the three).
+``ninja``, which torch's build needs, is looked for next to the running Python too (a virtual
+environment's ``bin`` is often not on the PATH). Where the build fails (no C++
 compiler, no ninja, the source file missing), one warning names the path the variants fall back
 to, and `build` returns False: the caller's torch path computes the same attention, slower.
 
@@ -28,6 +31,7 @@ kernel built again; a lock whose builder is alive is waited on, as torch does.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -63,9 +67,11 @@ def capability_flags(cap: str) -> list[str]:
 
 
 def extension_name(stem: str, cap: str) -> str:
-    """``stem`` with the capability and torch's version: one cache entry per pair."""
+    """``stem`` with the capability, torch's version and its installation's folder (a digest):
+    one cache entry per capability and torch installation."""
     version = re.sub(r"[^0-9a-zA-Z]+", "_", torch.__version__)
-    return f"{stem}_{cap.lower()}_torch{version}"
+    where = hashlib.sha256(str(Path(torch.__file__).resolve().parent).encode()).hexdigest()[:8]
+    return f"{stem}_{cap.lower()}_torch{version}_{where}"
 
 
 def _ninja_on_path() -> None:
