@@ -102,11 +102,18 @@ from torch import nn
 
 from attnbench import AttentionVariant, VariantShape, register_variant
 from attnbench.incremental import IncrementalAttention, register_incremental
+from attnbench.variants.kernels import autotune
 from attnbench.variants.recurrent.documents import document_chunks, longest_document
 from attnbench.variants.recurrent.mixer import GatedMixer
 from attnbench.variants.recurrent.output_norm import normalise_output
 from attnbench.variants.recurrent.precision import compute_dtype
 
+# chunk lengths a machine chooses among (`autotune.choose`); the first is the default (the one
+# measured best on the AMD EPYC before the tuning), which a call too small to tune runs
+DEFAULT_CHUNK = 64
+CHUNKS = (DEFAULT_CHUNK, 16, 32, 128)
+TUNE_FROM = 16384  # positions × state heads × batch from which a call's class is tuned
+PROBE_POSITIONS = 2048  # a tuning times the forward on this many positions, without autograd
 BLOCK_CHUNKS = 16  # chunks computed together; the state is carried chunk by chunk within
 SMALL_BLOCK = 8  # tree levels below this half-width multiply elementwise (tiny matmuls are slow)
 # a block of chunks whose log-decays sum above −FACTOR_SPAN in every chunk takes the factored
@@ -316,7 +323,7 @@ def _decayed_flops(
     kv = h * variant.shape.kv_heads / variant.shape.n_heads
     if not causal:
         return 2.0 * b * (h * n + kv * m) * d * dv
-    c = min(variant.params.chunk_size, _pow2_at_least(n))
+    c = min(variant.last_chunk, _pow2_at_least(n))
     scores = 2 * c * d
     return b * n * (h * (scores + 2 * c * dv + 2 * d * dv) + kv * 2 * d * dv)
 
@@ -326,7 +333,9 @@ class GLAParams:
     """Hyperparameters of `gla` (defaults: flash-linear-attention's GatedLinearAttention)."""
 
     gate_normaliser: float = 16.0  # τ in log a = logsigmoid(raw)/τ (fla gate_logit_normalizer)
-    chunk_size: int = 64  # positions per chunk of the parallel form (a power of two)
+    # positions per chunk of the parallel form (a power of two); 0: chosen on the machine
+    # (`CHUNKS`, `DecayedLinearAttention.chunk`)
+    chunk_size: int = 0
     # each head's output divided by its RMS over the value channels, as the reference's norm
     # (module docstring); false: the bare recurrence
     output_norm: bool = True
@@ -336,7 +345,9 @@ class GLAParams:
 class Mamba2Params:
     """Hyperparameters of `mamba2` (defaults: mamba_ssm's Mamba2 module)."""
 
-    chunk_size: int = 64  # positions per chunk of the parallel form (a power of two)
+    # positions per chunk of the parallel form (a power of two); 0: chosen on the machine
+    # (`CHUNKS`, `DecayedLinearAttention.chunk`)
+    chunk_size: int = 0
     # each head's output divided by its RMS over the value channels, as the reference's norm
     # (module docstring); false: the bare recurrence
     output_norm: bool = True
@@ -375,8 +386,50 @@ class DecayedLinearAttention(GatedMixer):
     def __init__(self, params, shape: VariantShape) -> None:
         super().__init__(params, shape)
         c = params.chunk_size
-        if c < 1 or c & (c - 1):
-            raise ValueError(f"{self.name} chunk_size must be a power of two, got {c}; try 64.")
+        if c < 0 or c & (c - 1):
+            raise ValueError(
+                f"{self.name} chunk_size must be a power of two, or 0 to choose it on the "
+                f"machine; got {c}; try 64."
+            )
+        self.last_chunk = c or DEFAULT_CHUNK  # what the last call ran with (for its FLOPs)
+
+    def chunk(self, q: torch.Tensor, k, v, g, sign, causal: bool) -> int:
+        """The chunk length C of this call: the parameter where it is set, else the machine's
+        choice for the call's class (`autotune.choose` among `CHUNKS`, timed on the forward
+        without autograd over the first `PROBE_POSITIONS` positions): the C×C products inside
+        chunks grow with C, the loop's hand-overs with N / C, and where they balance depends on
+        the machine."""
+        if self.params.chunk_size:
+            return self.params.chunk_size
+        if not causal:  # one product over the whole sequence: no chunks
+            return DEFAULT_CHUNK
+        b, kv, m, d = k.shape
+        shape_class = {
+            "channels": g.shape[-1] > 1,  # gla's decay per key channel, mamba2's per head
+            "signed": sign is not None,
+            "d": d,
+            "dv": v.shape[-1],
+            "state_heads": kv,
+            "group": q.shape[1] // kv,
+            "dtype": str(k.dtype).removeprefix("torch."),
+            "long": m >= PROBE_POSITIONS,
+        }
+        end = min(m, PROBE_POSITIONS)
+
+        def probe(config):
+            parts = [x[:, :, :end].detach() for x in (q, k, v, g)]
+            cut = None if sign is None else sign[:, :, :end].detach()
+
+            def call():
+                with torch.no_grad():
+                    decayed_attention(*parts, config["chunk"], True, None, cut)
+
+            return call
+
+        candidates = [{"chunk": c} for c in CHUNKS]
+        worth = b * kv * m >= TUNE_FROM and k.device.type == "cpu"
+        chosen = autotune.choose(f"{self.name} chunks", shape_class, candidates, probe, worth)
+        return int(chosen["chunk"])
 
     def decays(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gates: dict[str, torch.Tensor]
@@ -414,7 +467,7 @@ class DecayedLinearAttention(GatedMixer):
         gates = {name: g.to(dtype) for name, g in gates.items()}
         q, k, v, g = self.decays(q, k, v, gates)
         g, sign = self.transitions(g)
-        c = self.params.chunk_size
+        c = self.last_chunk = self.chunk(q, k, v, g, sign, causal)
         out, state = decayed_attention(q, k, v, g, c, causal, state, sign, cu_seqlens)
         return (normalise_output(out) if self.params.output_norm else out), state
 
