@@ -22,7 +22,11 @@ import torch
 from attnbench import AttentionVariant, VariantShape, register_incremental, register_variant
 from attnbench.masks import causal_pattern
 from attnbench.variants.decoding import RecurrentState
-from attnbench.variants.kernels.prefix_sums import causal_kernel_sums
+from attnbench.variants.kernels.prefix_sums import (
+    causal_kernel_sums,
+    checked_chunk,
+    machine_chunk,
+)
 
 
 @dataclass
@@ -30,7 +34,9 @@ class DecayParams:
     """Hyperparameters of `decay`."""
 
     decay: float | None = None  # λ in (0, 1] for every head; None: λ_h = 1 − 2^(−5−h) per head
-    chunk_size: int = 64  # positions per chunk of the chunkwise form
+    # positions per chunk of the chunkwise form; 0: chosen on the machine
+    # (`prefix_sums.machine_chunk`)
+    chunk_size: int = 0
 
 
 @register_variant("decay")
@@ -47,8 +53,7 @@ class DecayAttention(AttentionVariant):
         super().__init__(params, shape)
         if params.decay is not None and not 0 < params.decay <= 1:
             raise ValueError(f"decay must be in (0, 1], got {params.decay}; try 0.9.")
-        if params.chunk_size < 1:
-            raise ValueError(f"decay chunk_size must be >= 1, got {params.chunk_size}.")
+        self.last_chunk = checked_chunk("decay", params.chunk_size)  # the last call's
         if params.decay is None:
             lam = 1 - 2.0 ** (-5 - torch.arange(shape.n_heads, dtype=torch.float64))
         else:
@@ -64,7 +69,9 @@ class DecayAttention(AttentionVariant):
     ) -> torch.Tensor:
         self.check_inputs(q, k, v, causal)
         scale = 1 / math.sqrt(q.shape[-1])
-        c, ld = self.params.chunk_size, self.log_decay
+        ld = self.log_decay
+        c = self.params.chunk_size or machine_chunk(self.name, q, k, v, ld, scale=scale)
+        self.last_chunk = c
         out = causal_kernel_sums(q, k, v, c, ld, scale=scale)
         if causal:
             return out
@@ -87,7 +94,7 @@ class DecayAttention(AttentionVariant):
         return weights
 
     def forward_flops(self, batch, heads, n, m, d, dv, causal) -> float:
-        c = min(self.params.chunk_size, n)
+        c = min(self.last_chunk, n)
         one_pass = 2.0 * batch * heads * n * (c * (d + dv) + 2 * d * dv)
         return one_pass if causal else 2 * one_pass
 
@@ -115,7 +122,7 @@ class DecayIncremental(RecurrentState):
         # the earlier tokens reach position t + i decayed by λ^{i+1}
         out = (q @ self.state) * torch.exp((steps + 1) * self.log_decay) * scale
         out = out + causal_kernel_sums(
-            q, k, v, self.variant.params.chunk_size, self.variant.log_decay, scale=scale
+            q, k, v, self.variant.last_chunk, self.variant.log_decay, scale=scale
         )
         to_end = torch.exp((n - 1 - steps) * self.log_decay)  # λ^{n−1−i}: (H, n, 1)
         self.state.mul_(torch.exp(n * self.log_decay)).add_((k * to_end).transpose(-2, -1) @ v)

@@ -33,7 +33,11 @@ from attnbench import (
 )
 from attnbench.masks import causal_pattern
 from attnbench.variants.decoding import RecurrentState
-from attnbench.variants.kernels.prefix_sums import causal_kernel_sums
+from attnbench.variants.kernels.prefix_sums import (
+    causal_kernel_sums,
+    checked_chunk,
+    machine_chunk,
+)
 
 FEATURE_MAPS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "elu1": lambda x: F.elu(x) + 1.0,
@@ -60,7 +64,9 @@ class LinearParams:
     """Hyperparameters of `linear`."""
 
     feature_map: str = "elu1"  # φ applied to queries and keys: elu1, relu or identity
-    chunk_size: int = 64  # causal form: positions per chunk (C×C work inside, prefix sums across)
+    # causal form: positions per chunk (C×C work inside, prefix sums across); 0: chosen on the
+    # machine (`prefix_sums.machine_chunk`)
+    chunk_size: int = 0
     eps: float = 1e-6  # added to the normaliser φ(q)·Σφ(k) so that it never divides by zero
 
 
@@ -81,8 +87,7 @@ class LinearAttention(AttentionVariant):
                 f"linear feature_map {params.feature_map!r} is not known; "
                 f"valid: {', '.join(sorted(FEATURE_MAPS))}."
             )
-        if params.chunk_size < 1:
-            raise ValueError(f"linear chunk_size must be >= 1, got {params.chunk_size}.")
+        self.last_chunk = checked_chunk("linear", params.chunk_size)  # the last call's
         if not params.eps >= 0:  # a negative eps can cancel the normaliser: a division by ~0
             raise ValueError(f"linear eps must be >= 0, got {params.eps}; try 1e-6.")
         self.phi = FEATURE_MAPS[params.feature_map]
@@ -92,9 +97,10 @@ class LinearAttention(AttentionVariant):
     ) -> torch.Tensor:
         self.check_inputs(q, k, v, causal)
         if causal:
-            return causal_kernel_sums(
-                q, k, v, self.params.chunk_size, feature_map=self.phi, eps=self.params.eps
-            )
+            phi, eps = self.phi, self.params.eps
+            c = self.params.chunk_size or machine_chunk(self.name, q, k, v, None, phi, eps)
+            self.last_chunk = c
+            return causal_kernel_sums(q, k, v, c, feature_map=phi, eps=eps)
         fq, fk = self.phi(q), self.phi(k)
         num = per_query_head(fq, fk.transpose(-2, -1) @ v)
         den = per_query_head(fq, fk.sum(dim=-2).unsqueeze(-1))
@@ -110,14 +116,14 @@ class LinearAttention(AttentionVariant):
 
     def forward_flops(self, batch, heads, n, m, d, dv, causal) -> float:
         """Work this implementation does (not the dense-equivalent count)."""
-        return _linear_flops(self, batch, heads, n, m, d, dv, causal, self.params.chunk_size)
+        return _linear_flops(self, batch, heads, n, m, d, dv, causal, self.last_chunk)
 
 
 @dataclass
 class IdentityParams:
     """Hyperparameters of `identity`."""
 
-    chunk_size: int = 64  # causal form: positions per chunk
+    chunk_size: int = 0  # causal form: positions per chunk; 0: chosen on the machine
 
 
 @register_variant("identity")
@@ -131,13 +137,19 @@ class IdentityAttention(AttentionVariant):
     grouped_query = True  # one state per key/value head (module docstring)
     Params = IdentityParams
 
+    def __init__(self, params: IdentityParams, shape: VariantShape) -> None:
+        super().__init__(params, shape)
+        self.last_chunk = checked_chunk("identity", params.chunk_size)  # the last call's
+
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False
     ) -> torch.Tensor:
         self.check_inputs(q, k, v, causal)
         scale = 1.0 / (math.sqrt(q.shape[-1]) * k.shape[-2])
         if causal:
-            return causal_kernel_sums(q, k, v, self.params.chunk_size, scale=scale)
+            c = self.params.chunk_size or machine_chunk(self.name, q, k, v, scale=scale)
+            self.last_chunk = c
+            return causal_kernel_sums(q, k, v, c, scale=scale)
         return per_query_head(q * scale, k.transpose(-2, -1) @ v)
 
     def attention_weights(
@@ -149,7 +161,7 @@ class IdentityAttention(AttentionVariant):
         return weights
 
     def forward_flops(self, batch, heads, n, m, d, dv, causal) -> float:
-        return _linear_flops(self, batch, heads, n, m, d, dv, causal, self.params.chunk_size)
+        return _linear_flops(self, batch, heads, n, m, d, dv, causal, self.last_chunk)
 
 
 @register_incremental("identity")
@@ -162,7 +174,7 @@ class IdentityIncremental(RecurrentState):
             self.state.add_(k.transpose(-2, -1) @ v)
             return self.per_query_head(q, self.state).mul_(scale)
         out = self.per_query_head(q, self.state) * scale
-        chunk = self.variant.params.chunk_size
+        chunk = self.variant.last_chunk
         out = out + causal_kernel_sums(q, self.repeat_kv(k), self.repeat_kv(v), chunk, scale=scale)
         self.state += k.transpose(-2, -1) @ v
         return out
@@ -197,7 +209,7 @@ class LinearIncremental(RecurrentState):
         # the new tokens among themselves: values with a column of ones give the normaliser
         ones = v.new_ones(*v.shape[:-1], 1)
         values = self.repeat_kv(torch.cat([v, ones], dim=-1))
-        inner = causal_kernel_sums(fq, self.repeat_kv(fk), values, self.variant.params.chunk_size)
+        inner = causal_kernel_sums(fq, self.repeat_kv(fk), values, self.variant.last_chunk)
         num, den = num + inner[..., :-1], den + inner[..., -1:]
         self.state += fk.transpose(-2, -1) @ v
         self.key_sum += fk.sum(dim=-2, keepdim=True).transpose(-2, -1)

@@ -150,6 +150,28 @@ def choose(
     return config
 
 
+def choose_chunk(
+    kernel: str,
+    shape_class: Mapping[str, object],
+    chunks: Sequence[int],
+    run: Callable[[int], object],
+    worth_tuning: bool = True,
+) -> int:
+    """The chunk length of a chunked form to run for ``shape_class`` (`choose` among ``chunks``,
+    the first the default): ``run(chunk)`` is the probe call at that length, made without
+    autograd."""
+
+    def probe(config: Config) -> Callable[[], object]:
+        def call() -> object:
+            with torch.no_grad():
+                return run(int(config["chunk"]))  # type: ignore[call-overload]
+
+        return call
+
+    candidates = [{"chunk": c} for c in chunks]
+    return int(choose(kernel, shape_class, candidates, probe, worth_tuning)["chunk"])  # type: ignore[call-overload]
+
+
 def _entry_key(kernel: str, shape_class: Mapping[str, object]) -> str:
     threads = torch.get_num_threads()
     parts = [f"{k}={v}" for k, v in sorted(shape_class.items())] + [f"threads={threads}"]

@@ -306,21 +306,16 @@ class DeltaRule(ValueLinearMixer):
         # a causal call with N ≠ M) every query reads the final state, which any N can
         causal = fq.shape[2] == m
 
-        def probe(config):
-            parts = (fq[:, :, :end], fk[:, :, :end], v[:, :, :end], beta[:, :, :end])
-            la = None if log_alpha is None else log_alpha[:, :, :end]
-
-            def call():
-                with torch.no_grad():
-                    detached = (t.detach() for t in parts)
-                    delta_rule_chunked(*detached, la, config["chunk"], causal=causal)
-
-            return call
-
-        candidates = [{"chunk": c} for c in CHUNKS]
+        parts = [x[:, :, :end].detach() for x in (fq, fk, v, beta)]
+        la = None if log_alpha is None else log_alpha[:, :, :end].detach()
         worth = b * kv * m >= TUNE_FROM and fk.device.type == "cpu"
-        chosen = autotune.choose(f"{self.name} chunks", shape_class, candidates, probe, worth)
-        return int(chosen["chunk"])
+        return autotune.choose_chunk(
+            f"{self.name} chunks",
+            shape_class,
+            CHUNKS,
+            lambda c: delta_rule_chunked(*parts, la, c, causal=causal),
+            worth,
+        )
 
     def forward_flops(self, batch, heads, n, m, d, dv, causal) -> float:
         """The matrix products of the chunked form at the chunk length of the last call (the

@@ -415,21 +415,16 @@ class DecayedLinearAttention(GatedMixer):
             "long": m >= PROBE_POSITIONS,
         }
         end = min(m, PROBE_POSITIONS)
-
-        def probe(config):
-            parts = [x[:, :, :end].detach() for x in (q, k, v, g)]
-            cut = None if sign is None else sign[:, :, :end].detach()
-
-            def call():
-                with torch.no_grad():
-                    decayed_attention(*parts, config["chunk"], True, None, cut)
-
-            return call
-
-        candidates = [{"chunk": c} for c in CHUNKS]
+        parts = [x[:, :, :end].detach() for x in (q, k, v, g)]
+        cut = None if sign is None else sign[:, :, :end].detach()
         worth = b * kv * m >= TUNE_FROM and k.device.type == "cpu"
-        chosen = autotune.choose(f"{self.name} chunks", shape_class, candidates, probe, worth)
-        return int(chosen["chunk"])
+        return autotune.choose_chunk(
+            f"{self.name} chunks",
+            shape_class,
+            CHUNKS,
+            lambda c: decayed_attention(*parts, c, True, None, cut),
+            worth,
+        )
 
     def decays(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gates: dict[str, torch.Tensor]
