@@ -280,3 +280,35 @@ def test_the_time_left_weighs_the_jobs_left_by_their_expected_seconds(monkeypatc
     assert progress.seconds_left(20.0) == pytest.approx(210.0)
     progress.close()
     plain.close()
+
+
+def test_first_calls_show_no_warning_and_a_stopped_sweep_waits_for_none(monkeypatch):
+    """While the jobs are composed the first calls run beside: a warning on their threads is
+    not shown (a variant's warnings belong to its jobs) where the sweep's own is, and a sweep
+    refused or stopped meanwhile leaves without waiting for a build (`abandon`), its timed
+    region closed."""
+    import warnings
+
+    from attnbench.harness.sweep import warm
+    from attnbench.toolkit.timing import in_timed_region
+
+    def slow_build(name: str) -> None:
+        warnings.warn(f"from {name}'s first call", RuntimeWarning, stacklevel=1)
+        time.sleep(3.0)
+
+    monkeypatch.setattr(warm, "_first_call", slow_build)
+    monkeypatch.setattr(warm, "_shipped", lambda name: True)
+    shown: list[str] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = lambda message, *args, **kwargs: shown.append(str(message))
+        warmer = warm.KernelWarmer()
+        assert in_timed_region()
+        warmer.add("softmax")
+        time.sleep(0.2)  # its warning raised by now
+        warnings.warn("the sweep's own", UserWarning, stacklevel=1)
+        start = time.monotonic()
+        warmer.abandon()
+        assert time.monotonic() - start < 1.0  # the build (3 s) is not waited for
+        assert not in_timed_region()
+    assert shown == ["the sweep's own"]

@@ -91,7 +91,7 @@ from attnbench.harness.sweep.stop import (
     GuardedTask,
     StopSweep,
 )
-from attnbench.harness.sweep.warm import warm_kernels
+from attnbench.harness.sweep.warm import KernelWarmer
 
 log = logging.getLogger(__name__)
 RUN_ALONE = "run_alone"  # a grid key: launch each of the grid's jobs in a batch of its own
@@ -214,7 +214,7 @@ class GridsSweeper(BasicSweeper):
         self.guard: GuardedTask | None = None
         self.reporting: ReportingTask | None = None  # the guard, as the launchers run it
         self.stopped = False  # the last `_launch_all` ended by a stop, not by its last batch
-        self.cpu_variants: dict[str, None] = {}  # the variants of the jobs to run on the CPU
+        self.warmer: KernelWarmer | None = None  # their first calls, while the jobs are composed
 
     def setup(
         self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
@@ -366,8 +366,9 @@ class GridsSweeper(BasicSweeper):
             if done is None or not done(cfg, checked):
                 todo.append(job)
                 identity = getattr(checked, "identity", None)  # a `PreparedJob`'s, by default
-                if isinstance(identity, dict) and identity.get("device") == "cpu":
-                    self.cpu_variants[str(identity.get("variant"))] = None
+                on_cpu = isinstance(identity, dict) and identity.get("device") == "cpu"
+                if on_cpu and self.warmer is not None:  # its first call, while we compose
+                    self.warmer.add(str(identity.get("variant")))
         OUTCOME.sweep_planned(len(jobs), len(todo), self.config.get("results_dir"))
         if len(todo) < len(jobs):
             log.info(
@@ -534,7 +535,23 @@ class GridsSweeper(BasicSweeper):
     def sweep(self, arguments: list[str]) -> Any:
         assert self.config is not None and self.launcher is not None and self.guard is not None
         assert self.reporting is not None
-        jobs = self.validate_jobs(self.job_overrides(arguments))
+        warmer = self.warmer = KernelWarmer()  # first calls as the jobs name their variants
+        try:
+            jobs = self.validate_jobs(self.job_overrides(arguments))
+        except BaseException:
+            warmer.abandon()  # a refused or interrupted sweep waits for no build
+            raise
+        finally:
+            self.warmer = None
+        try:
+            seconds = warmer.finish()
+        except BaseException:
+            warmer.abandon()
+            raise
+        if seconds >= 1:
+            log.info(
+                "grids sweeper: first calls (kernel builds) took %.0f s, before the clock", seconds
+            )
         self.overrides = self.batches(jobs)
         self._save_sweep(Path(self.config.hydra.sweep.dir))
         later = sum(len(groups) * len(seeds) for seeds, groups in self._tuned_groups())
@@ -547,11 +564,6 @@ class GridsSweeper(BasicSweeper):
             )
         if not jobs and not later:
             return []
-        seconds = warm_kernels(list(self.cpu_variants))
-        if seconds >= 1:
-            log.info(
-                "grids sweeper: first calls (kernel builds) took %.0f s, before the clock", seconds
-            )
         self.reporting.progress = progress = SweepProgress(
             len(jobs) + later, expected=self._expected(self.overrides, later)
         )
