@@ -36,7 +36,7 @@ factorisation per head, cheaper there than 30 matrix-vector products.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -44,10 +44,17 @@ from torch import nn
 
 from attnbench import AttentionVariant, VariantShape, register_variant
 from attnbench.incremental import IncrementalAttention, register_incremental
+from attnbench.variants.kernels import autotune
 from attnbench.variants.recurrent.mixer import GatedMixer
 from attnbench.variants.recurrent.precision import compute_dtype
 
 BLOCK_CHUNKS = 32  # chunks whose tokens are solved together (bounds the memory of the CG)
+# chunk lengths a machine chooses among (`autotune.choose_chunk`); the first is the default (the
+# one set before the tuning), which a call too small to tune, or solved directly, runs
+DEFAULT_CHUNK = 32
+CHUNKS = (DEFAULT_CHUNK, 16, 64, 128)
+TUNE_FROM = 16384  # positions × state heads × batch from which a call's class is tuned
+PROBE_POSITIONS = 2048  # a tuning times the forward on this many positions, without autograd
 # λ below which 1/λ, the solve's first step size, is a normal float32 (`Mesa.__init__`)
 LAMBDA_LIMIT = 1.0 / torch.finfo(torch.float32).tiny
 
@@ -61,7 +68,8 @@ class MesaParams:
     lambda_min: float = 0.25  # λ = softplus(p) + lambda_min > 0 (fla lambda_lower_bound)
     lambda_init: float = 1.0  # λ at initialisation (fla: 1)
     normalise_qk: bool = True  # L2-normalise q and k (fla use_qk_l2norm_in_kernel)
-    chunk_size: int = 32  # positions per chunk of the causal passes
+    # positions per chunk of the causal passes; 0: chosen on the machine (`CHUNKS`, `Mesa.chunk`)
+    chunk_size: int = 0
 
 
 def _chunk_weights(b: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
@@ -302,7 +310,7 @@ def _mesa_flops(
     states = 2.0 * b * kv * m * d * (d + dv)
     if not causal:
         return states + 2.0 * b * h * (d * d * dv + n * d * dv)
-    c = min(variant.params.chunk_size, n)
+    c = min(variant.last_chunk, n)
     step = 4 * c * d + 2 * d * d
     readout = 2 * c * (d + dv) + 2 * d * dv
     return states + b * h * n * (variant.params.cg_steps * step + readout)
@@ -328,9 +336,11 @@ class MesaAttention(GatedMixer):
     def __init__(self, params: MesaParams, shape: VariantShape) -> None:
         super().__init__(params, shape)
         p = params
-        if p.cg_steps < 1 or p.chunk_size < 1 or not p.cg_tol >= 0:
+        self.last_chunk = p.chunk_size or DEFAULT_CHUNK  # what the last call ran with
+        if p.cg_steps < 1 or p.chunk_size < 0 or not p.cg_tol >= 0:
             raise ValueError(
-                f"mesa needs cg_steps >= 1, chunk_size >= 1 and cg_tol >= 0; got cg_steps="
+                f"mesa needs cg_steps >= 1, chunk_size >= 1 (or 0 to choose it on the machine) "
+                f"and cg_tol >= 0; got cg_steps="
                 f"{p.cg_steps}, chunk_size={p.chunk_size}, cg_tol={p.cg_tol}."
             )
         if not 0 < p.lambda_min < p.lambda_init:
@@ -368,7 +378,40 @@ class MesaAttention(GatedMixer):
         q, k, v = (x.to(dtype) for x in (q, k, v))
         q, k, log_gamma, beta = self.prepare(q, k, {n: g.to(dtype) for n, g in gates.items()})
         lam = self.regulariser().to(dtype)
-        return mesa_attention(q, k, v, log_gamma, beta, lam, self.params, causal, state)
+        c = self.last_chunk = self.chunk(q, k, v, log_gamma, beta, lam, causal, state)
+        params = replace(self.params, chunk_size=c)
+        return mesa_attention(q, k, v, log_gamma, beta, lam, params, causal, state)
+
+    def chunk(self, q, k, v, log_gamma, beta, lam, causal: bool, state) -> int:
+        """The chunk length C of this call: the parameter where it is set, else the machine's
+        choice for the call's class (`autotune.choose_chunk` among `CHUNKS`, timed on the
+        forward without autograd over the first `PROBE_POSITIONS` positions): the masked C×C
+        pass of each solver step grows with C, the chunk-start states with N / C."""
+        if self.params.chunk_size:
+            return self.params.chunk_size
+        b, kv, m, d = k.shape
+        grouped = (b, kv, q.shape[1] // kv, q.shape[2], d)
+        if not causal or _solves_directly(self.params, state, grouped, m):
+            return DEFAULT_CHUNK  # no chunks
+        shape_class = {
+            "d": d,
+            "dv": v.shape[-1],
+            "state_heads": kv,
+            "group": q.shape[1] // kv,
+            "dtype": str(k.dtype).removeprefix("torch."),
+            "cg_steps": self.params.cg_steps,
+            "long": m >= PROBE_POSITIONS,
+        }
+        end = min(m, PROBE_POSITIONS)
+        parts = [x[:, :, :end].detach() for x in (q, k, v, log_gamma, beta)]
+        cut = lam.detach()
+
+        def run(c: int) -> object:
+            params = replace(self.params, chunk_size=c)
+            return mesa_attention(*parts, cut, params, True)
+
+        worth = b * kv * m >= TUNE_FROM and k.device.type == "cpu"
+        return autotune.choose_chunk(f"{self.name} chunks", shape_class, CHUNKS, run, worth)
 
     def forward_flops(self, batch, heads, n, m, d, dv, causal) -> float:
         return _mesa_flops(self, batch, heads, n, m, d, dv, causal)
@@ -383,7 +426,7 @@ class MesaAttention(GatedMixer):
         shape = (batch, int(kv), heads // max(int(kv), 1), n, d)
         if not causal or _solves_directly(self.params, None, shape, m):  # autograd throughout
             return super().backward_flops(batch, heads, n, m, d, dv, causal)
-        c = min(self.params.chunk_size, n)
+        c = min(self.last_chunk, n)
         step = 4 * c * d + 2 * d * d
         readout = 2 * c * (d + dv) + 2 * d * dv
         residual = 6 * c * d + 2 * d * d
