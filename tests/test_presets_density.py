@@ -196,11 +196,7 @@ def test_every_sparse_variant_meets_every_quality_task_in_some_preset():
     }
     ours = [v for v in sparse_variants() if not VARIANTS.get(v).library]
     missing = {
-        task
-        for task in TASKS.names()
-        if is_quality(task)
-        for v in ours
-        if (v, task) not in pairs
+        task for task in TASKS.names() if is_quality(task) for v in ours if (v, task) not in pairs
     }
     assert missing == {"parity", "modular_arithmetic", "word_problem"}
 
