@@ -326,15 +326,26 @@ def test_packed_documents_are_timed_against_the_padded_batch(monkeypatch):
     """task.doc_lengths: the packed call against the padded batch in alternating rounds, the
     boundaries and the dense document mask timed apart, the packed outputs checked against the
     documents alone (exactly equal for softmax's split path); seq_len becomes their sum."""
+    from attnbench.tasks.throughput import packed
+
+    timings = []
+
+    def kept(*args, **kwargs):
+        timings.append(packed_time_against(*args, **kwargs))
+        return timings[-1]
+
+    packed_time_against = packed.time_against
+    monkeypatch.setattr(packed, "time_against", kept)
     points, task = _run(doc_lengths=[48, 16, 32], n_heads=2, head_dim=16, max_timing_s=0.3)
     assert task.params.seq_len == 96
     assert all(p.x_name == "seq_len" and p.x_value == 96 for p in points.values())
     assert points["packed_error"].value == 0.0
     assert points["padded_fraction"].value == pytest.approx(1 - 96 / (3 * 48))
-    # the median of the rounds' ratios, near (not equal to) the ratio of the medians
-    assert points["packed_ratio"].value == pytest.approx(
-        points["packed_ms"].value / points["packed_ref_ms"].value, rel=0.5
-    )
+    # the packed call's timing against the padded batch: its median of the rounds' ratios (a
+    # ratio of the medians differed from it by 1.5x under another process's load)
+    (timing,) = timings
+    assert points["packed_ratio"].value == timing.ratio and timing.ratio > 0
+    assert points["packed_ms"].value == pytest.approx(timing.median_ms)
     assert points["boundaries_ms"].value > 0 and points["document_mask_ms"].value > 0
 
 
