@@ -173,3 +173,53 @@ def test_a_throughput_record_names_the_configuration_its_kernel_ran():
     (how,) = record.details["fwd_tuned"].values()
     assert how.endswith("(tuned)") and "query_tile=" in how
     assert json.loads(autotune.cache_file().read_text())["entries"]
+
+
+def _chunks_of(name: str) -> tuple[int, ...]:
+    """The chunk lengths variant ``name`` chooses among (its engine's `CHUNKS`)."""
+    from attnbench.variants.kernels import prefix_sums
+    from attnbench.variants.recurrent import delta, gla, mesa
+
+    engines = {"gla": gla, "mamba2": gla, "mesa": mesa, "delta_net": delta}
+    engines |= {"gated_delta_net": delta, "linear": prefix_sums, "identity": prefix_sums}
+    return (engines | {"decay": prefix_sums})[name].CHUNKS
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["delta_net", "gated_delta_net", "gla", "mamba2", "linear", "identity", "decay", "mesa"],
+)
+def test_the_chunk_length_is_chosen_on_the_machine_and_named(name, tmp_path, monkeypatch):
+    """chunk_size 0 (the default): a causal call large enough to tune (mesa's: longer than its
+    direct solve takes) runs the machine's choice among its engine's chunks, says which (the
+    record's ``fwd_tuned``) and remembers it for its FLOPs; the output is the same whatever the
+    chunk (float32, to the declared tolerance); an explicit chunk is honoured, a negative one
+    refused."""
+    import torch
+
+    from attnbench.variant import VariantShape, build_variant, random_gates
+
+    monkeypatch.setenv(autotune.CACHE_ENV, str(tmp_path))
+    autotune.forget()
+    n, d = 4096, 16
+    variant = build_variant(name, {}, VariantShape(4, d, n))
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 4, n, d, generator=gen) for _ in range(3))
+    gates = random_gates(variant, 1, n, head_dim=d, kv_heads=4, generator=gen) or None
+    with torch.no_grad(), kernel_path.recording() as ran:
+        out = variant(q, k, v, causal=True, gates=gates)
+    (how,) = ran.tuned.values()
+    chosen = variant.last_chunk
+    assert how == f"chunk={chosen} (tuned)" and chosen in _chunks_of(name)
+    fixed = build_variant(name, {"chunk_size": 16}, VariantShape(4, d, n))
+    fixed.load_state_dict(variant.state_dict())
+    with torch.no_grad():
+        other = fixed(q, k, v, causal=True, gates=gates)
+    assert fixed.last_chunk == 16
+    flops = variant.forward_flops(1, 4, n, n, d, d, True)
+    assert (fixed.forward_flops(1, 4, n, n, d, d, True) < flops) == (chosen > 16)
+    scale = max(1.0, float(other.abs().max()))
+    assert float((out - other).abs().max()) <= variant.error_tolerance["float32"] * scale
+    with pytest.raises(ValueError, match="chunk_size"):
+        build_variant(name, {"chunk_size": -1}, VariantShape(4, d, n))
+    autotune.forget()

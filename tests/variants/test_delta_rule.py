@@ -516,39 +516,6 @@ def test_the_gated_delta_rule_with_unit_decay_is_the_delta_rule(mutant):
     assert (gap < 1e-12) == (mutant is None), gap
 
 
-@pytest.mark.parametrize("name", ["delta_net", "gated_delta_net"])
-def test_the_chunk_length_is_chosen_on_the_machine_and_named(name, tmp_path, monkeypatch):
-    """chunk_size 0 (the default): a call large enough to tune runs the machine's choice among
-    `CHUNKS`, says which (the record's ``fwd_tuned``) and remembers it for its FLOPs; the output
-    is the rule's whatever the chunk (float32, to the declared tolerance); an explicit chunk
-    is honoured and a negative one refused."""
-    from attnbench.toolkit import kernel_path
-    from attnbench.variants.kernels import autotune
-    from attnbench.variants.recurrent import delta
-
-    monkeypatch.setenv(autotune.CACHE_ENV, str(tmp_path))
-    autotune.forget()
-    n, d = 4096, 16
-    variant = build_variant(name, {}, VariantShape(4, d, n))
-    gen = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(1, 4, n, d, generator=gen) for _ in range(3))
-    gates = random_gates(variant, 1, n, head_dim=d, kv_heads=4, generator=gen)
-    with torch.no_grad(), kernel_path.recording() as ran:
-        out = variant(q, k, v, causal=True, gates=gates)
-    (how,) = ran.tuned.values()
-    assert how == f"chunk={variant.last_chunk} (tuned)" and variant.last_chunk in delta.CHUNKS
-    fixed = build_variant(name, {"chunk_size": 16}, VariantShape(4, d, n))
-    fixed.load_state_dict(variant.state_dict())
-    with torch.no_grad():
-        other = fixed(q, k, v, causal=True, gates=gates)
-    assert fixed.last_chunk == 16
-    scale = max(1.0, float(other.abs().max()))
-    assert float((out - other).abs().max()) <= variant.error_tolerance["float32"] * scale
-    with pytest.raises(ValueError, match="chunk_size must be >= 1, or 0"):
-        build_variant(name, {"chunk_size": -1}, VariantShape(4, d, n))
-    autotune.forget()
-
-
 def test_gated_delta_net_initialises_its_decay_rate_as_fla_does():
     """A = exp(A_log) ~ U(0, 16) per head (fla's GatedDeltaNet layer): over 512 heads every A
     lies in (0, 16), some below 1 (under U(1, 16) none would: P = 0 here; under U(0, 16) all of

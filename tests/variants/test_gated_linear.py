@@ -485,39 +485,3 @@ def test_mamba2_with_a_fixed_step_and_no_decay_is_linear_attention_scaled_by_the
         variant.A_log.fill_(-60.0)
     transposed = variant(q, v, k, causal=causal, gates={"dt": raw})  # keys and values swapped
     assert not _fixed_step_claim(transposed, q, k, v, dt, causal)
-
-
-@pytest.mark.parametrize("name", ["gla", "mamba2"])
-def test_the_chunk_length_is_chosen_on_the_machine_and_named(name, tmp_path, monkeypatch):
-    """chunk_size 0 (the default): a causal call large enough to tune runs the machine's choice
-    among `CHUNKS`, says which (the record's ``fwd_tuned``) and remembers it for its FLOPs; the
-    output is the same whatever the chunk (float32, to the declared tolerance); an explicit
-    chunk is honoured, and one that is not a power of two refused."""
-    from attnbench import VariantShape, build_variant, random_gates
-    from attnbench.toolkit import kernel_path
-    from attnbench.variants.kernels import autotune
-    from attnbench.variants.recurrent import gla
-
-    monkeypatch.setenv(autotune.CACHE_ENV, str(tmp_path))
-    autotune.forget()
-    n, d = 4096, 16
-    variant = build_variant(name, {}, VariantShape(4, d, n))
-    gen = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(1, 4, n, d, generator=gen) for _ in range(3))
-    gates = random_gates(variant, 1, n, head_dim=d, kv_heads=4, generator=gen)
-    with torch.no_grad(), kernel_path.recording() as ran:
-        out = variant(q, k, v, causal=True, gates=gates)
-    (how,) = ran.tuned.values()
-    assert how == f"chunk={variant.last_chunk} (tuned)" and variant.last_chunk in gla.CHUNKS
-    flops = variant.forward_flops(1, 4, n, n, d, d, True)
-    fixed = build_variant(name, {"chunk_size": 16}, VariantShape(4, d, n))
-    fixed.load_state_dict(variant.state_dict())
-    with torch.no_grad():
-        other = fixed(q, k, v, causal=True, gates=gates)
-    assert fixed.last_chunk == 16
-    assert (fixed.forward_flops(1, 4, n, n, d, d, True) < flops) == (variant.last_chunk > 16)
-    scale = max(1.0, float(other.abs().max()))
-    assert float((out - other).abs().max()) <= variant.error_tolerance["float32"] * scale
-    with pytest.raises(ValueError, match="power of two, or 0"):
-        build_variant(name, {"chunk_size": 48}, VariantShape(4, d, n))
-    autotune.forget()

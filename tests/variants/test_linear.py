@@ -59,37 +59,3 @@ def test_a_negative_eps_is_refused():
     """eps is added to the normaliser; a negative one can cancel it (a division by about 0)."""
     with pytest.raises(ValueError, match=r"linear eps must be >= 0, got -0.1"):
         build_variant("linear", {"eps": -0.1})
-
-
-@pytest.mark.parametrize("name", ["linear", "identity", "decay"])
-def test_the_chunk_length_is_chosen_on_the_machine_and_named(name, tmp_path, monkeypatch):
-    """chunk_size 0 (the default): a causal call large enough to tune runs the machine's choice
-    among `prefix_sums.CHUNKS`, says which (the record's ``fwd_tuned``) and remembers it for its
-    FLOPs and its incremental form; the output is the same whatever the chunk (float32, to the
-    declared tolerance); an explicit chunk is honoured, a negative one refused."""
-    from attnbench import VariantShape, build_variant
-    from attnbench.toolkit import kernel_path
-    from attnbench.variants.kernels import autotune, prefix_sums
-
-    monkeypatch.setenv(autotune.CACHE_ENV, str(tmp_path))
-    autotune.forget()
-    n, d = 4096, 16
-    variant = build_variant(name, {}, VariantShape(4, d, n))
-    gen = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(1, 4, n, d, generator=gen) for _ in range(3))
-    with torch.no_grad(), kernel_path.recording() as ran:
-        out = variant(q, k, v, causal=True)
-    (how,) = ran.tuned.values()
-    chosen = variant.last_chunk
-    assert how == f"chunk={chosen} (tuned)" and chosen in prefix_sums.CHUNKS
-    fixed = build_variant(name, {"chunk_size": 16}, VariantShape(4, d, n))
-    with torch.no_grad():
-        other = fixed(q, k, v, causal=True)
-    assert fixed.last_chunk == 16
-    flops = variant.forward_flops(1, 4, n, n, d, d, True)
-    assert (fixed.forward_flops(1, 4, n, n, d, d, True) < flops) == (chosen > 16)
-    scale = max(1.0, float(other.abs().max()))
-    assert float((out - other).abs().max()) <= variant.error_tolerance["float32"] * scale
-    with pytest.raises(ValueError, match="chunk_size must be >= 1, or 0"):
-        build_variant(name, {"chunk_size": -1}, VariantShape(4, d, n))
-    autotune.forget()

@@ -340,39 +340,3 @@ def test_declared_flops_of_the_direct_path_are_the_counted_products():
     declared = variant.forward_flops(1, 4, 96, 96, 16, 16, True)
     assert declared <= counted * (1 + 1e-9)
     assert counted <= 1.03 * declared, f"runs {counted / declared:.3f}× what it declares"
-
-
-def test_the_chunk_length_is_chosen_on_the_machine_and_named(tmp_path, monkeypatch):
-    """chunk_size 0 (the default): a causal call that the conjugate gradient solves, large
-    enough to tune, runs the machine's choice among `CHUNKS`, says which (the record's
-    ``fwd_tuned``) and remembers it for its FLOPs; the output is the same whatever the chunk
-    (float32, to the declared tolerance); an explicit chunk is honoured, a negative refused."""
-    from attnbench import VariantShape, build_variant, random_gates
-    from attnbench.toolkit import kernel_path
-    from attnbench.variants.kernels import autotune
-    from attnbench.variants.recurrent import mesa
-
-    monkeypatch.setenv(autotune.CACHE_ENV, str(tmp_path))
-    autotune.forget()
-    n, d = 4096, 16  # longer than a direct solve takes
-    variant = build_variant("mesa", {}, VariantShape(4, d, n))
-    gen = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(1, 4, n, d, generator=gen) for _ in range(3))
-    gates = random_gates(variant, 1, n, head_dim=d, kv_heads=4, generator=gen)
-    with torch.no_grad(), kernel_path.recording() as ran:
-        out = variant(q, k, v, causal=True, gates=gates)
-    (how,) = ran.tuned.values()
-    chosen = variant.last_chunk
-    assert how == f"chunk={chosen} (tuned)" and chosen in mesa.CHUNKS
-    fixed = build_variant("mesa", {"chunk_size": 16}, VariantShape(4, d, n))
-    fixed.load_state_dict(variant.state_dict())
-    with torch.no_grad():
-        other = fixed(q, k, v, causal=True, gates=gates)
-    assert fixed.last_chunk == 16
-    flops = variant.forward_flops(1, 4, n, n, d, d, True)
-    assert (fixed.forward_flops(1, 4, n, n, d, d, True) < flops) == (chosen > 16)
-    scale = max(1.0, float(other.abs().max()))
-    assert float((out - other).abs().max()) <= variant.error_tolerance["float32"] * scale
-    with pytest.raises(ValueError, match="chunk_size >= 1"):
-        build_variant("mesa", {"chunk_size": -1}, VariantShape(4, d, n))
-    autotune.forget()

@@ -150,16 +150,36 @@ def choose(
     return config
 
 
+CHUNK_TUNE_FROM = 16384  # batch × state heads × positions from which a chunked call is tuned
+CHUNK_PROBE_POSITIONS = 2048  # a chunk tuning times the forward on this many positions
+
+
 def choose_chunk(
     kernel: str,
-    shape_class: Mapping[str, object],
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
     chunks: Sequence[int],
     run: Callable[[int], object],
-    worth_tuning: bool = True,
+    **flags: object,
 ) -> int:
-    """The chunk length of a chunked form to run for ``shape_class`` (`choose` among ``chunks``,
-    the first the default): ``run(chunk)`` is the probe call at that length, made without
-    autograd."""
+    """The chunk length of a chunked form to run on this machine (`choose` among ``chunks``, the
+    first the default) for the class of a call on queries ``q`` (B, H, N, D), keys ``k``
+    (B, H_kv, M, D) and values ``v``: their widths, heads, dtype, whether M reaches
+    `CHUNK_PROBE_POSITIONS`, and the caller's ``flags`` (its form's variants). ``run(chunk)`` is
+    the probe call at that length (the caller's tensors cut to `CHUNK_PROBE_POSITIONS`), made
+    without autograd. A call of fewer than `CHUNK_TUNE_FROM` positions over batch and state heads,
+    or off the CPU, runs the default."""
+    b, kv, m, d = k.shape
+    shape_class = {
+        **flags,
+        "d": d,
+        "dv": v.shape[-1],
+        "state_heads": kv,
+        "group": q.shape[1] // kv,
+        "dtype": str(k.dtype).removeprefix("torch."),
+        "long": m >= CHUNK_PROBE_POSITIONS,
+    }
 
     def probe(config: Config) -> Callable[[], object]:
         def call() -> object:
@@ -169,7 +189,8 @@ def choose_chunk(
         return call
 
     candidates = [{"chunk": c} for c in chunks]
-    return int(choose(kernel, shape_class, candidates, probe, worth_tuning)["chunk"])  # type: ignore[call-overload]
+    worth = b * kv * m >= CHUNK_TUNE_FROM and k.device.type == "cpu"
+    return int(choose(kernel, shape_class, candidates, probe, worth)["chunk"])  # type: ignore[call-overload]
 
 
 def _entry_key(kernel: str, shape_class: Mapping[str, object]) -> str:

@@ -35,8 +35,6 @@ BLOCK_CHUNKS = 16  # chunks processed together between two hand-overs of the sta
 # the first is the default (the one set before the tuning), which a call too small to tune runs
 DEFAULT_CHUNK = 64
 CHUNKS = (DEFAULT_CHUNK, 16, 32, 128)
-TUNE_FROM = 16384  # positions × state heads × batch from which a call's class is tuned
-PROBE_POSITIONS = 2048  # a tuning times the sums on this many positions, without autograd
 
 
 def checked_chunk(variant: str, chunk_size: int) -> int:
@@ -61,31 +59,21 @@ def machine_chunk(
     scale: float = 1.0,
 ) -> int:
     """The chunk length this machine runs `causal_kernel_sums` with for the call's class
-    (`autotune.choose_chunk` among `CHUNKS`, timed on the first `PROBE_POSITIONS` positions):
+    (`autotune.choose_chunk` among `CHUNKS`, timed on its first positions):
     the C×C products inside chunks grow with C, the state hand-overs with N / C, and where they
     balance depends on the machine. Arguments as `causal_kernel_sums`'s."""
-    bsz, _, n, d = a.shape
-    kv = b.shape[1]
-    shape_class = {
-        "decay": log_decay is not None,
-        "normalised": eps is not None,
-        "feature_map": feature_map is not None,
-        "d": d,
-        "dv": v.shape[-1],
-        "state_heads": kv,
-        "group": a.shape[1] // kv,
-        "dtype": str(a.dtype).removeprefix("torch."),
-        "long": n >= PROBE_POSITIONS,
-    }
-    end = min(n, PROBE_POSITIONS)
+    end = autotune.CHUNK_PROBE_POSITIONS
     parts = [x[..., :end, :].detach() for x in (a, b, v)]
-    worth = bsz * kv * n >= TUNE_FROM and a.device.type == "cpu"
     return autotune.choose_chunk(
         f"{variant} chunks",
-        shape_class,
+        a,
+        b,
+        v,
         CHUNKS,
         lambda c: causal_kernel_sums(*parts, c, log_decay, feature_map, eps, scale),
-        worth,
+        decay=log_decay is not None,
+        normalised=eps is not None,
+        feature_map=feature_map is not None,
     )
 
 

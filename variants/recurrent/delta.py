@@ -181,8 +181,6 @@ class GatedDeltaProductParams:
 # on the AMD EPYC it was measured on, delta_chunks.DEFAULT_CHUNK), the one a call too small to
 # tune runs
 CHUNKS = (DEFAULT_CHUNK, 16, 64, 128)
-TUNE_FROM = 16384  # positions × state heads × batch from which a call's class is tuned
-PROBE_POSITIONS = 2048  # a tuning times the forward on this many positions, without autograd
 
 
 def _gate(gates: dict[str, torch.Tensor] | None, name: str, k: torch.Tensor) -> torch.Tensor:
@@ -286,35 +284,25 @@ class DeltaRule(ValueLinearMixer):
     def chunk(self, fq, fk, v, beta, log_alpha) -> int:
         """The chunk length C of this call: the parameter where it is set, else the machine's
         choice for the call's class (`autotune.choose` among `CHUNKS`, timed on the forward
-        without autograd over the first `PROBE_POSITIONS` positions): the products inside
+        without autograd over its first positions): the products inside
         chunks grow with C, the hand-overs of the loop with N / C, and where they balance
         depends on the machine (32 on the AMD EPYC the default was measured on)."""
         if self.params.chunk_size:
             return self.params.chunk_size
-        b, kv, m, d = fk.shape
-        shape_class = {
-            "gated": log_alpha is not None,
-            "d": d,
-            "dv": v.shape[-1],
-            "state_heads": kv,
-            "group": fq.shape[1] // kv,
-            "dtype": str(fk.dtype).removeprefix("torch."),
-            "long": m >= PROBE_POSITIONS,
-        }
-        end = min(m, PROBE_POSITIONS)
+        end = autotune.CHUNK_PROBE_POSITIONS
         # queries as many as the keys: read causally; else (a read of the final state, or
         # a causal call with N ≠ M) every query reads the final state, which any N can
-        causal = fq.shape[2] == m
-
+        causal = fq.shape[2] == fk.shape[2]
         parts = [x[:, :, :end].detach() for x in (fq, fk, v, beta)]
         la = None if log_alpha is None else log_alpha[:, :, :end].detach()
-        worth = b * kv * m >= TUNE_FROM and fk.device.type == "cpu"
         return autotune.choose_chunk(
             f"{self.name} chunks",
-            shape_class,
+            fq,
+            fk,
+            v,
             CHUNKS,
             lambda c: delta_rule_chunked(*parts, la, c, causal=causal),
-            worth,
+            gated=log_alpha is not None,
         )
 
     def forward_flops(self, batch, heads, n, m, d, dv, causal) -> float:

@@ -112,8 +112,6 @@ from attnbench.variants.recurrent.precision import compute_dtype
 # measured best on the AMD EPYC before the tuning), which a call too small to tune runs
 DEFAULT_CHUNK = 64
 CHUNKS = (DEFAULT_CHUNK, 16, 32, 128)
-TUNE_FROM = 16384  # positions × state heads × batch from which a call's class is tuned
-PROBE_POSITIONS = 2048  # a tuning times the forward on this many positions, without autograd
 BLOCK_CHUNKS = 16  # chunks computed together; the state is carried chunk by chunk within
 SMALL_BLOCK = 8  # tree levels below this half-width multiply elementwise (tiny matmuls are slow)
 # a block of chunks whose log-decays sum above −FACTOR_SPAN in every chunk takes the factored
@@ -396,34 +394,25 @@ class DecayedLinearAttention(GatedMixer):
     def chunk(self, q: torch.Tensor, k, v, g, sign, causal: bool) -> int:
         """The chunk length C of this call: the parameter where it is set, else the machine's
         choice for the call's class (`autotune.choose` among `CHUNKS`, timed on the forward
-        without autograd over the first `PROBE_POSITIONS` positions): the C×C products inside
+        without autograd over its first positions): the C×C products inside
         chunks grow with C, the loop's hand-overs with N / C, and where they balance depends on
         the machine."""
         if self.params.chunk_size:
             return self.params.chunk_size
         if not causal:  # one product over the whole sequence: no chunks
             return DEFAULT_CHUNK
-        b, kv, m, d = k.shape
-        shape_class = {
-            "channels": g.shape[-1] > 1,  # gla's decay per key channel, mamba2's per head
-            "signed": sign is not None,
-            "d": d,
-            "dv": v.shape[-1],
-            "state_heads": kv,
-            "group": q.shape[1] // kv,
-            "dtype": str(k.dtype).removeprefix("torch."),
-            "long": m >= PROBE_POSITIONS,
-        }
-        end = min(m, PROBE_POSITIONS)
+        end = autotune.CHUNK_PROBE_POSITIONS
         parts = [x[:, :, :end].detach() for x in (q, k, v, g)]
         cut = None if sign is None else sign[:, :, :end].detach()
-        worth = b * kv * m >= TUNE_FROM and k.device.type == "cpu"
         return autotune.choose_chunk(
             f"{self.name} chunks",
-            shape_class,
+            q,
+            k,
+            v,
             CHUNKS,
             lambda c: decayed_attention(*parts, c, True, None, cut),
-            worth,
+            channels=g.shape[-1] > 1,  # gla's decay per key channel, mamba2's per head
+            signed=sign is not None,
         )
 
     def decays(

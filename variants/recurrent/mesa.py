@@ -53,8 +53,6 @@ BLOCK_CHUNKS = 32  # chunks whose tokens are solved together (bounds the memory 
 # one set before the tuning), which a call too small to tune, or solved directly, runs
 DEFAULT_CHUNK = 32
 CHUNKS = (DEFAULT_CHUNK, 16, 64, 128)
-TUNE_FROM = 16384  # positions × state heads × batch from which a call's class is tuned
-PROBE_POSITIONS = 2048  # a tuning times the forward on this many positions, without autograd
 # λ below which 1/λ, the solve's first step size, is a normal float32 (`Mesa.__init__`)
 LAMBDA_LIMIT = 1.0 / torch.finfo(torch.float32).tiny
 
@@ -385,7 +383,7 @@ class MesaAttention(GatedMixer):
     def chunk(self, q, k, v, log_gamma, beta, lam, causal: bool, state) -> int:
         """The chunk length C of this call: the parameter where it is set, else the machine's
         choice for the call's class (`autotune.choose_chunk` among `CHUNKS`, timed on the
-        forward without autograd over the first `PROBE_POSITIONS` positions): the masked C×C
+        forward without autograd over its first positions): the masked C×C
         pass of each solver step grows with C, the chunk-start states with N / C."""
         if self.params.chunk_size:
             return self.params.chunk_size
@@ -393,16 +391,7 @@ class MesaAttention(GatedMixer):
         grouped = (b, kv, q.shape[1] // kv, q.shape[2], d)
         if not causal or _solves_directly(self.params, state, grouped, m):
             return DEFAULT_CHUNK  # no chunks
-        shape_class = {
-            "d": d,
-            "dv": v.shape[-1],
-            "state_heads": kv,
-            "group": q.shape[1] // kv,
-            "dtype": str(k.dtype).removeprefix("torch."),
-            "cg_steps": self.params.cg_steps,
-            "long": m >= PROBE_POSITIONS,
-        }
-        end = min(m, PROBE_POSITIONS)
+        end = autotune.CHUNK_PROBE_POSITIONS
         parts = [x[:, :, :end].detach() for x in (q, k, v, log_gamma, beta)]
         cut = lam.detach()
 
@@ -410,8 +399,8 @@ class MesaAttention(GatedMixer):
             params = replace(self.params, chunk_size=c)
             return mesa_attention(*parts, cut, params, True)
 
-        worth = b * kv * m >= TUNE_FROM and k.device.type == "cpu"
-        return autotune.choose_chunk(f"{self.name} chunks", shape_class, CHUNKS, run, worth)
+        steps = self.params.cg_steps
+        return autotune.choose_chunk(f"{self.name} chunks", q, k, v, CHUNKS, run, cg_steps=steps)
 
     def forward_flops(self, batch, heads, n, m, d, dv, causal) -> float:
         return _mesa_flops(self, batch, heads, n, m, d, dv, causal)
