@@ -109,15 +109,6 @@ class KernelWarmer:
             self._region = None
 
 
-def warm_kernels(variants: list[str]) -> float:
-    """One small float32 CPU call of each named variant attnbench ships (causal, else not),
-    without gradients, several at once; the seconds it took."""
-    warmer = KernelWarmer()
-    for name in variants:
-        warmer.add(name)
-    return warmer.finish()
-
-
 def _shipped(name: str) -> bool:
     try:
         return VARIANTS.entry(name).origin == SHIPPED

@@ -543,11 +543,7 @@ class GridsSweeper(BasicSweeper):
             raise
         finally:
             self.warmer = None
-        try:
-            seconds = warmer.finish()
-        except BaseException:
-            warmer.abandon()
-            raise
+        seconds = warmer.finish()  # a Ctrl-C while it waits: `finish` abandons the rest
         if seconds >= 1:
             log.info(
                 "grids sweeper: first calls (kernel builds) took %.0f s, before the clock", seconds
