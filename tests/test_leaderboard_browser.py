@@ -49,7 +49,13 @@ def _chromium() -> str:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory):
+def chromium() -> str:
+    """The browser's path, found (or the module's tests skipped) before any board is built."""
+    return _chromium()
+
+
+@pytest.fixture(scope="module")
+def site(chromium, tmp_path_factory):
     root = tmp_path_factory.mktemp("browser")
     results = root / "results"
     for task in (
@@ -77,8 +83,8 @@ def show_charts(browser: Browser) -> None:
 
 
 @pytest.fixture(scope="module")
-def page(site, tmp_path_factory):
-    browser = Browser(_chromium(), tmp_path_factory.mktemp("profile"))
+def page(chromium, site, tmp_path_factory):
+    browser = Browser(chromium, tmp_path_factory.mktemp("profile"))
     browser.open((site / "index.html").as_uri())
     time.sleep(1.0)  # Plotly draws after load
     assert browser.eval("document.querySelectorAll('div.chart svg.main-svg').length") == 0
