@@ -3,7 +3,7 @@
 # regeneration does it (docs/leaderboard.md, "The reference board"): sweep=standard from a clean
 # clone of this commit, installed as a user gets it, in three parts:
 #
-#   scripts/regenerate-reference.sh quality   # the training grids, two jobs at a time (~4½ h)
+#   scripts/regenerate-reference.sh quality   # the training grids, two jobs at a time (~8½ h)
 #   scripts/regenerate-reference.sh timings   # throughput and decode, alone on a quiet machine
 #   scripts/regenerate-reference.sh finish    # the records into results/reference, collected
 #
