@@ -54,9 +54,10 @@ _RUN: dict[str, object] = {}  # the rerun started when the session's tests were 
 
 def start() -> None:
     """Start the rerun in the background (tests/conftest.py does, once the session's tests are
-    collected and this one is among them): it takes about 90 s of one core, which the rest of
-    the suite, mostly one thread, leaves idle on a 2-core CI host. Its output goes to a file,
-    which no pipe's buffer can block."""
+    collected and this one is among them), beside the suite's workers: about 250 s of one core
+    on the developers' 2-core host (its ICL thousand-point test 91 s), which the two workers
+    share with it, so the test waiting for it holds a worker about that long. Its output goes to
+    a file, which no pipe's buffer can block."""
     if "process" in _RUN or not applies():
         return
     out = tempfile.NamedTemporaryFile("w+", prefix="attnbench-avx2-", suffix=".log")  # noqa: SIM115 (closed by stop)
