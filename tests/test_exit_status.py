@@ -236,6 +236,7 @@ def _sweep_until_first_record(results, *launcher):
         "task.seq_len=32",
         "task.backward=false",
         "task.min_run_time=1",  # each job runs for a second or more: a Ctrl-C lands in one
+        "task.max_timing_s=2",  # and for a few at most (a timing samples up to 10 s by default)
         f"results_dir={results}",
     ]
     sweep = subprocess.Popen(

@@ -134,7 +134,8 @@ def test_interrupted_sweep_rerun_skips_finished_jobs(tmp_path):
         VARIANTS,
         "task.seq_len=32",
         "task.backward=false",
-        "task.min_run_time=0.5",
+        "task.min_run_time=0.5",  # each job a second or more: the kill lands part-way
+        "task.max_timing_s=1",  # and a few at most (a timing samples up to 10 s by default)
         f"results_dir={results}",
     ]
     sweep = subprocess.Popen(
