@@ -82,12 +82,16 @@ def drawn_lengths(total: int, median: float, sigma: float, gen: torch.Generator)
     """Document lengths packed into ``total`` tokens as training packs a corpus: documents
     drawn one after another, each round(median · exp(sigma · z)) tokens (at least 1), z standard
     normal from ``gen``, until ``total`` is reached; the last is cut to fit. Log-normal: the
-    heavy right tail of real corpora's document lengths (many short documents, a few long)."""
+    heavy right tail of real corpora's document lengths (many short documents, a few long).
+    The length is capped in log space, before ``exp``, so that any finite ``sigma`` draws (a
+    wide one, 1e6, overflowed ``exp``)."""
     lengths: list[int] = []
     filled = 0
     while filled < total:
         z = float(torch.randn((), generator=gen, dtype=torch.float64))
-        length = min(max(1, round(median * math.exp(sigma * z))), total - filled)
+        room = total - filled
+        log_length = min(math.log(median) + sigma * z, math.log(room))
+        length = min(max(1, round(math.exp(log_length))), room)
         lengths.append(length)
         filled += length
     return lengths

@@ -394,6 +394,9 @@ def test_drawn_documents_fill_the_sequence_with_log_normal_lengths():
     assert sum(lengths) == 4096 and min(lengths) >= 1
     assert lengths == drawn_lengths(4096, 256, 1.0, torch.Generator().manual_seed(0))
     assert drawn_lengths(1000, 100, 0.0, torch.Generator()) == [100] * 10
+    # a huge spread draws documents of 1 token or the whole room left, never overflows exp
+    wide = drawn_lengths(4096, 8, 1e6, torch.Generator().manual_seed(0))
+    assert sum(wide) == 4096 and min(wide) >= 1
     # the median of the draws is the stated one: about 4000 draws of log-normal(log 256, 1) (mean
     # 256·e^0.5 = 422 tokens) fill 1.7M tokens; the sample median's log has a standard deviation
     # of 1.2533 / sqrt(4000) = 0.020, so its distance from log 256 stays below 0.1 (five of them)
