@@ -42,7 +42,10 @@ _PLAIN = re.compile(r"[A-Za-z0-9_./+-]+")  # a value Hydra's grammar reads as it
 
 
 def _override_value(value: Any) -> str:
-    """One Python value as Hydra override text."""
+    """One Python value as Hydra override text; a list or tuple is a list value (``[16,48]``,
+    for a parameter that takes a list: inside the sweep's list, ``[[16, 48]]``)."""
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_override_value(v) for v in value) + "]"
     if isinstance(value, bool):
         return "true" if value else "false"
     if value is None:
@@ -240,7 +243,8 @@ def run(
         task: A task name, or a list of them.
         results_dir: Where the records and the table go (the command line's ``results_dir``).
         **overrides: Config keys as on the command line: ``seed=0``, ``threads=1``; dotted keys
-            through a dict, ``**{"task.seq_len": [256, 512]}`` (a list sweeps).
+            through a dict, ``**{"task.seq_len": [256, 512]}`` (a list sweeps; a parameter that
+            takes a list gets it inside the sweep's list, ``**{"task.doc_lengths": [[16, 48]]}``).
 
     Returns:
         The results table's rows of these jobs (`results`), one row per metric point.

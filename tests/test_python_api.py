@@ -263,6 +263,24 @@ def test_a_key_shared_by_two_tasks_the_default_lacks(tmp_path):
     assert all(json.loads(p)["steps"] == 2 for p in table["task_params"].unique())
 
 
+def test_a_list_valued_parameter_goes_inside_the_sweep_s_list(tmp_path):
+    """A keyword's list sweeps; a parameter that takes a list (throughput's ``doc_lengths``) gets
+    it inside that list, and the job runs with it (its text was quoted into a string before)."""
+    from attnbench.harness.python_api import _jobs, _override
+
+    text = _override("task.doc_lengths", [[16, 48], (32, 32)])
+    assert text == "task.doc_lengths=[16,48],[32,32]"
+    assert _jobs([text]) == [["task.doc_lengths=[16,48]"], ["task.doc_lengths=[32,32]"]]
+    fast = {"task.seq_len": 64, "task.causal": True, "task.backward": False}
+    timing = {"task.min_run_time": 0.01, "task.max_timing_s": 0.5}
+    table = attnbench.run(
+        "softmax", "throughput", results_dir=tmp_path, threads=1,
+        **{"task.doc_lengths": [[16, 48]], **fast, **timing},
+    )  # fmt: skip
+    assert set(table["status"]) == {"ok"}
+    assert {json.loads(p)["doc_lengths"] == [16, 48] for p in table["task_params"]} == {True}
+
+
 def test_a_broken_plugin_s_warning_names_the_line_that_called_run(tmp_path):
     """The warning names the caller's line, not attnbench's installed discovery.py."""
     dist = tmp_path / "broken_plugin-0.1.dist-info"

@@ -209,7 +209,7 @@ def _check_value(schema: type, field_name: str, value: Any, label: str) -> None:
     try:
         OmegaConf.update(node, field_name, value, merge=False)
     except OmegaConfBaseException as exc:
-        reason = str(exc).splitlines()[0]
+        reason = str(exc).splitlines()[0].rstrip(".")
         raise ConfigError(f"{label}={value} is not valid: {reason}.") from None
     if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
         # torch's sizes are 64-bit: it would fail with a C++ stack dump, not a sentence
