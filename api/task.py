@@ -151,6 +151,16 @@ class Task:
                 f"valid: {', '.join(map(str, divisors))}."
             )
 
+    def require_batch_fits(self) -> None:
+        """Raise one clear ValueError unless ``params.batch_size <= params.train_size``: every
+        step trains on a full batch of distinct sequences, so examples seen is steps × batch."""
+        batch, size = self.params.batch_size, self.params.train_size
+        if batch > size:
+            raise ValueError(
+                f"task.batch_size={batch} exceeds task.train_size={size}, the sequences a batch "
+                f"is drawn from; use a batch_size of at most {size} or a larger train_size."
+            )
+
     def require_positive(self, *keys: str) -> None:
         """Raise one clear ValueError for the first of ``keys`` whose value is below 1."""
         for key in keys:

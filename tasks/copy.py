@@ -168,6 +168,7 @@ class SelectiveCopy(Task):
         self.require_finite("lr", above=0)
         self.require_finite("weight_decay", at_least=0)
         self.require_divides("n_heads", "d_model")
+        self.require_batch_fits()
         if p.n_to_copy > p.seq_len:
             raise ValueError(
                 f"task.n_to_copy={p.n_to_copy} does not fit in task.seq_len="

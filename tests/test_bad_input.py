@@ -117,6 +117,13 @@ REFUSALS = [
     (["task=recall", "task.n_heads=3"], "task.n_heads=3 must divide task.d_model=64"),
     (["task=recall", "task.lr=-1"], "task recall: task.lr must be a finite number > 0, got -1.0."),
     (["task=copy", "task.lr=nan"], "task.lr=nan is not finite"),
+    (
+        ["task=recall", "task.train_size=16", "task.batch_size=64"],
+        "task.batch_size=64 exceeds task.train_size=16, the sequences a batch is drawn from",
+    ),
+    (["task=parity", "task.train_size=8"], "task.batch_size=64 exceeds task.train_size=8"),
+    (["task=noisy_recall", "task.train_size=8"], "exceeds task.train_size=8"),
+    (["task=copy", "task.batch_size=30000"], "task.batch_size=30000 exceeds task.train_size=20000"),
     (["task=icl_regression", "task.lr=0"], "task.lr must be a finite number > 0, got 0.0."),
     (["task=recall", "task.n_layers=0"], "task.n_layers must be >= 1, got 0."),
     (["task=icl_regression", "task.noise_std=nan"], "task.noise_std=nan is not finite"),

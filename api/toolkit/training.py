@@ -242,7 +242,9 @@ def fit_token_model(
     Args:
         model: Maps (B, N) tokens to (B, N, vocab) logits.
         inputs, targets: (S, N) long tensors; targets are −100 where not scored.
-        cfg: Optimisation settings (``batch_size`` sequences per step, reshuffled each epoch).
+        cfg: Optimisation settings: ``batch_size`` sequences per step, from an order reshuffled
+            each epoch whose last partial batch is dropped (as a DataLoader's ``drop_last``), so
+            that every step sees exactly ``batch_size`` sequences and ``examples_seen`` is exact.
         device: Where to train.
         seed: Seeds the order of the examples.
         desc: Progress-bar label.
@@ -250,16 +252,22 @@ def fit_token_model(
 
     Returns:
         The loss curve, the step time and the learning curve with its verdict.
+
+    Raises:
+        ValueError: fewer sequences than one batch (a task's `check` refuses that first).
     """
     gen = torch.Generator().manual_seed(seed)
     n = inputs.shape[0]
+    per_epoch = n // cfg.batch_size
+    if per_epoch < 1:
+        raise ValueError(f"a batch of {cfg.batch_size} needs at least as many sequences; got {n}.")
     order = torch.randperm(n, generator=gen)
 
     def loss_on_batch(step: int) -> torch.Tensor:
         nonlocal order
-        start = (step * cfg.batch_size) % n
-        if start < cfg.batch_size and step > 0:
+        if step % per_epoch == 0 and step > 0:
             order = torch.randperm(n, generator=gen)
+        start = (step % per_epoch) * cfg.batch_size
         idx = order[start : start + cfg.batch_size]
         logits = model(inputs[idx].to(device))
         return nn.functional.cross_entropy(

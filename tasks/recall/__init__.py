@@ -287,6 +287,7 @@ class Recall(Task):
         self.require_finite("lr", "power_a", above=0)
         self.require_finite("weight_decay", "embed_dropout", at_least=0)
         self.require_divides("n_heads", "d_model")
+        self.require_batch_fits()
         if not 0 <= p.data_seed < 2**32:
             raise ValueError(f"task.data_seed={p.data_seed} is not valid; use 0 to 2^32 − 1.")
         if p.seq_len % 2:
@@ -356,7 +357,8 @@ class Recall(Task):
 
     def fit(self, ctx: JobContext) -> tuple[SequenceModel, TrainOutcome]:
         """Train on fixed training sets, one per configuration of the mixture; each step takes a
-        batch of one configuration (so no padding), in an order shuffled every epoch. The
+        batch of one configuration (so no padding), in an order shuffled every epoch, each
+        configuration's last partial batch dropped (every step sees ``batch_size``). The
         validation accuracy over the test ladder's configurations is the learning curve, and
         stops training when solved or plateaued."""
         p = self.params
@@ -373,7 +375,7 @@ class Recall(Task):
                     (i, perm[start : start + p.batch_size])
                     for i, (x, _) in enumerate(sets)
                     for perm in [torch.randperm(len(x), generator=order)]
-                    for start in range(0, len(x), p.batch_size)
+                    for start in range(0, len(x) - p.batch_size + 1, p.batch_size)
                 ]
                 queue.extend(batches[j] for j in torch.randperm(len(batches), generator=order))
             i, idx = queue.pop()

@@ -223,6 +223,7 @@ class StateTrackingTask(Task):
         self.require_finite("lr", above=0)
         self.require_finite("weight_decay", at_least=0)
         self.require_divides("n_heads", "d_model")
+        self.require_batch_fits()
         if not 0 <= p.data_seed < 2**32:
             raise ValueError(f"task.data_seed={p.data_seed} is not valid; use 0 to 2^32 − 1.")
         if p.short_conv < 0 or p.val_length < 0:

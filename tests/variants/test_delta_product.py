@@ -201,10 +201,13 @@ def test_declared_flops_are_the_products_the_counter_sees(causal):
 
 
 def test_steps_are_checked_and_each_instance_declares_its_gates():
-    """householder_steps below 1 is refused in one sentence; an instance declares the gates
-    of its own steps, the class those of the default (2)."""
-    with pytest.raises(ValueError, match="householder_steps must be >= 1"):
-        make(householder_steps=0)
+    """householder_steps outside 1..8 is refused in one sentence (10⁶ once built 3·10⁶
+    projections and ignored a stop for minutes); an instance declares the gates of its own
+    steps, the class those of the default (2)."""
+    for bad in (0, 9, 1_000_000):
+        with pytest.raises(ValueError, match=f"between 1 .* and 8; got {bad}\\."):
+            make(householder_steps=bad)
+    make(householder_steps=8)
     three = make(householder_steps=3)
     assert three.gates == {
         "alpha": "head",

@@ -158,6 +158,12 @@ class GatedDeltaNetParams:
     negative_eigenvalues: bool = False
 
 
+# DeltaProduct's paper trains n_h = 1 to 4; each step adds a key, a value and a β projection
+# and a sub-step per token to the rule's sequence, so a larger n_h is a typo, not a model a CPU
+# (or the paper) trains, and one of 10⁶ would build 3·10⁶ projections before failing
+MAX_HOUSEHOLDER_STEPS = 8
+
+
 @dataclass
 class GatedDeltaProductParams:
     """Hyperparameters of `gated_delta_product`."""
@@ -419,10 +425,10 @@ class GatedDeltaProduct(GatedDeltaNet):
     # float16 and 1.9e-2 in bfloat16, within its limits by 3× or more
 
     def __init__(self, params: GatedDeltaProductParams, shape: VariantShape) -> None:
-        if params.householder_steps < 1:
+        if not 1 <= params.householder_steps <= MAX_HOUSEHOLDER_STEPS:
             raise ValueError(
-                f"gated_delta_product householder_steps must be >= 1 (1: gated_delta_net); got "
-                f"{params.householder_steps}."
+                f"gated_delta_product householder_steps must be between 1 (gated_delta_net) and "
+                f"{MAX_HOUSEHOLDER_STEPS}; got {params.householder_steps}."
             )
         super().__init__(params, shape)
         self.gates = step_gates(params.householder_steps)
