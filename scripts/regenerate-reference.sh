@@ -7,11 +7,15 @@
 #   scripts/regenerate-reference.sh timings   # throughput and decode, alone on a quiet machine
 #   scripts/regenerate-reference.sh finish    # the records into results/reference, collected
 #
-# Each part can be stopped and run again: it skips every job that has a record. A later part may
-# run in another session, from a later commit: the clone is moved to this commit first, and a job
-# whose code changed runs again (its identity holds its modules' digests); `finish` keeps only the
-# records of the code it collects for. WORK (default ../attnbench-regen) holds the clone, its
-# environment, the records and the logs.
+# Each part can be stopped and run again: it skips every job that has a record. The records go
+# to results/regeneration/runs in this checkout, so that a part's progress can be committed and a
+# later session (a fresh machine) goes on from it: the clone is moved to this commit first, and a
+# job whose code changed runs again (its identity holds its modules' digests). A job's identity
+# also names the machine (CPU model and capability), so a regeneration is one host's: on another
+# host every job runs again, and the other host's records stay in results/regeneration as history.
+# `finish` keeps only this host's records of the code it collects for. WORK (default
+# ../attnbench-regen) holds the clone, its environment and the logs; VARIANTS narrows a part to
+# some variants (VARIANTS=softmax,linear).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
@@ -28,6 +32,7 @@ case "$PART" in
 esac
 
 COMMIT=$(git rev-parse HEAD)
+RECORDS=$REPO/results/regeneration
 if [ "$PART" != finish ]; then
   if [ ! -d "$WORK/attnbench" ]; then
     mkdir -p "$WORK"
@@ -46,17 +51,23 @@ if [ "$PART" != finish ]; then
   fi
   TASKS=$QUALITY
   [ "$PART" = timings ] && TASKS=throughput,decode
+  NARROW=()
+  [ -n "${VARIANTS:-}" ] && NARROW=("variant=$VARIANTS")
   cd "$WORK/attnbench"
-  "$WORK/.venv/bin/attnbench" -m sweep=standard "task=$TASKS" "results_dir=$WORK/results" \
-    "hydra.sweep.dir=$WORK/hydra/$PART" 2>&1 | tee -a "$WORK/$PART.log"
+  "$WORK/.venv/bin/attnbench" -m sweep=standard "task=$TASKS" "${NARROW[@]}" \
+    "results_dir=$RECORDS" "hydra.sweep.dir=$WORK/hydra/$PART" 2>&1 | tee -a "$WORK/$PART.log"
   exit "${PIPESTATUS[0]}"
 fi
 
-# finish: the new records replace the old ones (git keeps those), then one collection
-shopt -s nullglob
-new=("$WORK"/results/runs/*.json)
+# finish: this host's new records replace the old ones (git keeps those), then one collection
+HOST=$("$WORK/.venv/bin/python" -c "import torch
+from attnbench.harness.jobs.env import device_name
+print(device_name(torch.device('cpu')))")
+mapfile -t new < <(cd "$RECORDS/runs" 2>/dev/null && grep -l --fixed-strings "\"hardware\": \"$HOST\"" \
+  -- *.json | sed "s|^|$RECORDS/runs/|")
 if [ ${#new[@]} -eq 0 ]; then
-  echo "regenerate-reference: no records in $WORK/results/runs; run the quality and timings parts first." >&2
+  echo "regenerate-reference: no records of this host ($HOST) in $RECORDS/runs; run the" \
+    "quality and timings parts first." >&2
   exit 2
 fi
 rm -f results/reference/runs/*.json
@@ -73,5 +84,5 @@ for run_id in old:
 print(f"{len(old)} records of older code left out")
 PY
 "$WORK/.venv/bin/attnbench-collect" --drop-missing results/reference
-echo "results/reference: the records of $WORK/results for this code; build the board with" \
-  "attnbench-leaderboard results/reference, then commit results/reference."
+echo "results/reference: the records of $RECORDS from $HOST for this code; build the board" \
+  "with attnbench-leaderboard results/reference, then commit results/reference."
