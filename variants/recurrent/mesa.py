@@ -155,14 +155,17 @@ def mesa_attention(
 
         system = (kc, weights, decay_in, h0, lam.unsqueeze(3))
         with torch.no_grad():
-            fixed = tuple(t.detach() for t in system)
+            # contiguous once (kc is a slice across heads, and its transpose a view): the
+            # iterations' batched products would otherwise copy both at every step
+            fixed = (kc.detach().contiguous(), kc.detach().transpose(-1, -2).contiguous())
+            fixed += tuple(t.detach() for t in system[1:])
             x = conjugate_gradient(
                 lambda p, fixed=fixed: _apply(p, *fixed), qc, params.cg_steps, params.cg_tol
             )
         if torch.is_grad_enabled() and any(t.requires_grad for t in (qc, *system)):
             # implicit differentiation: x + A⁻¹(q − A x) has x's value and the exact gradient
             # A⁻¹(dq − dA·x), the A⁻¹ applied by CG in the backward (`_ImplicitSolve`)
-            residual = qc - _apply(x, *system)
+            residual = qc - _apply(x, kc, kc.transpose(-1, -2), *system[1:])
             x = x + _ImplicitSolve.apply(residual, fixed, params.cg_steps, params.cg_tol)
         out = ((x @ kc.transpose(-1, -2)) * weights) @ vc + (x * decay_in) @ g0
         outs.append(out.flatten(-3, -2))
@@ -217,11 +220,16 @@ def _direct(qg, k, v, g, beta, lam):
     return out.reshape(bsz, kv * group, n, -1), (systems[..., -1, :, :].squeeze(2), gs.squeeze(2))
 
 
-def _apply(p, kc, weights, decay_in, h0, lam) -> torch.Tensor:
+def _apply(p, kc, kt, weights, decay_in, h0, lam) -> torch.Tensor:
     """(H_t + Λ) p_t for every token t of a block at once: the masked C×C pass within each chunk
-    (``weights`` = e^{b_t − b_s} β_s), the chunk-start H for the past, and Λ."""
-    within = ((p @ kc.transpose(-1, -2)) * weights) @ kc
-    return torch.addcmul(torch.addcmul(within, decay_in, p @ h0), lam, p)  # e^{b}·(p H₀) + Λp
+    (``weights`` = e^{b_t − b_s} β_s; ``kt`` is ``kc`` transposed), the chunk-start H for the
+    past, and Λ."""
+    if torch.is_grad_enabled():  # the residual's graph: out of place
+        within = ((p @ kt) * weights) @ kc
+        return torch.addcmul(torch.addcmul(within, decay_in, p @ h0), lam, p)
+    # the solve's iterations: every temporary updated in place
+    within = (p @ kt).mul_(weights) @ kc
+    return within.addcmul_(decay_in, p @ h0).addcmul_(lam, p)  # e^{b}·(p H₀) + Λp
 
 
 class _ImplicitSolve(torch.autograd.Function):
@@ -252,19 +260,25 @@ def conjugate_gradient(apply, rhs: torch.Tensor, steps: int, tol: float = 0.0) -
     x = torch.zeros_like(rhs)
     r = rhs.clone()
     p = r.clone()
-    rr = torch.linalg.vecdot(r, r).unsqueeze(-1)
+    rr = _squared_norm(r)
     limit = tol * tol * rr if tol > 0 else None
     for _ in range(steps):
         ap = apply(p)
         alpha = _ratio(rr, torch.linalg.vecdot(p, ap).unsqueeze(-1))
         x.addcmul_(alpha, p)
         r.addcmul_(alpha, ap, value=-1.0)
-        rr_new = torch.linalg.vecdot(r, r).unsqueeze(-1)
-        p.mul_(_ratio(rr_new, rr)).add_(r)
+        rr_new = _squared_norm(r)
+        torch.addcmul(r, _ratio(rr_new, rr), p, out=p)  # p ← r + (rr_new / rr)·p, one pass
         rr = rr_new
         if limit is not None and bool((rr <= limit).all()):
             break
     return x
+
+
+def _squared_norm(r: torch.Tensor) -> torch.Tensor:
+    """Each row's r·r, (…, 1): one reduction pass (a dot product multiplies into a temporary
+    first, and the solve is bound by its passes over memory)."""
+    return torch.linalg.vector_norm(r, dim=-1, keepdim=True).square()
 
 
 def _ratio(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
