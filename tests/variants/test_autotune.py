@@ -178,16 +178,20 @@ def test_a_throughput_record_names_the_configuration_its_kernel_ran():
 def _chunks_of(name: str) -> tuple[int, ...]:
     """The chunk lengths variant ``name`` chooses among (its engine's `CHUNKS`)."""
     from attnbench.variants.kernels import prefix_sums
-    from attnbench.variants.recurrent import delta, gla, mesa
+    from attnbench.variants.recurrent import delta, dplr_chunks, gla, mesa
 
     engines = {"gla": gla, "mamba2": gla, "mesa": mesa, "delta_net": delta}
+    engines |= {"kda": dplr_chunks, "rwkv7": dplr_chunks}
     engines |= {"gated_delta_net": delta, "linear": prefix_sums, "identity": prefix_sums}
     return (engines | {"decay": prefix_sums})[name].CHUNKS
 
 
 @pytest.mark.parametrize(
     "name",
-    ["delta_net", "gated_delta_net", "gla", "mamba2", "linear", "identity", "decay", "mesa"],
+    [
+        *("delta_net", "gated_delta_net", "gla", "mamba2", "linear", "identity", "decay"),
+        *("mesa", "kda", "rwkv7"),
+    ],
 )
 def test_the_chunk_length_is_chosen_on_the_machine_and_named(name, tmp_path, monkeypatch):
     """chunk_size 0 (the default): a causal call large enough to tune (mesa's: longer than its

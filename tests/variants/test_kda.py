@@ -249,4 +249,4 @@ def test_gates_follow_fla_parametrisation_and_initialisation():
     with pytest.raises(ValueError, match="qk_activation"):
         make(qk_activation="relu")
     with pytest.raises(ValueError, match="chunk_size"):
-        make(chunk_size=0)
+        make(chunk_size=-1)

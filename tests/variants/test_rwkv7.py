@@ -186,4 +186,4 @@ def test_decay_range_and_fla_initialisation():
         and abs(float(variant.a_bias[0, -1]) - 0.31) < 1e-6
     )
     with pytest.raises(ValueError, match="chunk_size"):
-        build_variant("rwkv7", {"chunk_size": 0}, VariantShape(2, 8, 16))
+        build_variant("rwkv7", {"chunk_size": -1}, VariantShape(2, 8, 16))

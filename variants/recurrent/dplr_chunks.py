@@ -60,12 +60,17 @@ from __future__ import annotations
 
 import torch
 
+from attnbench.variants.kernels import autotune
 from attnbench.variants.recurrent.delta_chunks import inverse_flops, unit_lower_inverse
 from attnbench.variants.recurrent.documents import chunk_layout
 
 # positions per chunk: a steep chunk's pairwise sums cost C·D element-wise per position, the
-# loop's hand-overs N / C steps
+# loop's hand-overs N / C steps; where they balance depends on the machine (`machine_chunk`
+# chooses among CHUNKS, the first the default). Not 64: the chunk's inverse loses precision
+# with C, and kda's float32 error against float64 at 64 was 2.5e-6 of its 3e-6 tolerance
+# (N = 2048, D = 16), at 32 1.2e-6 and at 8 and 16 4–6e-7 (N = 4096)
 DEFAULT_CHUNK = 16
+CHUNKS = (DEFAULT_CHUNK, 8, 32)
 PAIR_BUDGET = 1 << 22  # elements of the C×C×D decay tensor built at once (16 MiB in float32)
 # a chunk whose log-decays sum above −FACTOR_SPAN in every channel takes the factored product
 # (x e^{c})(y e^{−c})ᵀ: factors within [e^{−20}, e^{20}] = [2e-9, 5e8], far from float32's
@@ -296,3 +301,20 @@ def dplr_flops(
     if causal:
         return kv_heads * per_kv + 2.0 * heads * n * (d * dv + 2 * c * (d + dv))
     return kv_heads * per_kv + 2.0 * heads * n * d * dv
+
+
+def machine_chunk(
+    kernel: str, chunk_size: int, inputs: tuple[torch.Tensor, ...], causal: bool
+) -> int:
+    """The chunk length of a `dplr_chunked` call on ``inputs`` (its q, k, v, a, b, log_decay):
+    ``chunk_size`` where set (> 0), else the machine's choice for the call's class
+    (`autotune.choose_chunk` among `CHUNKS`, timed on the forward without autograd over the first
+    `autotune.CHUNK_PROBE_POSITIONS`)."""
+    if chunk_size:
+        return chunk_size
+    end = autotune.CHUNK_PROBE_POSITIONS
+    cut = [x[:, :, :end].detach() for x in inputs]
+    q, k, v = inputs[:3]
+    return autotune.choose_chunk(
+        kernel, q, k, v, CHUNKS, lambda c: dplr_chunked(*cut, c, causal=causal)
+    )

@@ -61,6 +61,7 @@ from attnbench.variants.recurrent.dplr_chunks import (
     dplr_chunked,
     dplr_flops,
     dplr_step,
+    machine_chunk,
 )
 from attnbench.variants.recurrent.mixer import RuleIncremental, ValueLinearMixer
 
@@ -73,7 +74,8 @@ class KDAParams:
     """Hyperparameters of `kda`."""
 
     qk_activation: str = "silu"  # before the L2 norm of q and k: silu (the paper's) or identity
-    chunk_size: int = DEFAULT_CHUNK  # positions per chunk of the chunked form (`dplr_chunks`)
+    # positions per chunk of the chunked form (`dplr_chunks`); 0: chosen on the machine
+    chunk_size: int = 0
     # each head's output divided by its RMS over the value channels, as fla's o_norm (module
     # docstring); false: the bare rule
     output_norm: bool = True
@@ -119,8 +121,12 @@ class KimiDeltaAttention(ValueLinearMixer):
                 f"kda qk_activation {params.qk_activation!r} is not known; "
                 f"valid: {', '.join(QK_ACTIVATIONS)}."
             )
-        if params.chunk_size < 1:
-            raise ValueError(f"kda chunk_size must be >= 1; got {params.chunk_size}.")
+        if params.chunk_size < 0:
+            raise ValueError(
+                f"kda chunk_size must be >= 1, or 0 to choose it on the machine; got "
+                f"{params.chunk_size}."
+            )
+        self.last_chunk = params.chunk_size or DEFAULT_CHUNK  # what the last call ran with
         heads, d = shape.kv_heads, shape.head_dim  # one decay per state (module docstring)
         self.A_log = nn.Parameter(torch.log(torch.empty(heads).uniform_(1, 16)))
         dt_min, dt_max, floor = 0.001, 0.1, 1e-4  # fla's initialisation
@@ -167,22 +173,25 @@ class KimiDeltaAttention(ValueLinearMixer):
         if causal and n < m:  # query i reads S_i: the keys after the last query are never read
             fk, v, beta, log_alpha = (x[:, :, :n] for x in (fk, v, beta, log_alpha))
         head = fq[:, :, :m] if causal and n > m else fq
-        written, c = beta * fk, self.params.chunk_size
-        out, state = dplr_chunked(
-            head, written, v, -written, fk, log_alpha, c, state, causal, cu_seqlens
+        written = beta * fk
+        inputs = (head, written, v, -written, fk, log_alpha)
+        c = self.last_chunk = machine_chunk(
+            f"{self.name} chunks", self.params.chunk_size, inputs, causal
         )
+        out, state = dplr_chunked(*inputs, c, state, causal, cu_seqlens)
         if causal and n > m:  # queries past the last key read S_M
             out = torch.cat([out, per_query_head(fq[:, :, m:], state)], dim=2)
         return out, state
 
     def forward_flops(self, batch, heads, n, m, d, dv, causal) -> float:
-        """The matrix products of the chunked form (`dplr_flops`); the element-wise pairwise
+        """The matrix products of the chunked form at the last call's chunk (`dplr_flops`); the
+        element-wise pairwise
         sums, gates, norms and decays are not counted. The backward is the default (two
         products per forward product)."""
         kv = heads * self.shape.kv_heads / self.shape.n_heads
         if causal and n != m:
             m = n = min(n, m)  # later queries read the final state: counted as n = m
-        return batch * dplr_flops(heads, kv, n, m, d, dv, causal, self.params.chunk_size)
+        return batch * dplr_flops(heads, kv, n, m, d, dv, causal, self.last_chunk)
 
 
 @register_incremental("kda")

@@ -74,6 +74,7 @@ from attnbench.variants.recurrent.dplr_chunks import (
     dplr_chunked,
     dplr_flops,
     dplr_step,
+    machine_chunk,
 )
 from attnbench.variants.recurrent.mixer import RuleIncremental, ValueLinearMixer
 
@@ -85,7 +86,8 @@ NORM_EPS = 1e-12  # κ̂'s L2 norm divides by max(‖k ⊙ k_k‖, eps) (torch's
 class RWKV7Params:
     """Hyperparameters of `rwkv7`."""
 
-    chunk_size: int = DEFAULT_CHUNK  # positions per chunk of the chunked form (`dplr_chunks`)
+    # positions per chunk of the chunked form (`dplr_chunks`); 0: chosen on the machine
+    chunk_size: int = 0
     # each head's output divided by its RMS over the value channels (module docstring);
     # false: the bare recurrence
     output_norm: bool = True
@@ -127,8 +129,12 @@ class RWKV7(ValueLinearMixer):
 
     def __init__(self, params: RWKV7Params, shape: VariantShape) -> None:
         super().__init__(params, shape)
-        if params.chunk_size < 1:
-            raise ValueError(f"rwkv7 chunk_size must be >= 1; got {params.chunk_size}.")
+        if params.chunk_size < 0:
+            raise ValueError(
+                f"rwkv7 chunk_size must be >= 1, or 0 to choose it on the machine; got "
+                f"{params.chunk_size}."
+            )
+        self.last_chunk = params.chunk_size or DEFAULT_CHUNK  # what the last call ran with
         heads = shape.kv_heads
         for name, value in _first_layer_init(shape.head_dim).items():
             setattr(self, name, nn.Parameter(value.float().repeat(heads, 1)))
@@ -168,19 +174,22 @@ class RWKV7(ValueLinearMixer):
         if causal and n < m:  # query i reads S_i: the keys after the last query are never read
             parts = tuple(x[:, :, :n] for x in parts)
         head = q[:, :, :m] if causal and n > m else q
-        c = self.params.chunk_size
+        c = self.last_chunk = machine_chunk(
+            f"{self.name} chunks", self.params.chunk_size, (head, *parts), causal
+        )
         out, state = dplr_chunked(head, *parts, c, state, causal, cu_seqlens)
         if causal and n > m:  # queries past the last key read S_M
             out = torch.cat([out, per_query_head(q[:, :, m:], state)], dim=2)
         return out, state
 
     def forward_flops(self, batch, heads, n, m, d, dv, causal) -> float:
-        """The matrix products of the chunked form (`dplr_flops`); the element-wise pairwise
+        """The matrix products of the chunked form at the last call's chunk (`dplr_flops`); the
+        element-wise pairwise
         sums, gates, norms and decays are not counted. The backward is the default."""
         kv = heads * self.shape.kv_heads / self.shape.n_heads
         if causal and n != m:
             m = n = min(n, m)  # later queries read the final state: counted as n = m
-        return batch * dplr_flops(heads, kv, n, m, d, dv, causal, self.params.chunk_size)
+        return batch * dplr_flops(heads, kv, n, m, d, dv, causal, self.last_chunk)
 
 
 @register_incremental("rwkv7")
