@@ -196,6 +196,18 @@ def test_refused_before_hydra_starts(tmp_path, monkeypatch, capsys, args, messag
     _refused_in_process(tmp_path, monkeypatch, capsys, args, message)
 
 
+def test_a_tuning_folder_that_is_a_file_is_refused(tmp_path, monkeypatch, capsys):
+    """ATTNBENCH_TUNING_CACHE naming a file: one sentence before any job (every job would
+    otherwise re-tune its kernels and warn "File exists")."""
+    from attnbench.variants.kernels.autotune import CACHE_ENV
+
+    elsewhere = tmp_path.parent / f"{tmp_path.name}-tuning"
+    elsewhere.write_text("not a folder")
+    monkeypatch.setenv(CACHE_ENV, str(elsewhere))
+    message = f"{CACHE_ENV}={elsewhere} cannot hold the kernel tuning files (Not a directory)"
+    _refused_in_process(tmp_path, monkeypatch, capsys, ["task=recall"], message)
+
+
 def _refused_in_process(tmp_path, monkeypatch, capsys, args, message):
     """``attnbench ARGS`` run in-process: exit 2 with one line holding ``message``, before
     Hydra, nothing written."""

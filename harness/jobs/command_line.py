@@ -28,6 +28,7 @@ from attnbench.harness.jobs.preflight import (
     check_overrides,
     check_preset,
     check_results_dir,
+    check_tuning_folder,
     default_choices,
     parse_overrides,
     prepare_job,
@@ -120,6 +121,7 @@ def check_command_line(args: list[str]) -> None:
             raise ConfigError(f"the command line does not compose: {reason}") from None
         _check_links(cfg, multirun)
         check_results_dir(results_dir_of(cfg))
+        check_tuning_folder()
         check_hydra_settings(cfg.hydra, multirun)
         with open_dict(cfg):
             del cfg["hydra"]  # a job's config, as Hydra hands it to the job

@@ -507,6 +507,20 @@ def check_results_dir(path: str | os.PathLike) -> None:
         )
 
 
+def check_tuning_folder() -> None:
+    """Raise `ConfigError` where ``ATTNBENCH_TUNING_CACHE`` names a folder the kernel tuning
+    files (`attnbench.variants.kernels.autotune`) cannot be written in, such as a file: every
+    job would tune its kernels again and warn instead of keeping the machine's choices."""
+    from attnbench.variants.kernels.autotune import CACHE_ENV
+
+    folder = os.environ.get(CACHE_ENV)
+    if folder and (reason := _unwritable(Path(folder))):
+        raise ConfigError(
+            f"{CACHE_ENV}={folder} cannot hold the kernel tuning files ({reason}); set it to a "
+            f"folder, or unset it for the default."
+        )
+
+
 def _unwritable(folder: Path) -> str | None:
     """Why ``folder`` cannot be created or written in, or None. Creates nothing: a temporary
     file is written and removed in its deepest part that exists."""
