@@ -63,8 +63,14 @@ fi
 HOST=$("$WORK/.venv/bin/python" -c "import torch
 from attnbench.harness.jobs.env import device_name
 print(device_name(torch.device('cpu')))")
-mapfile -t new < <(cd "$RECORDS/runs" 2>/dev/null && grep -l --fixed-strings "\"hardware\": \"$HOST\"" \
-  -- *.json | sed "s|^|$RECORDS/runs/|")
+mapfile -t new < <("$WORK/.venv/bin/python" - "$RECORDS/runs" "$HOST" <<'PY'
+import json, pathlib, sys
+folder, host = pathlib.Path(sys.argv[1]), sys.argv[2]
+for path in sorted(folder.glob("*.json")):
+    if json.loads(path.read_text()).get("hardware") == host:
+        print(path)
+PY
+)
 if [ ${#new[@]} -eq 0 ]; then
   echo "regenerate-reference: no records of this host ($HOST) in $RECORDS/runs; run the" \
     "quality and timings parts first." >&2
