@@ -23,6 +23,15 @@ from attnbench.testing import random_qkv  # noqa: F401  (one helper: the tests i
 
 load_plugins()
 
+# One torch thread in the AVX2 rerun (tests/test_theory_on_avx2.py sets ONE_THREAD): it runs
+# beside the two pytest-xdist workers on two cores, and a second OpenMP thread made its parallel
+# regions wait at their barriers for cores the workers held (a concentration test took 2.7 s in
+# a worker and 70 s there). The workers keep torch's default: a job run in-process takes its
+# thread count from it, and tests compare those jobs' identities with the command line's.
+ONE_THREAD = "ATTNBENCH_TESTS_ONE_THREAD"
+if os.environ.get(ONE_THREAD):
+    torch.set_num_threads(1)
+
 # kernels tune themselves into a folder of this session's own (inherited by the commands the
 # tests run), not into the user's cache beside torch's extensions
 if "ATTNBENCH_TUNING_CACHE" not in os.environ:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import BIN, REPO, run_cli
+from conftest import BIN, FAST, REPO, run_cli
 from hydra import compose, initialize_config_dir
 
 from attnbench.harness.cli.app import CONF_DIR
@@ -29,7 +29,6 @@ from attnbench.harness.jobs.job import run_job
 from attnbench.harness.sweep.outcome import SweepOutcome
 
 pytestmark = pytest.mark.slow
-FAST = ["task.seq_len=32", "task.backward=false", "task.min_run_time=0.01"]
 # enough jobs that two joblib workers, each finishing its running job, cannot run them all
 SIX_VARIANTS = "variant=softmax,linear,window,decay,relu2,sigmoid"
 

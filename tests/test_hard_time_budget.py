@@ -89,6 +89,8 @@ def _job(site: Path, results: Path, *overrides: str) -> tuple[dict, float]:
         "task.seq_len=32",
         "task.backward=false",
         "task.min_run_time=0.01",
+        "task.min_samples=4",
+        "task.max_timing_s=1",
         "threads=1",
         f"results_dir={results}",
         *overrides,

@@ -109,7 +109,8 @@ NOTEBOOK = textwrap.dedent(
     for scale in (0.125, 0.25):  # the notebook's cell edited and run again
         rows = attnbench.run(define(scale), "throughput", results_dir=sys.argv[1], threads=1,
                              **{"task.seq_len": 32, "task.backward": False,
-                                "task.min_run_time": 0.01})
+                                "task.min_run_time": 0.01, "task.min_samples": 4,
+                                "task.max_timing_s": 1})
         out.append(rows.groupby("run_id").first()[["status"]].reset_index().to_dict("records")
                    + rows[rows.metric == "peak_mem_mib"][["value"]].to_dict("records"))
     print(json.dumps(out))
@@ -179,7 +180,8 @@ SCRIPT = textwrap.dedent(
 
     print("top level ran", flush=True)
     attnbench.run("softmax", "throughput", results_dir=sys.argv[1], threads=1, seed=[0, 1],
-                  **{"task.seq_len": 32, "task.backward": False, "task.min_run_time": 0.01})
+                  **{"task.seq_len": 32, "task.backward": False, "task.min_run_time": 0.01,
+                     "task.min_samples": 4, "task.max_timing_s": 1})
     """
 )
 

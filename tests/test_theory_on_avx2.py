@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import ONE_THREAD
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -61,7 +62,7 @@ def start() -> None:
     if "process" in _RUN or not applies():
         return
     out = tempfile.NamedTemporaryFile("w+", prefix="attnbench-avx2-", suffix=".log")  # noqa: SIM115 (closed by stop)
-    env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2"}
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2", ONE_THREAD: "1"}  # beside two workers
     files = theory_test_files(numerical_only=True)
     command = [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", *files]
     _RUN["out"] = out

@@ -715,36 +715,14 @@ class IclRegression(Task):
 
     def run_attention_system(self, ctx: JobContext) -> TaskResult:
         p = self.params
-        n, d = p.n_points, p.n_dims
-        ratios, error_rates, linear_everywhere, systems = [], [], True, []
-        errors = {name: [] for name in ("mse", *SYSTEM_BASELINES)}
-        curves, stops = [], []
-        for run in range(p.system_runs):
-            gen = ctx.generator(1000 + run)
-            x = self.sample_x((n, d), gen)
-            beta = torch.randn(d, generator=gen)
-            y = x @ beta + p.noise_std * torch.randn(n, generator=gen)
-            system = AttentionSystem(ctx, d, n, gen)
-            systems.append(system.h)
-            curve = system.fit(x, y, p.steps)
-            curves.append(curve)
-            stops += [f"run {run}: {system.stopped}"] if system.stopped else []
-            with torch.no_grad():
-                pred = system(x.to(ctx.device, ctx.dtype), y.to(ctx.device, ctx.dtype))
-            pred = pred.double().cpu()
-            beta_ls = torch.linalg.lstsq(
-                x.double(), y.double().unsqueeze(-1), driver="gelsd"
-            ).solution.flatten()
-            ls_loss = (x.double() @ beta_ls - y.double()).square().mean()
-            model_loss = (pred - y.double()).square().mean()
-            ratios.append(float(model_loss / ls_loss))
-            beta_eq = torch.linalg.lstsq(x.double(), pred.unsqueeze(-1), driver="gelsd").solution
-            residual = (x.double() @ beta_eq.flatten() - pred).norm() / pred.norm()
-            linear_everywhere &= bool(residual < 1e-4)  # ŷ = Xβ_eq exactly: h acts linearly
-            error_rates.append(float((beta_eq.flatten() - beta_ls).norm() / beta_ls.norm()))
-            errors["mse"].append(float(model_loss) / d)
-            for name, err in self.in_sample_baselines(x, y).items():
-                errors[name].append(err)
+        runs = [self.system_run(ctx, run) for run in range(p.system_runs)]
+        ratios = [r.loss_ratio for r in runs]
+        error_rates = [r.error_rate for r in runs]
+        linear_everywhere = all(r.linear_in_x for r in runs)
+        systems = [r.h for r in runs]
+        curves = [r.curve for r in runs]
+        stops = [f"run {i}: {r.stopped}" for i, r in enumerate(runs) if r.stopped]
+        errors = {name: [r.errors[name] for r in runs] for name in ("mse", *SYSTEM_BASELINES)}
         points = [
             MetricPoint("loss_ratio_vs_ls", float(torch.tensor(ratios).median())),
             MetricPoint("final_loss", float(torch.tensor([c[-1][1] for c in curves]).mean())),
@@ -764,6 +742,37 @@ class IclRegression(Task):
             "fit_stopped": stops,  # runs whose L-BFGS stopped early, and why
         }
         return TaskResult(points=points, details=details)
+
+    def system_run(self, ctx: JobContext, run: int) -> SystemRun:
+        """One of the ``system_runs`` independent systems: its data drawn from the job's seed and
+        ``run``, the system fitted, and its loss and β_eq compared with least squares'."""
+        p = self.params
+        n, d = p.n_points, p.n_dims
+        gen = ctx.generator(1000 + run)
+        x = self.sample_x((n, d), gen)
+        beta = torch.randn(d, generator=gen)
+        y = x @ beta + p.noise_std * torch.randn(n, generator=gen)
+        system = AttentionSystem(ctx, d, n, gen)
+        curve = system.fit(x, y, p.steps)
+        with torch.no_grad():
+            pred = system(x.to(ctx.device, ctx.dtype), y.to(ctx.device, ctx.dtype))
+        pred = pred.double().cpu()
+        beta_ls = torch.linalg.lstsq(
+            x.double(), y.double().unsqueeze(-1), driver="gelsd"
+        ).solution.flatten()
+        ls_loss = (x.double() @ beta_ls - y.double()).square().mean()
+        model_loss = (pred - y.double()).square().mean()
+        beta_eq = torch.linalg.lstsq(x.double(), pred.unsqueeze(-1), driver="gelsd").solution
+        residual = (x.double() @ beta_eq.flatten() - pred).norm() / pred.norm()
+        return SystemRun(
+            loss_ratio=float(model_loss / ls_loss),
+            error_rate=float((beta_eq.flatten() - beta_ls).norm() / beta_ls.norm()),
+            linear_in_x=bool(residual < 1e-4),  # ŷ = Xβ_eq exactly: h acts linearly
+            errors={"mse": float(model_loss) / d, **self.in_sample_baselines(x, y)},
+            curve=curve,
+            stopped=system.stopped,
+            h=system.h,
+        )
 
     def in_sample_baselines(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
         """Each baseline's error / d on the history points x (n, d), y (n,), the attention
@@ -810,6 +819,19 @@ class OneLayer(nn.Module):
         seq = torch.cat([tokens, query], dim=1).to(self.ctx.device, self.ctx.dtype)
         out = seq + self.attention(seq)
         return out[:, -1, -1].float()
+
+
+@dataclass
+class SystemRun:
+    """What one attention system's fit gave (`IclRegression.system_run`)."""
+
+    loss_ratio: float  # its training MSE over least squares' on the same points
+    error_rate: float  # ‖β_eq − β_ls‖ / ‖β_ls‖, β_eq the linear map that best explains ŷ
+    linear_in_x: bool  # whether ŷ = X β_eq exactly (h acts linearly)
+    errors: dict[str, float]  # its MSE / d and each baseline's ("mse", SYSTEM_BASELINES)
+    curve: list[tuple[int, float]]  # the loss curve of its fit
+    stopped: str  # why the fit stopped before its steps, if it did
+    h: nn.Module  # the fitted variant
 
 
 class AttentionSystem(torch.nn.Module):

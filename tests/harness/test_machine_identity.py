@@ -70,6 +70,8 @@ def _cfg(tmp_path):
                 "task.seq_len=16",
                 "task.min_run_time=0.01",
                 "task.backward=false",
+                "task.min_samples=4",
+                "task.max_timing_s=1",
             ],
         )
 

@@ -11,18 +11,27 @@ from attnbench.tasks.throughput import forward_peak_mib
 from attnbench.toolkit.memory import isolated_cpu_peak, peak_memory_mib, release_probe
 
 
+def _known_allocation() -> float:
+    x = torch.ones(64 * 1024 * 1024 // 4)  # 64 MiB, written
+    return float(x[-1])
+
+
+def _known_allocation_peak() -> float | None:
+    return peak_memory_mib(_known_allocation, torch.device("cpu"))
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="CPU peak uses /proc (Linux)")
 def test_cpu_peak_measures_a_known_allocation():
-    def work():
-        x = torch.ones(64 * 1024 * 1024 // 4)  # 64 MiB, written
-        return float(x[-1])
-
-    peak = peak_memory_mib(work, torch.device("cpu"))
+    """Measured where the product measures (the probe process, whose freed memory goes back to
+    the kernel): in the test's own process glibc may hold a freed 64 MiB chunk from an earlier
+    test in its heap and reuse those resident pages, which raises no high-water mark (0 MiB was
+    read there, the caveat `attnbench.toolkit.memory` names)."""
+    peak = isolated_cpu_peak(_known_allocation_peak)
     assert peak is not None
     # page-level accounting: the 64 MiB buffer plus at most a few MiB of interpreter noise
     assert 63 <= peak <= 72, peak
     # freed memory is returned (mmap threshold pinned), so a second run measures the same
-    again = peak_memory_mib(work, torch.device("cpu"))
+    again = isolated_cpu_peak(_known_allocation_peak)
     assert 63 <= again <= 72, again
 
 

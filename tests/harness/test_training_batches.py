@@ -26,9 +26,7 @@ class Recorder(nn.Module):
 
 
 @pytest.mark.parametrize("n, batch", [(10, 4), (12, 4), (5, 5)])
-def test_every_step_is_a_full_batch_of_distinct_sequences_and_epochs_drop_the_remainder(
-    n, batch
-):
+def test_every_step_is_a_full_batch_of_distinct_sequences_and_epochs_drop_the_remainder(n, batch):
     inputs = torch.arange(n).unsqueeze(1).repeat(1, 3)
     model = Recorder(n)
     steps = 7

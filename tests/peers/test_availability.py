@@ -79,6 +79,8 @@ def test_an_unavailable_peer_is_an_unsupported_record(tmp_path, name):
                 f"variant={name}",
                 "task.seq_len=16",
                 "task.min_run_time=0.01",
+                "task.min_samples=4",
+                "task.max_timing_s=1",
             ],
         )
     record = run_job(cfg)

@@ -73,9 +73,16 @@ def test_softmax_attention_system_at_a_thousand_points_and_in_high_dimension(one
     is that softmax *can* match least squares at n = 1000 (it cannot at n = 100, see above): the
     best of four runs within 10 % of least squares' loss, on every kernel. At d = 100 every run
     is about 3 orders worse (1050 AVX-512, 1065 AVX2). The identity system stays least squares
-    at d = 100 (error rate 1.7e-5)."""
-    _, details = _run("softmax", **{**SYSTEM, "n_points": 1000, "system_runs": 4})
-    assert min(details["loss_ratios"]) < 1.1
+    at d = 100 (error rate 1.7e-5). The runs are the task's own (`system_run`), fitted one at a
+    time until one is within the bound, as the claim needs no more (on AVX2 the first is)."""
+    task = build_task("icl_regression", {**SYSTEM, "n_points": 1000, "system_runs": 4})
+    ctx = JobContext("softmax", {}, torch.device("cpu"), torch.float32, 0, 1)
+    ratios = []
+    for run in range(4):
+        ratios.append(task.system_run(ctx, run).loss_ratio)
+        if ratios[-1] < 1.1:
+            break
+    assert min(ratios) < 1.1, ratios
     high_d = {**SYSTEM, "n_dims": 100, "n_points": 1000, "system_runs": 1}
     softmax, _ = _run("softmax", **high_d)
     # about 3 orders: ten times the d = 10 bound, and half an order's room below 1000
