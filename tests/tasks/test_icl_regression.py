@@ -25,16 +25,12 @@ SYSTEM = dict(
 
 @pytest.fixture
 def one_thread():
-    """As a job runs on the CPU: denormal floats flushed to zero (`harness.jobs.job` sets it for
-    every CPU job; without it a peaked softmax's probabilities and gradients fall into the
-    denormal range, and the d = 100 system's products ran 24 times slower: 413 ms an evaluation
-    against 17.5), on one thread (tiny matrices: one is several times faster than two on a busy
-    machine)."""
+    """Tiny matrices: one thread is several times faster than two on a busy machine (denormals
+    are flushed in every test, as in every CPU job: tests/conftest.py; unflushed, the d = 100
+    system's products ran 24 times slower, 413 ms an evaluation against 17.5)."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
-    torch.set_flush_denormal(True)
     yield
-    torch.set_flush_denormal(False)  # a fresh process's setting
     torch.set_num_threads(before)
 
 
