@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import run_cli
+from conftest import FAST, run_cli
 
 from attnbench.harness.jobs.job import hard_deadline
 from attnbench.harness.sweep.hard_stop import GRACE_S
@@ -86,11 +86,7 @@ def _job(site: Path, results: Path, *overrides: str) -> tuple[dict, float]:
     proc = run_cli(
         "attnbench",
         "variant=planted_blocking",
-        "task.seq_len=32",
-        "task.backward=false",
-        "task.min_run_time=0.01",
-        "task.min_samples=4",
-        "task.max_timing_s=1",
+        *FAST,
         "threads=1",
         f"results_dir={results}",
         *overrides,

@@ -13,7 +13,7 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
-from conftest import REPO, run_cli
+from conftest import FAST, REPO, run_cli
 
 from attnbench.harness.discovery import OLD_IMPORTS_HINT, _describe
 from attnbench.variant import VARIANTS
@@ -71,13 +71,7 @@ def test_installed_plugin_is_listed_with_its_origin(plugin_site):
 # Tiny sizes (a few seconds a job on two CPU cores): the point is that a plugin variant runs
 # through the whole job path (Hydra option, build, task, record), not what it measures.
 TINY_TASKS = {
-    "throughput": [
-        "task.seq_len=32",
-        "task.min_run_time=0.01",
-        "task.backward=false",
-        "task.min_samples=4",
-        "task.max_timing_s=1",
-    ],
+    "throughput": FAST,
     "recall": [
         "task.seq_len=24",
         "task.n_kv_pairs=3",
