@@ -11,13 +11,23 @@ and why (`failure_for`, `PluginFailure.asked_for`), instead of calling the name 
 ``--strict`` makes any failure an error (`harness.cli.strict`). A plugin written against the imports
 of attnbench before 0.2 (``from harness.variant_api import …``) fails with ``ModuleNotFoundError``
 for ``harness``; its failure carries a hint saying where those names went (`OLD_IMPORTS_HINT`).
+
+The functions of the Python API (these builders and listings, `attnbench.run`,
+`attnbench.results`) refuse an argument of the wrong type before doing anything, in one sentence
+naming the function, the argument, what it must be and an example (`check_type`): once ``None``
+where a name belongs gave ``'NoneType' object is not iterable`` from inside, and a shape of 3 was
+taken. The error, `ArgumentTypeError`, is both a `ValueError` (the API's promise: every bad
+argument is one) and a `TypeError` (Python's convention for a wrong type, and what earlier
+versions raised), so either ``except`` catches it.
 """
 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import metadata
+from typing import Any
 
 from attnbench import task as task_module
 from attnbench import variant as variant_module
@@ -83,6 +93,54 @@ class PluginLoadWarning(UserWarning):
     """Emitted when a plugin fails to load; the rest keep working."""
 
 
+class ArgumentTypeError(ValueError, TypeError):
+    """An argument of the wrong type given to a function of the Python API; the message is one
+    sentence naming the function, the argument, what it must be and an example (`check_type`)."""
+
+
+MAX_SHOWN = 60  # characters of a wrong value's repr quoted in the sentence
+
+
+def shown(value: Any) -> str:
+    """``value`` as a sentence quotes it: its repr where short and on one line, else its type
+    ("a DataFrame")."""
+    text = repr(value)
+    if len(text) > MAX_SHOWN or "\n" in text:
+        return f"a {type(value).__name__}"
+    return text
+
+
+def check_type(
+    function: str,
+    name: str,
+    value: Any,
+    expected: type | tuple[type, ...],
+    wanted: str,
+    example: str,
+) -> None:
+    """Raise `ArgumentTypeError` unless ``value`` is an instance of ``expected``; ``True`` and
+    ``False`` pass only where ``expected`` names ``bool`` (they are not numbers here).
+
+    Args:
+        function: The public name of the function ("attnbench.results").
+        name: The argument's name.
+        expected: The types it may have.
+        wanted: What it must be, in words ("a folder path (a str or a Path)").
+        example: A call that is right ("results_dir='results'").
+
+    Example:
+        ``check_type("attnbench.results", "every_run", "yes", bool, "True or False",
+        "every_run=True")`` raises "attnbench.results: every_run must be True or False, got
+        'yes'; e.g. every_run=True."
+    """
+    types = expected if isinstance(expected, tuple) else (expected,)
+    if isinstance(value, types) and (not isinstance(value, bool) or bool in types):
+        return
+    raise ArgumentTypeError(
+        f"{function}: {name} must be {wanted}, got {shown(value)}; e.g. {example}."
+    )
+
+
 _failures: list[PluginFailure] = []
 _loaded_groups: set[str] = set()
 
@@ -92,7 +150,11 @@ def load_plugins(*, reload: bool = False) -> list[PluginFailure]:
 
     Returns:
         The plugins that failed to load (also emitted as `PluginLoadWarning`).
+
+    Raises:
+        ArgumentTypeError: ``reload`` is not True or False (`check_type`).
     """
+    check_type("attnbench.load_plugins", "reload", reload, bool, "True or False", "reload=True")
     at_probe_start(load_plugins)  # a memory probe this process starts holds the same registry
     for group, registry in ENTRY_POINT_GROUPS.items():
         if group in _loaded_groups and not reload:
@@ -108,15 +170,45 @@ def build_variant(
 ) -> AttentionVariant:
     """`attnbench.variant.build_variant` with the installed plugins loaded first (built-in
     variants register on import, like any plugin): what ``attnbench.build_variant`` is, so that
-    a fresh process can build ``"softmax"`` without calling `load_plugins` itself."""
+    a fresh process can build ``"softmax"`` without calling `load_plugins` itself.
+
+    Raises:
+        ArgumentTypeError: an argument of the wrong type (`check_type`), before anything
+            is loaded.
+    """
+    who = "attnbench.build_variant"
+    check_type(who, "name", name, str, "a variant's name", "build_variant('softmax')")
+    _check_params(who, params, "build_variant('softmax', {'temperature': 2.0})")
+    if shape is not None:
+        check_type(
+            who,
+            "shape",
+            shape,
+            VariantShape,
+            "a VariantShape or None",
+            "shape=VariantShape(n_heads=2, head_dim=16, max_len=64)",
+        )
     load_plugins()
     return variant_module.build_variant(name, params, shape)
 
 
 def build_task(name: str, params: dict | None = None) -> Task:
-    """`attnbench.task.build_task` with the installed plugins loaded first (as `build_variant`)."""
+    """`attnbench.task.build_task` with the installed plugins loaded first (as `build_variant`).
+
+    Raises:
+        ArgumentTypeError: an argument of the wrong type (`check_type`).
+    """
+    who = "attnbench.build_task"
+    check_type(who, "name", name, str, "a task's name", "build_task('recall')")
+    _check_params(who, params, "build_task('recall', {'seq_len': 64})")
     load_plugins()
     return task_module.build_task(name, params)
+
+
+def _check_params(who: str, params: object, example: str) -> None:
+    """Refuse a builder's ``params`` that is neither a mapping of names to values nor None."""
+    if params is not None:
+        check_type(who, "params", params, Mapping, "a dict of parameters or None", example)
 
 
 def failures() -> list[PluginFailure]:
@@ -186,11 +278,27 @@ def list_variants(pattern: str = "*") -> list[str]:
         >>> list_variants("lin*")
         ['linear']
     """
+    check_type(
+        "attnbench.list_variants",
+        "pattern",
+        pattern,
+        str,
+        "a name or a shell-style pattern",
+        "list_variants('lin*')",
+    )
     load_plugins()
     return VARIANTS.names(pattern)
 
 
 def list_tasks(pattern: str = "*") -> list[str]:
     """Names of the registered tasks matching a shell-style ``pattern`` (plugins loaded)."""
+    check_type(
+        "attnbench.list_tasks",
+        "pattern",
+        pattern,
+        str,
+        "a name or a shell-style pattern",
+        "list_tasks('lin*')",
+    )
     load_plugins()
     return TASKS.names(pattern)

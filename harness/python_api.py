@@ -15,6 +15,9 @@ source file to fingerprint, so the identity of its jobs carries a digest of the 
 ``attnbench.results(path)`` reads a results folder's table as a DataFrame, collecting first the
 records written since it was collected.
 
+An argument of the wrong type is refused in one sentence before anything is done:
+`harness.discovery.ArgumentTypeError`, both a `ValueError` and a `TypeError`.
+
 Presets (``sweep=NAME``) and Hydra's launchers stay the command line's: this runs the jobs one
 after another in the calling process.
 """
@@ -33,6 +36,7 @@ from typing import Any
 
 import pandas as pd
 
+from attnbench.harness.discovery import ArgumentTypeError, check_type, shown
 from attnbench.harness.jobs.preflight import ConfigError
 from attnbench.harness.results.collect import COLUMNS
 from attnbench.harness.results.table_file import TableError, load
@@ -77,7 +81,8 @@ def _variant_names(variant: Any) -> list[str]:
     the board and the records already give to the original.
 
     Raises:
-        ValueError: an item is neither, or a class claims a name with a source file behind it.
+        ArgumentTypeError: an item is neither (a `ValueError` and a `TypeError`).
+        ValueError: a class claims a name with a source file behind it.
     """
     from attnbench.harness.discovery import load_plugins
     from attnbench.variant import VARIANTS, AttentionVariant, register_variant
@@ -104,8 +109,8 @@ def _variant_names(variant: Any) -> list[str]:
                 register_variant(name)(item)
             names.append(name)
         else:
-            raise ValueError(
-                f"variant={item!r} is neither a registered name nor an AttentionVariant "
+            raise ArgumentTypeError(
+                f"variant={shown(item)} is neither a registered name nor an AttentionVariant "
                 "subclass; give one of them (attnbench-variants lists the names)."
             )
     return names
@@ -251,7 +256,8 @@ def run(
 
     Raises:
         ValueError: a value no job could run with, in the command line's one sentence, before
-            any job ran.
+            any job ran; an argument of the wrong type (``results_dir=None``, ``task=3``) is an
+            `ArgumentTypeError`, both a `ValueError` and a `TypeError`.
     """
     from hydra import compose, initialize_config_dir
 
@@ -272,11 +278,14 @@ def run(
             "which attnbench.run does not start: it runs the jobs here and writes only their "
             "records under results_dir; drop it, or use the attnbench command."
         )
-    if not isinstance(results_dir, (str, os.PathLike)):
-        raise TypeError(
-            f"attnbench.run: results_dir must be a folder path (a str or a Path), got "
-            f"{results_dir!r}; e.g. results_dir='results'."
-        )
+    check_type(
+        "attnbench.run",
+        "results_dir",
+        results_dir,
+        (str, os.PathLike),
+        "a folder path (a str or a Path)",
+        "results_dir='results'",
+    )
     try:
         check_results_dir(os.fspath(results_dir))  # as given: "" is not the current folder
     except ConfigError as exc:
@@ -284,9 +293,9 @@ def run(
     names = _variant_names(variant)
     tasks = [task] if isinstance(task, str) else list(task) if isinstance(task, Iterable) else []
     if not tasks or not all(isinstance(t, str) and t for t in tasks):
-        raise TypeError(
-            f"attnbench.run: task must be a task name or a list of them, got {task!r}; e.g. "
-            "task='recall' (docs/tasks.md lists the tasks)."
+        raise ArgumentTypeError(
+            f"attnbench.run: task must be a task name or a list of them, got {shown(task)}; "
+            "e.g. task='recall' (docs/tasks.md lists the tasks)."
         )
     skipped = store_configs()  # a notebook's variant class becomes variant=<name>
     results_dir = os.path.abspath(results_dir)
@@ -363,12 +372,14 @@ def results(
         mine.groupby(["variant", "task_params"])["value"].mean().groupby("variant").mean()
 
     Raises:
-        ValueError: no results there, or a table that cannot be read; one sentence.
+        ValueError: no results there, a path too long for the filesystem, or a table that cannot
+            be read; one sentence. An argument of the wrong type (``path=None``) is an
+            `ArgumentTypeError`, both a `ValueError` and a `TypeError`.
     """
     from attnbench.harness.leaderboard.ranking import count_stale
     from attnbench.harness.results.freshness import FreshnessError, fresh_table
 
-    source = Path(path)
+    source = _results_source(path, every_run=every_run, include_stale=include_stale)
     try:
         fresh = None
         if source.is_dir():
@@ -392,6 +403,33 @@ def results(
             stacklevel=2,
         )
     return frame[frame["chosen"]].reset_index(drop=True)
+
+
+def _results_source(path: Any, **flags: Any) -> Path:
+    """The path `results` reads, its arguments checked first: one sentence for a path of the
+    wrong type, one too long for the filesystem (where ``is_dir`` raises ENAMETOOLONG) or
+    through a symbolic link that leads back into itself (where it answers False)."""
+    from attnbench.harness.jobs.paths import looping_link, too_long
+    from attnbench.harness.jobs.records import runs_dir
+
+    who = "attnbench.results"
+    wanted = "a results folder or a table file (a str or a Path)"
+    check_type(who, "path", path, (str, os.PathLike), wanted, "path='results'")
+    for name, value in flags.items():
+        check_type(who, name, value, bool, "True or False", f"{name}=True")
+    if not os.fspath(path):
+        raise ValueError(f"{who}: path is empty; give a results folder, e.g. path='results'.")
+    source = Path(path)
+    if reason := too_long(runs_dir(source)):
+        raise ValueError(
+            f"{who}: path is too long for the filesystem ({reason}); give a shorter path."
+        )
+    if reason := looping_link(source):
+        raise ValueError(
+            f"{who}: {source} cannot be read ({reason}); fix the link or give "
+            "another results folder."
+        )
+    return source
 
 
 def _board_verdicts(frame: pd.DataFrame, infos: dict, include_stale: bool) -> pd.DataFrame:

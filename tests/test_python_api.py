@@ -477,8 +477,78 @@ def test_arguments_of_the_wrong_type_are_named_before_any_job(tmp_path, kwargs, 
     import attnbench
 
     kwargs = {"results_dir": tmp_path / "results", **kwargs}
-    with pytest.raises(TypeError, match=fix):
+    with pytest.raises(ValueError, match=fix) as refused:  # the issue's promise, and a TypeError
         attnbench.run("softmax", **kwargs)
+    assert isinstance(refused.value, TypeError)
+    assert not (tmp_path / "results").exists()
+
+
+# (call, the sentence's start) for each public function taking an argument of the wrong type
+WRONG_TYPES = [
+    (lambda: attnbench.run(None), "variant=None is neither a registered name"),
+    (lambda: attnbench.run(["softmax", 3]), "variant=3 is neither a registered name"),
+    (lambda: attnbench.results(None), "attnbench.results: path must be a results folder"),
+    (lambda: attnbench.results(123), "attnbench.results: path must be a results folder"),
+    (lambda: attnbench.results(b"results"), "attnbench.results: path must be a results folder"),
+    (lambda: attnbench.results(every_run="no"), "attnbench.results: every_run must be True or"),
+    (lambda: attnbench.results(include_stale=1), "attnbench.results: include_stale must be"),
+    (lambda: attnbench.build_variant(None), "attnbench.build_variant: name must be a variant's"),
+    (lambda: attnbench.build_variant(123), "attnbench.build_variant: name must be a variant's"),
+    (lambda: attnbench.build_variant("softmax", [1]), "attnbench.build_variant: params must be"),
+    (lambda: attnbench.build_variant("softmax", None, 3), "attnbench.build_variant: shape must"),
+    (lambda: attnbench.build_task(None), "attnbench.build_task: name must be a task's name"),
+    (lambda: attnbench.build_task("recall", 5), "attnbench.build_task: params must be a dict"),
+    (lambda: attnbench.list_variants(3), "attnbench.list_variants: pattern must be a name"),
+    (lambda: attnbench.list_tasks(None), "attnbench.list_tasks: pattern must be a name"),
+    (lambda: attnbench.load_plugins(reload="yes"), "attnbench.load_plugins: reload must be"),
+]
+
+
+@pytest.mark.parametrize(("call", "start"), WRONG_TYPES)
+def test_an_argument_of_the_wrong_type_is_one_sentence_caught_as_value_or_type_error(call, start):
+    """Once ``expected str, bytes or os.PathLike object, not NoneType``, ``'int' object is not
+    iterable`` (or a shape of 3 taken): now one sentence naming the function and the argument,
+    an `ArgumentTypeError`, so that ``except ValueError`` and ``except TypeError`` both catch it."""
+    from attnbench.harness.discovery import ArgumentTypeError
+
+    with pytest.raises(ValueError) as refused:
+        call()
+    assert type(refused.value) is ArgumentTypeError and isinstance(refused.value, TypeError)
+    message = str(refused.value)
+    assert message.startswith(start) and message.endswith(".") and "\n" not in message
+
+
+def test_a_wrong_value_s_repr_too_long_for_a_sentence_is_named_by_its_type():
+    with pytest.raises(ValueError, match=r"path must be .*, got a DataFrame; e\.g\. path="):
+        attnbench.results(pd.DataFrame({"a": range(100)}))
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("x" * 300, r"its part x{12}… is 300 bytes, over the 255 a file name may have"),
+        ("/".join(["y" * 200] * 21), r"it is \d+ bytes, over the 4096 a path may have"),
+    ],
+)
+def test_a_path_too_long_for_the_filesystem_is_one_sentence(tmp_path, name, reason):
+    """Once OSError Errno 36 (File name too long) from inside ``Path.is_dir``."""
+    with pytest.raises(
+        ValueError,
+        match=r"^attnbench\.results: path is too long for the "
+        rf"filesystem \({reason}\); give a shorter path\.$",
+    ):
+        attnbench.results(tmp_path / name)
+
+
+def test_an_empty_path_is_refused_rather_than_read_as_the_current_folder():
+    with pytest.raises(ValueError, match=r"^attnbench\.results: path is empty; give a results"):
+        attnbench.results("")
+
+
+def test_a_path_through_a_link_to_itself_names_the_link(tmp_path):
+    (tmp_path / "loop").symlink_to("loop")
+    with pytest.raises(ValueError, match="loop is a symbolic link that leads back into itself"):
+        attnbench.results(tmp_path / "loop" / "results")
 
 
 @pytest.mark.slow
