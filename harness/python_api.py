@@ -13,7 +13,8 @@ source file to fingerprint, so the identity of its jobs carries a digest of the 
 (`harness.jobs.fingerprint.class_digest`): an edited class makes new jobs, not stale skips.
 
 ``attnbench.results(path)`` reads a results folder's table as a DataFrame, collecting first the
-records written since it was collected.
+records written since it was collected; it never needs to write (a read-only folder of records
+is read in memory).
 
 An argument of the wrong type is refused in one sentence before anything is done:
 `harness.discovery.ArgumentTypeError`, both a `ValueError` and a `TypeError`.
@@ -32,7 +33,7 @@ import threading
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -41,6 +42,9 @@ from attnbench.harness.jobs.preflight import ConfigError
 from attnbench.harness.results.collect import COLUMNS
 from attnbench.harness.results.table_file import TableError, load
 from attnbench.registry import UnknownNameError
+
+if TYPE_CHECKING:
+    from attnbench.harness.results.freshness import FreshTable
 
 _PLAIN = re.compile(r"[A-Za-z0-9_./+-]+")  # a value Hydra's grammar reads as it is written
 
@@ -362,7 +366,10 @@ def results(
     A folder's table is read as the board reads it (`harness.results.freshness.fresh_table`):
     collected again first where records were written since, or where its runs were judged
     against other code than the installed attnbench; where it cannot be (a read-only folder),
-    read as it is and judged for the installed code, with the board's line as a warning.
+    read as it is and judged for the installed code, with the board's line as a warning. Reading
+    never needs writing: a read-only folder of records without a table gives the table made from
+    them in memory, in one warning. Each record file collection leaves out (an invalid field, a
+    newer schema) is named in one warning, as collection names it (`_read_folder`).
 
     Example (a task's column of the board, ``task`` and its headline ``metric`` named)::
 
@@ -377,16 +384,12 @@ def results(
             `ArgumentTypeError`, both a `ValueError` and a `TypeError`.
     """
     from attnbench.harness.leaderboard.ranking import count_stale
-    from attnbench.harness.results.freshness import FreshnessError, fresh_table
+    from attnbench.harness.results.freshness import FreshnessError
 
     source = _results_source(path, every_run=every_run, include_stale=include_stale)
     try:
-        fresh = None
-        if source.is_dir():
-            fresh = fresh_table(source, "attnbench.results", say=lambda line: None)
-            for line in fresh.notes:  # said at the caller's line, once the read is done
-                warnings.warn(line, stacklevel=2)
-        if fresh is not None and fresh.has_table:
+        fresh = _read_folder(source, stacklevel=2) if source.is_dir() else None
+        if fresh is not None and (fresh.has_table or fresh.in_memory):
             frame, infos = fresh.frame, fresh.infos
         else:  # a table file, or a folder without one (`load` says why)
             frame, infos = load(source, COLUMNS)[:2]
@@ -403,6 +406,33 @@ def results(
             stacklevel=2,
         )
     return frame[frame["chosen"]].reset_index(drop=True)
+
+
+def _read_folder(folder: Path, stacklevel: int) -> FreshTable:
+    """The table of the results folder ``folder`` as `results` reads it: `fresh_table`, made in
+    memory where the folder has records but no table and cannot be written (reading never
+    needs to write). Its lines are given as warnings at the line that called the API
+    (``stacklevel`` as `warnings.warn` would take it in the function that calls this), once the
+    read is done: the collection's own (a record file skipped, with its field), the notes, and
+    the record files a table read as it is left out (`FreshTable.left_out`), each once.
+    """
+    from attnbench.harness.results.freshness import fresh_table
+
+    here = stacklevel + 1
+    caught: list[warnings.WarningMessage] = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fresh = fresh_table(folder, "attnbench.results", say=lambda line: None, in_memory=True)
+    finally:  # a refusal's warnings too (a record file skipped before collecting failed)
+        for w in caught:
+            if issubclass(w.category, UserWarning):
+                warnings.warn(w.message, stacklevel=here)
+            else:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    for line in [*fresh.notes, *fresh.left_out]:
+        warnings.warn(line, stacklevel=here)
+    return fresh
 
 
 def _results_source(path: Any, **flags: Any) -> Path:

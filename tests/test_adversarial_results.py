@@ -14,6 +14,11 @@ result: never a traceback, never silent data loss.
   misleading "no such folder"; now one sentence naming the link, exit 2.
 - **A full disk** under Hydra's own writes (``multirun.yaml``, a job's ``.hydra/config.yaml``):
   Hydra's traceback; now one sentence naming the folder and the fix, exit 2.
+- **A record with an integer beyond 64 bits** (``"seed": 123456789012345678901234567890``): once
+  pyarrow's OverflowError in collect, the board and ``attnbench.results()``; now the file is
+  skipped with one warning naming it and its field, on a writable folder and on a read-only
+  mount, where ``attnbench.results()`` reads the table as it is, or, with no table yet, makes it
+  from the records in memory: reading never writes.
 
 `COMMANDS` run the real console scripts. The full disk is simulated at the boundary where
 Hydra writes (`FULL_DISK`: every ``write`` of a file opened under the folder raises ENOSPC, as a
@@ -23,9 +28,11 @@ full disk makes it), and, where this machine lets a test mount a 2 MiB tmpfs, fo
 from __future__ import annotations
 
 import errno
+import json
 import os
 import shutil
 import subprocess
+import warnings
 from pathlib import Path
 
 import pandas as pd
@@ -34,8 +41,9 @@ from conftest import REPO, make_record, run_cli
 from omegaconf import OmegaConf
 
 from attnbench.harness.jobs.paths import looping_link, write_failure
-from attnbench.harness.jobs.records import write_record
+from attnbench.harness.jobs.records import runs_dir, write_record
 from attnbench.harness.leaderboard.site import build_site
+from attnbench.harness.results import collect as collect_module
 from attnbench.harness.results.collect import TABLE_NAME, MissingRunsError, collect, run_ids
 from attnbench.harness.sweep.callbacks import CollectResults
 from attnbench.harness.sweep.outcome import OUTCOME
@@ -375,3 +383,147 @@ def test_a_disk_with_no_space_left_is_one_sentence(full_disk, mode):
     assert proc.stderr.startswith("attnbench: cannot write Hydra's output in hydra.")
     assert f"={full_disk / 'results' / 'hydra'}" in proc.stderr
     assert "the disk is full; free some space or give another folder" in proc.stderr
+
+
+# --- one record beyond 64 bits: skipped with its name, on a writable and a read-only folder ------
+
+HUGE_SEED = 123456789012345678901234567890  # the issue's: beyond pyarrow's int64
+
+
+def _with_a_huge_seed(root: Path) -> tuple[set[str], Path]:
+    """Two valid records and a copy of one whose ``seed`` is `HUGE_SEED` (no table yet): the
+    valid runs and the bad file."""
+    for i, name in enumerate(["a", "b"]):
+        write_record(root, make_record(name, metrics=_point(float(i)), seed=i))
+    first = sorted(runs_dir(root).glob("*.json"))[0]
+    data = json.loads(first.read_text())
+    data.update(seed=HUGE_SEED, run_id="0123456789abcdef")
+    bad = runs_dir(root) / "0123456789abcdef.json"
+    bad.write_text(json.dumps(data))
+    return {p.stem for p in runs_dir(root).glob("*.json")} - {bad.stem}, bad
+
+
+def _read_with_warnings(path: Path) -> tuple[pd.DataFrame, list[str]]:
+    """``attnbench.results(path)`` and the warnings it gave, each at the line that called it."""
+    import attnbench
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        frame = attnbench.results(path)
+    assert {w.filename for w in caught} <= {__file__}, [w.filename for w in caught]
+    return frame, [str(w.message) for w in caught]
+
+
+def _naming(lines: list[str], bad: Path) -> list[str]:
+    return [line for line in lines if str(bad) in line]
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.fixture
+def read_only(tmp_path, monkeypatch):
+    """A function giving a read-only view of a folder: a read-only bind mount where this process
+    may mount (root here: permission bits do not stop root, a read-only mount does); elsewhere
+    the folder itself, every collection's lock failing as on a read-only mount (EROFS), which is
+    where a collection writes first. Either way a test checks that nothing was written."""
+    mounted: list[Path] = []
+
+    def view(folder: Path) -> Path:
+        target = tmp_path / f"{folder.name}-read-only"
+        target.mkdir()
+        if _ran(["mount", "--bind", str(folder), str(target)]):
+            mounted.append(target)
+            if _ran(["mount", "-o", "remount,bind,ro", str(target)]):
+                return target
+        read_only_lock = OSError(errno.EROFS, os.strerror(errno.EROFS))
+        monkeypatch.setattr(collect_module, "_collection_lock", _raising(read_only_lock))
+        return folder
+
+    yield view
+    for target in mounted:
+        subprocess.run(["umount", str(target)], check=False)
+
+
+def _ran(command: list[str]) -> bool:
+    """Whether ``command`` ran and succeeded (False where it is not installed)."""
+    try:
+        return subprocess.run(command, capture_output=True).returncode == 0
+    except OSError:
+        return False
+
+
+def _raising(exc: BaseException):
+    def fail(*args, **kwargs):
+        raise exc
+
+    return fail
+
+
+def test_a_record_beyond_64_bits_is_skipped_with_its_name_by_collect_board_and_results(tmp_path):
+    """The issue's first "done when": pyarrow's OverflowError took down all three."""
+    results = tmp_path / "results"
+    runs, bad = _with_a_huge_seed(results)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        summary = collect(results)
+    assert summary.n_records == 2 and _runs(results) == runs
+    (warning,) = [str(w.message) for w in caught]
+    assert warning.startswith(f"skipping {bad}: field seed = {HUGE_SEED} is beyond a 64-bit")
+
+    index = build_site(results, tmp_path / "site")
+    assert run_ids(pd.read_parquet(index.parent / "results.parquet")) == runs
+
+    frame, said = _read_with_warnings(results)  # fresh: not collected again, the file named
+    assert set(frame["run_id"]) == runs
+    assert said == [warning]
+
+
+def test_the_same_on_a_read_only_mount(tmp_path, read_only, capsys):
+    from attnbench.harness.cli import collect as collect_cli
+
+    results = tmp_path / "results"
+    runs, bad = _with_a_huge_seed(results)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        collect(results)
+    view = read_only(results)
+    bad = view / bad.relative_to(results)
+    before = _snapshot(view)
+
+    assert collect_cli.main([str(view)]) == 2  # it cannot write: one sentence, nothing else
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"attnbench-collect: cannot write the table in {view} (")
+
+    index = build_site(view, tmp_path / "site")
+    assert run_ids(pd.read_parquet(index.parent / "results.parquet")) == runs
+
+    frame, said = _read_with_warnings(view)
+    assert set(frame["run_id"]) == runs
+    assert len(_naming(said, bad)) == 1 and len(said) == 1, said
+    assert _snapshot(view) == before
+
+
+def test_a_read_only_folder_of_records_without_a_table_reads_from_them(tmp_path, read_only):
+    """Reading never needs writing: once a ValueError ("has records but no table, and collecting
+    them failed"), now the table made in memory, with one line saying so."""
+    results = tmp_path / "results"
+    runs, bad = _with_a_huge_seed(results)
+    view = read_only(results)
+    bad = view / bad.relative_to(results)
+    before = _snapshot(view)
+
+    frame, said = _read_with_warnings(view)
+    assert set(frame["run_id"]) == runs and frame["current"].all()
+    assert len(_naming(said, bad)) == 1
+    (note,) = [line for line in said if line.startswith("attnbench.results:")]
+    assert note.startswith(
+        f"attnbench.results: {view} has records but no table, and collecting them failed ("
+    )
+    assert note.endswith(
+        "); its table is made from them in memory, not saved (run attnbench-collect "
+        f"{view} where it can write to keep one)."
+    )
+    assert len(said) == 2, said
+    assert _snapshot(view) == before and not (view / TABLE_NAME).exists()

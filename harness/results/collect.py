@@ -362,9 +362,10 @@ def uncollected(results_dir: str | os.PathLike) -> int:
     table = results_dir / TABLE_NAME
     try:
         collected_ns = table.stat().st_mtime_ns
-        raw = (pq.read_schema(table).metadata or {}).get(METADATA_KEY)
-        files = TableMeta.from_json(raw).files if raw else {}
-    except (OSError, ValueError, TypeError, KeyError, pa.ArrowException):
+    except OSError:
+        return 0  # no table: the caller's own checks say so
+    files = _remembered_files(table)
+    if files is None:
         return 0  # no usable table: the caller's own checks say so
     present, changed = set(), 0
     for path in runs_dir(results_dir).glob("*.json"):
@@ -377,6 +378,51 @@ def uncollected(results_dir: str | os.PathLike) -> int:
         elif not entry.unchanged(path):
             changed += 1
     return changed + len(set(files) - present)
+
+
+def _remembered_files(table: Path) -> dict[str, FileEntry] | None:
+    """The record files the last collection of ``table`` took (`TableMeta.files`), read from its
+    metadata alone; None where there is no usable table."""
+    try:
+        raw = (pq.read_schema(table).metadata or {}).get(METADATA_KEY)
+        return TableMeta.from_json(raw).files if raw else {}
+    except (OSError, ValueError, TypeError, KeyError, pa.ArrowException):
+        return None
+
+
+def left_out(results_dir: str | os.PathLike) -> list[str]:
+    """The record files of ``results_dir/runs`` that its table's last collection left out, each
+    in the line collection warned it with ("skipping PATH: field seed = … is beyond …", "left
+    untouched: …"): a file that is not a regular file, not a valid record, or of a newer schema.
+
+    The table remembers only the files it took, so a reader of a table that is not collected
+    again (it is fresh, or the folder cannot be written) finds the others here, each read again,
+    and can name them as collection did. A valid record the table does not hold yet (written
+    since) is not left out: `uncollected` counts it. Empty where there is no usable table.
+    """
+    results_dir = Path(results_dir)
+    files = _remembered_files(results_dir / TABLE_NAME)
+    if files is None:
+        return []
+    lines = []
+    for path in sorted(runs_dir(results_dir).glob("*.json")):
+        if path.name in files:
+            continue
+        if path.is_symlink() or not path.is_file():
+            lines.append(f"skipping {path}: not a regular file")
+            continue
+        try:
+            read_record(path)
+        except (RecordSchemaError, OSError, ValueError) as exc:
+            lines.append(_skipped_line(path, exc))
+    return lines
+
+
+def _skipped_line(path: Path, exc: Exception) -> str:
+    """The line collection warns a record file it leaves out with (``exc``: why)."""
+    if isinstance(exc, NewerSchemaError):
+        return f"left untouched: {exc}"
+    return f"skipping {exc}" if str(path) in str(exc) else f"skipping {path}: {exc}"
 
 
 def judged_now(frame: pd.DataFrame, table: str | os.PathLike) -> tuple[pd.DataFrame, int]:
@@ -596,13 +642,10 @@ def _read_new(path: Path, summary: CollectSummary) -> Record | None:
         return read_record(path)
     except NewerSchemaError as exc:
         summary.newer.append(str(path))
-        warnings.warn(f"left untouched: {exc}", stacklevel=4)
+        warnings.warn(_skipped_line(path, exc), stacklevel=4)
     except (RecordSchemaError, OSError, ValueError) as exc:  # ValueError: JSON, fields
         summary.skipped.append(f"{path.name}: {exc}")
-        warnings.warn(
-            f"skipping {exc}" if str(path) in str(exc) else f"skipping {path}: {exc}",
-            stacklevel=4,
-        )
+        warnings.warn(_skipped_line(path, exc), stacklevel=4)
     return None
 
 

@@ -19,8 +19,15 @@ records the runs' code (`harness.results.collect.judged_now`), so runs of older 
 out even where the table could not be collected again; runs whose code the table does not record
 (`harness.results.collect.unjudged`) are counted, for the reader to say so.
 
-A folder with records but no table whose records cannot be collected has nothing to read:
-`FreshnessError`, one sentence. A folder with neither gives an empty frame and no table.
+A folder with records but no table whose records cannot be collected has no table to read:
+`FreshnessError`, one sentence; or, for a reader that only reads (``in_memory=True``:
+`attnbench.results`), the table made from the records in memory and not saved
+(`harness.results.collect.results_frame`), in one line saying so. A folder with neither gives an
+empty frame and no table.
+
+A table read without collecting it again keeps no trace of the record files its last collection
+left out (invalid, of a newer schema); ``left_out`` names them again, each in the line
+collection warned it with (`harness.results.collect.left_out`), for a reader to say.
 """
 
 from __future__ import annotations
@@ -42,6 +49,8 @@ from attnbench.harness.results.collect import (
     collect,
     judged_now,
     judgement_due,
+    left_out,
+    results_frame,
     uncollected,
     unjudged,
 )
@@ -53,7 +62,15 @@ log = logging.getLogger(__name__)
 
 class FreshnessError(ValueError):
     """A results folder with records but no table, whose records could not be collected; the
-    message is one sentence naming the folder, the reason and the command that collects them."""
+    message is one sentence naming the folder, the reason and the command that collects them.
+
+    Attributes:
+        reason: The sentence's first part: the folder and why collecting failed.
+    """
+
+    def __init__(self, reason: str, fix: str) -> None:
+        self.reason = reason
+        super().__init__(f"{reason}; {fix}")
 
 
 @dataclass
@@ -72,6 +89,12 @@ class FreshTable:
         n_unjudged: Runs marked current whose code the table does not record: nothing can judge
             them, and ``frame`` keeps the table's flag.
         notes: The lines said while reading, each "``who``: one sentence", in order.
+        in_memory: The frame was made from the records in memory, the folder having no table
+            and none could be written (``fresh_table(..., in_memory=True)``); ``collected``
+            is that reading, and nothing was saved.
+        left_out: Where the table was read without collecting it again, the record files its
+            last collection left out, each in collection's line (`collect.left_out`); else
+            empty (the collection made said them as it read them).
     """
 
     folder: Path
@@ -82,6 +105,8 @@ class FreshTable:
     n_judged: int = 0
     n_unjudged: int = 0
     notes: list[str] = field(default_factory=list)
+    in_memory: bool = False
+    left_out: list[str] = field(default_factory=list)
 
     @property
     def has_table(self) -> bool:
@@ -102,7 +127,11 @@ class _Notes:
 
 
 def fresh_table(
-    folder: str | os.PathLike, who: str, say: Callable[[str], None] | None = None
+    folder: str | os.PathLike,
+    who: str,
+    say: Callable[[str], None] | None = None,
+    *,
+    in_memory: bool = False,
 ) -> FreshTable:
     """The table of the results folder ``folder``, collected again first where it is not fresh
     for the installed code, and judged for it where it cannot be (see the module docstring).
@@ -112,13 +141,18 @@ def fresh_table(
         who: The reader, first on each line said (e.g. "attnbench-leaderboard").
         say: Where each line goes as it is said (default: a warning of this module's logger,
             which a command without logging set up prints to stderr as it is).
+        in_memory: Where the folder has records but no table and collecting them fails, make
+            the table from the records in memory (``fresh.in_memory``) instead of raising: for
+            a reader that needs no table file (the board publishes one).
 
     Returns:
         The table's rows and task descriptions, the collection made first, the counts of runs
-        judged again and of runs that could not be judged, and the lines said.
+        judged again and of runs that could not be judged, the lines said, and the record files
+        left out of a table read as it is.
 
     Raises:
-        FreshnessError: the folder has records but no table, and collecting them failed.
+        FreshnessError: the folder has records but no table, and collecting them failed (and,
+            with ``in_memory``, reading them too).
         TableError: the table is corrupt or of an older layout
             (`harness.results.table_file.load`).
     """
@@ -126,13 +160,36 @@ def fresh_table(
     fresh = FreshTable(folder, folder / TABLE_NAME)
     refuse_non_file(fresh.path)  # a named pipe would hang every read below
     note = _Notes(who, say or _warn, fresh.notes)
-    fresh.collected = _bring_up_to_date(folder, fresh.path, note)
+    try:
+        fresh.collected = _bring_up_to_date(folder, fresh.path, note)
+    except FreshnessError as exc:
+        if not in_memory:
+            raise
+        _read_in_memory(fresh, note, exc)
+        return fresh
     if not fresh.path.exists():
         return fresh
     fresh.frame, fresh.infos = load(fresh.path, COLUMNS)[:2]
+    if fresh.collected is None and runs_dir(folder).is_dir():
+        fresh.left_out = left_out(folder)
     if not fresh.frame.empty:
         _judge(fresh, note)
     return fresh
+
+
+def _read_in_memory(fresh: FreshTable, note: _Notes, failed: FreshnessError) -> None:
+    """Make ``fresh``'s frame from the records of its folder in memory, saving nothing
+    (`results_frame`: judged for the installed code as a collection judges it), and say so in
+    one line; where they cannot be read either, raise ``failed``."""
+    try:
+        fresh.frame, fresh.collected, meta = results_frame(fresh.folder, incremental=False)
+    except OSError:
+        raise failed from None
+    fresh.infos, fresh.in_memory = meta.tasks, True
+    note(
+        f"{failed.reason}; its table is made from them in memory, not saved (run "
+        f"attnbench-collect {fresh.folder} where it can write to keep one)."
+    )
 
 
 def _warn(line: str) -> None:
@@ -175,7 +232,8 @@ def _bring_up_to_date(folder: Path, table: Path, note: _Notes) -> CollectSummary
         except OSError as exc:
             raise FreshnessError(
                 f"{folder} has records but no table, and collecting them failed "
-                f"({exc.strerror or exc}); run attnbench-collect {folder} where it can write."
+                f"({exc.strerror or exc})",
+                f"run attnbench-collect {folder} where it can write.",
             ) from None
     if not table.exists():
         return None

@@ -117,3 +117,41 @@ def test_a_folder_with_neither_records_nor_a_table_reads_as_empty(tmp_path):
     fresh = fresh_table(tmp_path, WHO)
     assert not fresh.has_table and fresh.frame.empty and fresh.notes == []
     assert sorted(tmp_path.iterdir()) == []
+
+
+def test_records_without_a_table_are_read_in_memory_where_the_reader_asks(tmp_path, monkeypatch):
+    """`attnbench.results` reads a read-only folder of records that has no table yet: the table
+    made in memory, judged for the installed code, nothing written, one line saying so."""
+    write_record(tmp_path, make_record("fresh"))
+    monkeypatch.setattr(freshness, "collect", _read_only)
+    fresh = fresh_table(tmp_path, WHO, say=lambda line: None, in_memory=True)
+    assert fresh.in_memory and not fresh.has_table and fresh.collected.n_records == 1
+    assert _current(fresh.frame) == {FRESH: True}
+    assert fresh.notes == [
+        f"{WHO}: {tmp_path} has records but no table, and collecting them failed (Read-only "
+        "file system); its table is made from them in memory, not saved (run attnbench-collect "
+        f"{tmp_path} where it can write to keep one)."
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]
+
+
+def test_a_table_read_as_it_is_names_the_record_files_it_left_out(tmp_path, monkeypatch):
+    """Collection warns of an invalid record file as it reads it; a table read without
+    collecting again (fresh, or a read-only folder) names it in the same line (``left_out``),
+    and not a valid record written since (``uncollected`` counts that one)."""
+    write_record(tmp_path, make_record("fresh"))
+    bad = tmp_path / "runs" / "bad.json"
+    bad.write_text('{"schema_version": -1}')
+    with pytest.warns(UserWarning) as collecting:
+        collect(tmp_path)
+    (line,) = [str(w.message) for w in collecting]
+    assert line.startswith(f"skipping {bad}")
+
+    fresh = fresh_table(tmp_path, WHO, say=lambda line: None)
+    assert fresh.collected is None and fresh.left_out == [line]
+
+    monkeypatch.setattr(freshness, "collect", _read_only)
+    write_record(tmp_path, make_record("older", variant="late"))
+    fresh = fresh_table(tmp_path, WHO, say=lambda line: None)
+    assert fresh.collected is None and fresh.left_out == [line]
+    assert fresh.notes[0].startswith(f"{WHO}: 1 record file(s) of {tmp_path / 'runs'} are not")
