@@ -6,9 +6,11 @@ A leaderboard folder is meant to be uploaded as it is, so what lands in it is de
   folder itself and not inside its ``runs/`` (the site's ``runs/`` would mix with, or its clean-up
   delete, the records), not another results folder (a folder holding run records or a results
   table that no build of the site wrote: its records would be deleted and its table replaced),
-  not an existing file, not read-only, and its ``runs/`` not a link. A build leaves `SITE_MARK`
-  in the folder, so the next build knows the records there are its own copies. `check_paths`
-  says what is wrong in one sentence (`SiteError`) before anything is written.
+  not an existing file, not read-only, and its ``runs/`` not a link. A build writes only into a
+  folder that is empty, does not exist yet, or holds `SITE_MARK`, the file a build leaves first,
+  so that the next build knows that what is there is its own (a user's ``index.html`` or notes
+  are never replaced). `check_paths` says what is wrong in one sentence (`SiteError`) before
+  anything is written.
 - **Which records.** `copy_records` publishes a file of ``results/runs/`` only if it is a regular
   file (a link could publish any file the builder can read), named ``<run_id>.json`` with a
   run_id of the hash form (`harness.jobs.records.is_run_id`), a valid record
@@ -44,8 +46,6 @@ log = logging.getLogger(__name__)
 SITE_MARK = ".attnbench-site"
 """The file a build leaves in its site folder: what is there is the site's own, safe to replace."""
 
-_SITE_TITLE = b"<title>attnbench leaderboard</title>"  # sites built before the mark existed
-
 
 class SiteError(ValueError):
     """The leaderboard cannot be written where it was asked to; one sentence naming the path and
@@ -60,15 +60,25 @@ def _is_within(path: Path, folder: Path) -> bool:
 
 
 def _is_site(folder: Path) -> bool:
-    """Whether ``folder`` was written by a leaderboard build: it has `SITE_MARK`, or (a build
-    older than the mark) an ``index.html`` that is this page."""
-    if (folder / SITE_MARK).is_file():
-        return True
+    """Whether ``folder`` was written by a leaderboard build: it holds `SITE_MARK`.
+
+    Only the mark counts. A page's title would also match a user's own copy of a board, or any
+    page that happens to share it; a board built before the mark existed (before 2026-11-24) is
+    refused like any folder of other files, and building again after emptying it is the fix.
+    """
+    return (folder / SITE_MARK).is_file()
+
+
+def _names(folder: Path, where: str, fix: str) -> list[str]:
+    """The names of what ``folder`` holds, sorted.
+
+    Raises:
+        SiteError: the folder cannot be listed.
+    """
     try:
-        with open(folder / "index.html", "rb") as f:
-            return _SITE_TITLE in f.read(4096)
-    except OSError:
-        return False
+        return sorted(entry.name for entry in os.scandir(folder))
+    except OSError as exc:
+        raise SiteError(f"{where} cannot be read ({exc.strerror or exc}); {fix}.") from None
 
 
 def _holds_results(folder: Path) -> bool:
@@ -135,11 +145,18 @@ def check_paths(results_dir: Path, out: Path) -> None:
             f"{records} is a link or a file, where the site keeps its copies of the records; "
             f"remove it or {fix}."
         )
-    if out.is_dir() and _holds_results(out) and not _is_site(out):
-        raise SiteError(
-            f"{where} holds run records or a results table that no leaderboard build wrote "
-            f"(another results folder?), which building there would delete or replace; {fix}."
-        )
+    if out.is_dir() and not _is_site(out):
+        if _holds_results(out):
+            raise SiteError(
+                f"{where} holds run records or a results table that no leaderboard build wrote "
+                f"(another results folder?), which building there would delete or replace; {fix}."
+            )
+        if names := _names(out, where, fix):
+            shown = ", ".join(names[:3]) + (", …" if len(names) > 3 else "")
+            raise SiteError(
+                f"{where} holds files that no leaderboard build wrote ({shown}: no {SITE_MARK} "
+                f"mark), which building there could replace; empty it or {fix}."
+            )
     existing = out
     while not existing.exists():
         existing = existing.parent

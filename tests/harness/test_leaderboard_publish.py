@@ -296,18 +296,47 @@ def test_another_results_folder_as_output_is_refused_and_keeps_its_records(tmp_p
     assert record_path(other, RUN["b"]).exists()
 
 
-def test_a_site_folder_is_rebuilt_in_place_even_from_before_the_site_mark(tmp_path, capsys):
+def test_a_site_folder_is_rebuilt_in_place_only_where_its_mark_is(tmp_path, capsys):
     results = _results(tmp_path, "a", "b")
     site = tmp_path / "site"
+    site.mkdir()  # an empty folder: the board's to fill
     assert main([str(results), "-o", str(site)]) == 0
     assert (site / "runs").is_dir() and (site / "results.parquet").exists()
     assert main([str(results), "-o", str(site)]) == 0  # its own copies: rebuilt
-    (site / ".attnbench-site").unlink()  # a site written before builds left their mark
-    assert main([str(results), "-o", str(site)]) == 0
-    (site / ".attnbench-site").unlink()
-    (site / "index.html").write_text("<title>my notes</title>")  # no longer recognisably ours
+    (site / ".attnbench-site").unlink()  # a board of before the mark, or copied without it
     capsys.readouterr()
     _refused(capsys, [str(results), "-o", str(site)], tmp_path, "holds run records")
+
+
+def test_a_folder_of_the_user_s_own_files_is_refused_and_left_as_it_was(tmp_path, capsys):
+    """`-o DIR`, DIR holding a user's own ``index.html`` and notes and no mark: the board
+    replaced the page without a word. Its title was no guard either (a page titled like the
+    board, e.g. a user's edited copy of one, counted as a board of before the mark)."""
+    results = _results(tmp_path, "a")
+    collect(results)
+    capsys.readouterr()
+    for page in ("<h1>my page</h1>", "<title>attnbench leaderboard</title> my edited copy"):
+        for mine in (tmp_path / "mine", results / "leaderboard"):  # -o DIR, and the default
+            mine.mkdir(exist_ok=True)
+            (mine / "index.html").write_text(page)
+            (mine / "notes.txt").write_text("my notes")
+            argv = [str(results), "-o", str(mine)] if mine.name == "mine" else [str(results)]
+            _refused(
+                capsys,
+                argv,
+                tmp_path,
+                f"the site folder {mine} holds files that no leaderboard build wrote "
+                "(index.html, notes.txt: no .attnbench-site mark), which building there could "
+                "replace; empty it or choose another with -o OUT_DIR.",
+            )
+    (tmp_path / "mine" / "a").mkdir()
+    (tmp_path / "mine" / "b.txt").write_text("")
+    _refused(
+        capsys,
+        [str(results), "-o", str(tmp_path / "mine")],
+        tmp_path,
+        "(a, b.txt, index.html, …: no",
+    )
 
 
 def test_records_written_after_the_table_are_collected_before_the_build(tmp_path):
