@@ -18,14 +18,19 @@ A leaderboard folder is meant to be uploaded as it is, so what lands in it is de
   published. The bytes checked are the bytes published: the file is opened once without
   following links and its contents are validated in the site folder before they take the
   record's name. A ``runs/`` folder that links out of the results folder is not read at all.
-  Published records of earlier builds that this build did not publish are removed, so the
-  folder holds exactly the records the page links.
+  Published records of earlier builds that this build did not publish are removed
+  (`remove_stale_records`, once the new page is in place), so the folder holds exactly the
+  records the page links.
+- **What a stopped build left.** Every file is written to a temporary file beside it and renamed
+  into place; the temporary files of a build killed outright (SIGKILL) are removed by the next
+  build of the folder (`remove_orphans`), only those of the board's own names.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import stat
 import tempfile
 from collections.abc import Collection
@@ -45,6 +50,10 @@ log = logging.getLogger(__name__)
 
 SITE_MARK = ".attnbench-site"
 """The file a build leaves in its site folder: what is there is the site's own, safe to replace."""
+
+# a temporary file of `harness.jobs.records.atomic_file` / `atomic_write_text` or of `_publish`:
+# "." + the name it becomes + "." + tempfile's eight random characters + ".tmp"
+_TEMPORARY = re.compile(r"\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp")
 
 
 class SiteError(ValueError):
@@ -195,7 +204,12 @@ def _unchanged(dest: Path, data: bytes) -> bool:
 
 def _publish(source: Path, dest: Path, run_id: str) -> bool:
     """Copy the record ``source`` to ``dest`` if it is the valid record of ``run_id``; the
-    contents are validated as written beside ``dest``, then renamed into place."""
+    contents are validated as written beside ``dest``, then renamed into place.
+
+    Raises:
+        OSError: the copy could not be written (a full disk, a read-only site folder): a fault
+            of the site folder, not of the record, so the build stops rather than leave it out.
+    """
     try:
         data = _read_regular(source)
     except OSError:
@@ -209,13 +223,14 @@ def _publish(source: Path, dest: Path, run_id: str) -> bool:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        if read_record(Path(tmp)).run_id != run_id:
+        try:
+            if read_record(Path(tmp)).run_id != run_id:
+                return False
+        except (ValueError, TypeError):  # read_record's errors for anything not a record
             return False
         os.chmod(tmp, 0o644)
         os.replace(tmp, dest)
         return True
-    except (OSError, ValueError, TypeError):  # read_record's errors for anything not a record
-        return False
     finally:
         Path(tmp).unlink(missing_ok=True)
 
@@ -224,10 +239,17 @@ def copy_records(
     results_dir: Path, out: Path, run_ids: set[str], keep: Collection[str] = ()
 ) -> set[str]:
     """Publish the records of the runs ``run_ids`` from ``results_dir/runs`` into ``out`` (see
-    the module docstring) and remove the ones earlier builds left there, but those of ``keep``
-    (published from another folder of the same board); returns the run_ids published. What is
-    left out is counted in one warning, but the records of runs in ``keep``: a copy of them is no
-    fault (the page's header counts them as shown from the other folder)."""
+    the module docstring), but those of ``keep`` (published from another folder of the same
+    board); returns the run_ids published. Nothing is removed here: the copies earlier builds
+    left that this one does not publish go once the new page is in place
+    (`remove_stale_records`), so that a build stopped before then leaves every record the
+    previous page links. What is left out is counted in one warning, but the records of runs in
+    ``keep``: a copy of them is no fault (the page's header counts them as shown from the other
+    folder).
+
+    Raises:
+        OSError: a copy could not be written (`_publish`).
+    """
     out.mkdir(parents=True, exist_ok=True)
     source = runs_dir(results_dir)
     published: set[str] = set()
@@ -254,12 +276,6 @@ def copy_records(
                 published.add(run_id)
             else:
                 left_out += 1
-    for entry in os.scandir(out):
-        run_id = entry.name.removesuffix(".json")
-        kept = run_id in published or run_id in keep
-        stale = entry.name.endswith(".json") and is_run_id(run_id) and not kept
-        if stale and not entry.is_dir(follow_symlinks=False):
-            os.unlink(entry.path)
     if left_out:
         log.warning(
             "attnbench-leaderboard: left out %d file(s) of %s that are not valid records of the "
@@ -268,3 +284,34 @@ def copy_records(
             source,
         )
     return published
+
+
+def remove_stale_records(out: Path, published: Collection[str]) -> None:
+    """Remove the record copies in ``out`` (a site's ``runs/``) of runs not in ``published``:
+    those an earlier build published and this one does not show."""
+    if not out.is_dir():
+        return
+    for entry in os.scandir(out):
+        run_id = entry.name.removesuffix(".json")
+        stale = entry.name.endswith(".json") and is_run_id(run_id) and run_id not in published
+        if stale and not entry.is_dir(follow_symlinks=False):
+            os.unlink(entry.path)
+
+
+def remove_orphans(out: Path, names: Collection[str]) -> None:
+    """Remove the temporary files a build killed outright (SIGKILL) left in the site folder
+    ``out``: those of the files ``names`` beside the page and of record copies in ``runs/``,
+    and only in a folder that holds `SITE_MARK` (another folder's files are never touched)."""
+    if not _is_site(out):
+        return
+    for folder, ours in ((out, lambda name: name in names), (out / "runs", _is_record_name)):
+        if folder.is_symlink() or not folder.is_dir():
+            continue
+        for entry in os.scandir(folder):
+            match = _TEMPORARY.fullmatch(entry.name)
+            if match and ours(match["name"]) and entry.is_file(follow_symlinks=False):
+                Path(entry.path).unlink(missing_ok=True)
+
+
+def _is_record_name(name: str) -> bool:
+    return name.endswith(".json") and is_run_id(name.removesuffix(".json"))

@@ -41,7 +41,14 @@ from attnbench.harness.leaderboard.charts import (
 from attnbench.harness.leaderboard.columns import overview_columns
 from attnbench.harness.leaderboard.overview import overview
 from attnbench.harness.leaderboard.peers import labelled, peer_section, unavailable
-from attnbench.harness.leaderboard.publish import SITE_MARK, SiteError, check_paths, copy_records
+from attnbench.harness.leaderboard.publish import (
+    SITE_MARK,
+    SiteError,
+    check_paths,
+    copy_records,
+    remove_orphans,
+    remove_stale_records,
+)
 from attnbench.harness.leaderboard.ranking import MACHINE, count_stale, shown_rows
 from attnbench.harness.leaderboard.steadiness import (
     count_still_learning,
@@ -73,7 +80,9 @@ from attnbench.harness.results.freshness import FreshnessError, fresh_table
 from attnbench.task_info import TaskInfo
 
 WHO = "attnbench-leaderboard"  # first on each line the board says while reading a folder
+INDEX = "index.html"
 PLOTLY_JS = "plotly.min.js"
+TABLES = ("results.parquet", "results.csv")  # the table beside the page (`_publish_table`)
 MAX_LABEL_PARAMS = 3  # a chart title names at most this many of the parameters that differ
 RUN_LINK = "runs/{run_id}.json"  # each run's record, copied beside the page (`publish`)
 
@@ -582,6 +591,18 @@ def _folders(results_dirs: object) -> list[Path]:
     return folders
 
 
+def site_folder(
+    results_dir: str | os.PathLike | Sequence[str | os.PathLike] = "results",
+    out_dir: str | os.PathLike | None = None,
+) -> Path:
+    """The folder `build_site` writes the board of ``results_dir`` into: ``out_dir``, by
+    default RESULTS_DIR/leaderboard (see `build_site` for the errors)."""
+    folders = _folders(results_dir)
+    if len(folders) > 1 and out_dir is None:
+        raise SiteError("a board of several results folders needs its own folder: give -o SITE.")
+    return Path(out_dir) if out_dir is not None else folders[0] / "leaderboard"
+
+
 def build_site(
     results_dir: str | os.PathLike | Sequence[str | os.PathLike] = "results",
     out_dir: str | os.PathLike | None = None,
@@ -594,9 +615,17 @@ def build_site(
     provenance and stale runs are stated in the header, staleness judged per folder; a run
     that two folders hold (a copied record: the same identity) is shown once, from the first.
 
+    The folder is written so that no moment leaves a file in part or a page linking a record
+    that is gone: each file goes to a temporary file beside it, renamed into place (the record
+    copies, then the table, then the page), and only then are the previous board's files that
+    this one lacks removed. A build that stops part-way (Ctrl-C, SIGTERM, a full disk) leaves
+    every file either the previous build's or this one's, whole; the page may then sit beside
+    the other build's table or records until the next build.
+
     Args:
         results_dir: A results folder, or a list of them.
-        out_dir: The site folder (default RESULTS_DIR/leaderboard; required for several).
+        out_dir: The site folder (default RESULTS_DIR/leaderboard; required for several): one
+            that does not exist yet, is empty, or was written by a build (`publish.SITE_MARK`).
         include_stale: Show the records of older code too (history; default: only current ones,
             and the page says how many it left out). The published table holds all of them.
 
@@ -607,11 +636,10 @@ def build_site(
         SiteError: no results folder, one given twice, several without ``out_dir``, or
             ``out_dir`` cannot or must not be written.
         TableError: a results table is corrupt or of an older layout.
+        OSError: writing the site failed (a full disk); what was written is whole, see above.
     """
     folders = _folders(results_dir)
-    if len(folders) > 1 and out_dir is None:
-        raise SiteError("a board of several results folders needs its own folder: give -o SITE.")
-    out = Path(out_dir) if out_dir is not None else folders[0] / "leaderboard"
+    out = site_folder(folders, out_dir)
     for folder in folders:
         check_paths(folder, out)
     sources = [_read_source(folder) for folder in folders]
@@ -640,8 +668,14 @@ def build_site(
             plotly_js=PLOTLY_JS,
         )
     )
-    index = out / "index.html"
+    # the page rendered first: the table and the page are then renamed into place back to back
+    tabled = _publish_table(sources, out, several=len(folders) > 1)
+    index = out / INDEX
     atomic_write_text(index, html)
+    remove_stale_records(out / "runs", published)  # the new page is in place: now the old go
+    if not tabled:
+        for name in TABLES:
+            (out / name).unlink(missing_ok=True)  # an earlier build's table is not this board's
     return index
 
 
@@ -660,9 +694,9 @@ def _read_source(folder: Path) -> Source:
 
 
 def _publish_sources(sources: list[Source], out: Path) -> set[str]:
-    """Publish each folder's table and records (`_publish_table`); a run an earlier folder
-    holds is left out of the later one's rows (counted in its ``n_elsewhere``). Returns the
-    run_ids whose records were published."""
+    """Publish each folder's records (`publish.copy_records`: nothing removed yet); a run an
+    earlier folder holds is left out of the later one's rows (counted in its ``n_elsewhere``).
+    Returns the run_ids whose records were published."""
     published: set[str] = set()
     seen: set[str] = set()
     for source in sources:
@@ -674,38 +708,45 @@ def _publish_sources(sources: list[Source], out: Path) -> set[str]:
         seen |= set(source.frame["run_id"].dropna())
         runs = set(source.frame.loc[~source.frame["derived"].astype(bool), "run_id"].dropna())
         published |= copy_records(source.folder, out / "runs", runs, keep=published)
-    _publish_table([s for s in sources if not s.frame.empty], out)
     return published
 
 
 def _start_site(out: Path) -> None:
-    """Create the site folder with its mark (`publish.SITE_MARK`) and Plotly's JavaScript."""
+    """Create the site folder with its mark (`publish.SITE_MARK`, first of all its files) and
+    Plotly's JavaScript; remove what a build killed outright left (`publish.remove_orphans`)."""
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / SITE_MARK, "Written by attnbench-leaderboard: its site folder.\n")
+    remove_orphans(out, (INDEX, PLOTLY_JS, SITE_MARK, *TABLES))
+    if not (out / SITE_MARK).is_file():
+        atomic_write_text(out / SITE_MARK, "Written by attnbench-leaderboard: its site folder.\n")
     if not (out / PLOTLY_JS).exists():
         atomic_write_text(out / PLOTLY_JS, get_plotlyjs())
 
 
-def _publish_table(sources: list[Source], out: Path) -> None:
-    """The table beside the page, as parquet and CSV: one folder's table file as it is; the
-    rows of several, each with its ``results_folder``."""
-    if len(sources) == 1:
-        with atomic_file(out / "results.parquet") as tmp:
-            shutil.copyfile(sources[0].table, tmp)
-        with atomic_file(out / "results.csv") as tmp:
-            sources[0].frame.to_csv(tmp, index=False)
-        return
-    for name in ("results.parquet", "results.csv"):
-        (out / name).unlink(missing_ok=True)  # an earlier build's table is not this board's
-    if not sources:
-        return
+def _publish_table(sources: list[Source], out: Path, several: bool) -> bool:
+    """The table beside the page, as parquet and CSV, each renamed over the previous one: one
+    folder's table file as it is; the rows of ``several`` (the board was given several folders,
+    whatever rows each has left), each with its ``results_folder``. Returns whether there was a
+    table to write (False: no folder has rows)."""
+    if not several:
+        (source,) = sources
+        if source.frame.empty:
+            return False
+        with atomic_file(out / TABLES[0]) as tmp:
+            shutil.copyfile(source.table, tmp)
+        with atomic_file(out / TABLES[1]) as tmp:
+            source.frame.to_csv(tmp, index=False)
+        return True
+    having = [s for s in sources if not s.frame.empty]
+    if not having:
+        return False
     frame = pd.concat(
-        [s.frame.assign(results_folder=str(s.folder)) for s in sources], ignore_index=True
+        [s.frame.assign(results_folder=str(s.folder)) for s in having], ignore_index=True
     )
-    with atomic_file(out / "results.parquet") as tmp:
+    with atomic_file(out / TABLES[0]) as tmp:
         frame.to_parquet(tmp, index=False)
-    with atomic_file(out / "results.csv") as tmp:
+    with atomic_file(out / TABLES[1]) as tmp:
         frame.to_csv(tmp, index=False)
+    return True
 
 
 def _page(frame: pd.DataFrame, infos: dict[str, TaskInfo], published: set[str]) -> dict:

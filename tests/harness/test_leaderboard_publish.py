@@ -6,6 +6,8 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import re
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -16,6 +18,7 @@ from attnbench.harness.cli.leaderboard import main
 from attnbench.harness.jobs.records import Record, record_path, write_record
 from attnbench.harness.leaderboard import build_site
 from attnbench.harness.leaderboard import site as site_module
+from attnbench.harness.leaderboard.publish import remove_orphans
 from attnbench.harness.leaderboard.ranking import with_machine
 from attnbench.harness.leaderboard.site import RUN_LINK
 from attnbench.harness.leaderboard.tables import task_table
@@ -337,6 +340,104 @@ def test_a_folder_of_the_user_s_own_files_is_refused_and_left_as_it_was(tmp_path
         tmp_path,
         "(a, b.txt, index.html, …: no",
     )
+
+
+def test_a_board_of_several_folders_always_has_the_results_folder_column(tmp_path):
+    """The second folder's runs all in the first: it has no rows left, and the table was copied
+    as one folder's, without the column the docs promise."""
+    first = _results(tmp_path / "first", "a", "b")
+    second = tmp_path / "second"
+    shutil.copytree(first, second)  # the same records: every run also in the first folder
+    for folder in (first, second):
+        collect(folder)
+    site = tmp_path / "site"
+    build_site([first, second], site)
+    for table in (pd.read_parquet(site / "results.parquet"), pd.read_csv(site / "results.csv")):
+        assert set(table["results_folder"]) == {str(first)}
+        assert set(table["run_id"]) == {RUN["a"], RUN["b"]}
+
+
+def test_a_board_of_several_folders_stopped_while_it_writes_keeps_the_old_table(
+    tmp_path, monkeypatch
+):
+    """A board of several folders deleted the previous table before writing the new one: a
+    build stopped in between left no table at all."""
+    first = _results(tmp_path / "first", "a", "b")
+    second = _results(tmp_path / "second", "c")
+    site = tmp_path / "site"
+    build_site([first, second], site)
+    before = {name: (site / name).read_bytes() for name in ("results.parquet", "results.csv")}
+    write_record(second, _record(RUN["d"], variant="v9", fwd_ms=9.0))
+    collect(second)
+    real = pd.DataFrame.to_parquet
+
+    def stopped(self, path, **kwargs):
+        real(self.iloc[: len(self) // 2], path, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pd.DataFrame, "to_parquet", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        build_site([first, second], site)
+    assert {name: (site / name).read_bytes() for name in before} == before
+    assert not list(site.glob(".*.tmp"))
+
+
+def test_a_build_stopped_before_its_page_keeps_every_record_the_old_page_links(
+    tmp_path, monkeypatch
+):
+    """The records an earlier build published and this one does not were deleted before the
+    new page was written: a build stopped in between left the old page's links dead."""
+    results = _results(tmp_path, "a", "b", "c")
+    site = tmp_path / "site"
+    build_site(results, site)
+    old_page = (site / "index.html").read_text()
+    linked = set(re.findall(r"runs/([0-9a-f]{16})\.json", old_page))
+    assert linked == {RUN["a"], RUN["b"], RUN["c"]}
+    other = _results(tmp_path / "other", "a", "d")  # b and c are stale for its board
+    real = site_module.atomic_write_text
+
+    def stopped(path, text):
+        if path.name == "index.html":
+            raise KeyboardInterrupt
+        real(path, text)
+
+    monkeypatch.setattr(site_module, "atomic_write_text", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        build_site(other, site)
+    assert (site / "index.html").read_text() == old_page
+    assert all((site / "runs" / f"{run_id}.json").is_file() for run_id in linked)
+    monkeypatch.setattr(site_module, "atomic_write_text", real)
+    build_site(other, site)  # the new page in place: now the stale copies go
+    assert {p.stem for p in (site / "runs").glob("*.json")} == {RUN["a"], RUN["d"]}
+
+
+def test_a_killed_build_s_temporary_files_are_removed_by_the_next_build(tmp_path):
+    results = _results(tmp_path, "a")
+    site = tmp_path / "site"
+    build_site(results, site)
+    orphans = [
+        site / ".index.html.k3_x9a0b.tmp",
+        site / ".results.csv.abcdefgh.tmp",
+        site / ".results.parquet.01234567.tmp",
+        site / "runs" / f".{RUN['a']}.json.zz_9y8x7.tmp",
+        site / "runs" / f".{RUN['b']}.json.qwertyui.tmp",
+    ]
+    others = [  # not the board's temporary files: another name, or not tempfile's pattern
+        site / ".notes.txt.abcdefgh.tmp",
+        site / "draft.tmp",
+        site / ".index.html.tmp",
+        site / "runs" / ".notes.json.abcdefgh.tmp",
+    ]
+    for path in orphans + others:
+        path.write_text("cut sh")
+    build_site(results, site)
+    assert [p for p in orphans if p.exists()] == []
+    assert [p for p in others if not p.exists()] == []
+    unmarked = tmp_path / "unmarked"  # only in a folder the board made
+    unmarked.mkdir()
+    (unmarked / ".index.html.abcdefgh.tmp").write_text("")
+    remove_orphans(unmarked, ("index.html",))
+    assert (unmarked / ".index.html.abcdefgh.tmp").exists()
 
 
 def test_records_written_after_the_table_are_collected_before_the_build(tmp_path):
