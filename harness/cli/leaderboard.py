@@ -8,16 +8,24 @@ from pathlib import Path
 from attnbench.harness.cli.interrupt import on_ctrl_c, quiet_when_the_reader_leaves
 from attnbench.harness.cli.parser import OneLineParser
 from attnbench.harness.cli.strict import add_strict_flag, bad_records, report_bad_records
+from attnbench.harness.jobs.paths import write_failure
 from attnbench.harness.leaderboard.publish import SiteError
-from attnbench.harness.leaderboard.site import build_site
+from attnbench.harness.leaderboard.site import build_site, site_folder
 from attnbench.harness.results.collect import TABLE_NAME
 from attnbench.harness.results.table_file import TableError
+
+# what a stopped build leaves, true at any moment (`site.build_site`'s order of writes)
+WHOLE = "is whole, either the previous build's or this one's"
+LEFT = (
+    f"every file in the site folder {WHOLE}; build it again to bring the page, its table and "
+    "its records in step."
+)
 
 
 @quiet_when_the_reader_leaves
 @on_ctrl_c(
-    "attnbench-leaderboard: interrupted by Ctrl-C; each file it wrote is whole, but the "
-    "site may mix two builds (build it again)."
+    f"attnbench-leaderboard: interrupted by Ctrl-C; {LEFT}",
+    sigterm=f"attnbench-leaderboard: stopped by SIGTERM; {LEFT}",
 )
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``attnbench-leaderboard [RESULTS_DIR ...] [-o OUT_DIR]``."""
@@ -49,11 +57,19 @@ def main(argv: list[str] | None = None) -> int:
         if value is not None and not value.strip():  # Path("") is the working folder
             print(f"attnbench-leaderboard: {what} is empty; give a folder.", file=sys.stderr)
             return 2
+    folders = args.results_dir if len(args.results_dir) > 1 else args.results_dir[0]
     try:
-        folders = args.results_dir if len(args.results_dir) > 1 else args.results_dir[0]
         index = build_site(folders, args.out, include_stale=args.include_stale)
     except (SiteError, TableError) as exc:
         print(f"attnbench-leaderboard: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a full disk, a folder made read-only while it ran
+        out = site_folder(folders, args.out)
+        print(
+            f"attnbench-leaderboard: could not write the site folder {out} "
+            f"({write_failure(exc, '-o OUT_DIR')}); every file in it {WHOLE}.",
+            file=sys.stderr,
+        )
         return 2
     for folder in args.results_dir:
         if not (Path(folder) / TABLE_NAME).exists():

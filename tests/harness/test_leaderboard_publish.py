@@ -3,16 +3,22 @@ nothing written), and which run records it publishes beside the page."""
 
 from __future__ import annotations
 
+import builtins
 import errno
+import io
 import logging
 import os
+import random
 import re
 import shutil
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import make_record, run_cli, test_run_id
+from conftest import BIN, make_record, run_cli, test_run_id
 
 from attnbench.harness.cli.leaderboard import main
 from attnbench.harness.jobs.records import Record, record_path, write_record
@@ -440,6 +446,50 @@ def test_a_killed_build_s_temporary_files_are_removed_by_the_next_build(tmp_path
     assert (unmarked / ".index.html.abcdefgh.tmp").exists()
 
 
+def _full_disk(monkeypatch, root: Path) -> None:
+    """Every file opened for writing by name under ``root`` takes no data (its write raises
+    ENOSPC), as on a disk with 0 bytes free (as tests/test_adversarial_results.py's FULL_DISK)."""
+    real_open = io.open
+
+    def no_space(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    def full_open(file, mode="r", *args, **kwargs):
+        f = real_open(file, mode, *args, **kwargs)
+        named = isinstance(file, (str, bytes, os.PathLike))
+        under = named and Path(os.fsdecode(file)).resolve().is_relative_to(root.resolve())
+        if under and set(mode) & set("wax+"):
+            f.write = no_space
+        return f
+
+    monkeypatch.setattr(io, "open", full_open)
+    monkeypatch.setattr(builtins, "open", full_open)
+
+
+def test_a_full_disk_is_one_sentence_and_leaves_the_old_board(tmp_path, capsys, monkeypatch):
+    results = _results(tmp_path, "a", "b")
+    site = tmp_path / "site"
+    assert main([str(results), "-o", str(site)]) == 0
+    before = {name: (site / name).read_bytes() for name in ("index.html", "results.csv")}
+    n_runs = len(pd.read_parquet(site / "results.parquet"))
+    write_record(results, _record(RUN["c"], variant="v9", fwd_ms=9.0))
+    collect(results)
+    capsys.readouterr()
+    _full_disk(monkeypatch, site)
+    assert main([str(results), "-o", str(site)]) == 2
+    captured = capsys.readouterr()
+    (line,) = captured.err.splitlines()
+    assert line == (
+        f"attnbench-leaderboard: could not write the site folder {site} (No space left on "
+        "device: the disk is full; free some space or give another folder with -o OUT_DIR); "
+        "every file in it is whole, either the previous build's or this one's."
+    )
+    monkeypatch.undo()
+    assert {name: (site / name).read_bytes() for name in before} == before
+    assert len(pd.read_parquet(site / "results.parquet")) in (n_runs, n_runs + 1)
+    assert not list(site.rglob(".*.tmp"))
+
+
 def test_records_written_after_the_table_are_collected_before_the_build(tmp_path):
     """A sweep stopped before it collected, or records copied in: the board must show them, not
     call them "not valid records of the table's runs"."""
@@ -574,7 +624,11 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path, capsys, monkeypatch):
     assert main([str(results)]) == 130
     captured = capsys.readouterr()
     (line,) = captured.err.splitlines()
-    assert line.startswith("attnbench-leaderboard: interrupted by Ctrl-C; ")
+    assert line == (
+        "attnbench-leaderboard: interrupted by Ctrl-C; every file in the site folder is whole, "
+        "either the previous build's or this one's; build it again to bring the page, its table "
+        "and its records in step."
+    )
 
 
 def test_a_build_stopped_while_it_writes_the_table_leaves_the_old_one_whole(tmp_path, monkeypatch):
@@ -598,3 +652,94 @@ def test_a_build_stopped_while_it_writes_the_table_leaves_the_old_one_whole(tmp_
         build_site(results, out)
     assert (out / "results.csv").read_bytes() == before["results.csv"]
     assert not list(out.glob(".*.tmp"))
+
+
+# --- a build killed at any moment ---------------------------------------------------------------
+
+GENERATED = re.compile(rb"\d{4}-\d\d-\d\d \d\d:\d\d UTC")  # the page's one moving part
+SIGTERM_LINE = (
+    "attnbench-leaderboard: stopped by SIGTERM; every file in the site folder is whole, either "
+    "the previous build's or this one's; build it again to bring the page, its table and its "
+    "records in step."
+)
+
+
+def _files(site: Path) -> dict[str, bytes]:
+    """Every file under ``site`` by its relative path, the page's build time blanked."""
+    files = {str(p.relative_to(site)): p.read_bytes() for p in site.rglob("*") if p.is_file()}
+    if "index.html" in files:
+        files["index.html"] = GENERATED.sub(b"", files["index.html"])
+    return files
+
+
+def _many(root: Path, first: int, last: int) -> Path:
+    """A collected results folder with the runs ``first`` .. ``last - 1``, a table big enough
+    that writing it takes a moment."""
+    for i in range(first, last):
+        point = {"metric": "fwd_ms", "value": 1.0 + i, "x_name": "seq_len", "x_value": 64}
+        write_record(root, make_record(f"run{i}", variant=f"v{i % 7}", metrics=[point], seed=i))
+    collect(root)
+    return root
+
+
+def _old_or_new(site: Path, old: dict[str, bytes], new: dict[str, bytes]) -> None:
+    """Each file of ``site`` is whole and the old board's or the new one's; every record the
+    page there links is beside it."""
+    for name, data in _files(site).items():
+        assert data in (old.get(name), new.get(name)), f"{name}: neither the old nor the new one"
+    counts = {_rows(old), _rows(new)}
+    assert len(pd.read_parquet(site / "results.parquet")) in counts
+    assert len(pd.read_csv(site / "results.csv")) in counts
+    linked = re.findall(r"runs/[0-9a-f]{16}\.json", (site / "index.html").read_text())
+    assert linked and all((site / link).is_file() for link in linked)
+
+
+def _rows(files: dict[str, bytes]) -> int:
+    return len(pd.read_csv(io.BytesIO(files["results.csv"])))
+
+
+@pytest.mark.slow  # the console script started five times: about 17 s on two cores
+def test_a_board_killed_at_any_moment_leaves_each_file_old_or_new_and_whole(tmp_path):
+    """The real console script, stopped by SIGTERM at random moments and just after it starts
+    writing: every file of the site is the previous board's or the new one's, whole, and the
+    page's record links all hold; a stop it catches says so in one line (exit 143)."""
+    site, pristine = tmp_path / "site", tmp_path / "pristine"
+    build_site(_many(tmp_path / "old", 0, 150), pristine)  # the board before
+    new_results = _many(tmp_path / "new", 75, 225)  # half the runs shared, half stale, half new
+    old = _files(pristine)
+    shutil.copytree(pristine, site)
+    started = time.monotonic()
+    done = run_cli("attnbench-leaderboard", str(new_results), "-o", str(site))
+    took = time.monotonic() - started
+    assert done.returncode == 0, done.stderr
+    new = _files(site)
+    assert set(new) != set(old) and new["results.csv"] != old["results.csv"]
+    rng = random.Random(63)
+    exe = shutil.which("attnbench-leaderboard", path=str(BIN))
+    for attempt in range(4):
+        shutil.rmtree(site)
+        shutil.copytree(pristine, site)
+        proc = subprocess.Popen(
+            [exe, str(new_results), "-o", str(site)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        if attempt < 2:  # any moment, start-up included
+            time.sleep(rng.uniform(0.15, 0.7) * took)
+        else:  # once it writes: its first new record copy
+            records = {p.name for p in (site / "runs").iterdir()}
+            deadline = time.monotonic() + 2 * took + 10
+            while proc.poll() is None and time.monotonic() < deadline:
+                if {p.name for p in (site / "runs").iterdir()} != records:
+                    break
+                time.sleep(0.002)
+            time.sleep(rng.uniform(0, 0.05) * took)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode in (0, 143, -signal.SIGTERM), err
+        assert "Traceback" not in err
+        if proc.returncode == 143:
+            assert err.splitlines()[-1] == SIGTERM_LINE
+        _old_or_new(site, old, new)
+        assert not list(site.rglob(".*.tmp"))  # a stop it caught removes its temporary files
