@@ -203,9 +203,15 @@ class Compression(MadTask):
 
     def check_task(self) -> None:
         p = self.params
-        if p.seq_len < 2 or p.vocab_size < 3:
+        if p.seq_len < 2:
             raise ValueError(
-                f"task.seq_len={p.seq_len} must be >= 2 and task.vocab_size={p.vocab_size} >= 3."
+                f"task.seq_len={p.seq_len} must be >= 2: a token or more, then the compression "
+                "token."
+            )
+        if p.vocab_size < 3:
+            raise ValueError(
+                f"task.vocab_size={p.vocab_size} must be >= 3: two tokens or more to draw the "
+                "sequence from, besides the compression token."
             )
 
     def build_model(self, ctx: JobContext) -> AutoEncoder:

@@ -333,6 +333,22 @@ def test_impossible_settings_are_refused_with_one_sentence(task, params, message
         build_task(task, params)
 
 
+@pytest.mark.parametrize(
+    "params, wrong, valid",
+    [
+        (dict(seq_len=1), "task.seq_len=1", "vocab_size"),
+        (dict(vocab_size=2), "task.vocab_size=2", "seq_len"),
+    ],
+)
+def test_compression_refusal_names_only_the_value_that_is_wrong(params, wrong, valid):
+    """Each value is refused alone, with its own bound and reason: a vocabulary of 2 is not
+    told about the valid ``task.seq_len=32`` beside it, nor a length of 1 about the vocabulary."""
+    with pytest.raises(ValueError) as refusal:
+        build_task("compression", params)
+    message = str(refusal.value)
+    assert message.startswith(wrong) and "must be >= " in message and valid not in message
+
+
 def test_the_four_tasks_are_in_the_mad_battery_with_recall_and_copy():
     from attnbench.task import TASKS
 
