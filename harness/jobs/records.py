@@ -21,8 +21,8 @@ import json
 import logging
 import os
 import re
+import secrets
 import stat
-import tempfile
 import types
 import typing
 from dataclasses import dataclass, field
@@ -180,18 +180,10 @@ def atomic_write_text(path: Path, text: str) -> None:
 
     The text goes to a temporary file in the same folder, is flushed to disk, then renamed.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_file(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 @contextlib.contextmanager
@@ -200,14 +192,24 @@ def atomic_file(path: Path):
     ``to_parquet``, a copy): renamed onto ``path`` when the block ends, removed if it raised, so
     that a reader, or an interrupted writer, sees the old file or the new one, never a part."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
+    while True:
+        # the name is chosen before the file exists, so that a stop (Ctrl-C, a caught SIGTERM)
+        # landing anywhere from here on leaves no file behind: `finally` knows its name
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+        try:
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            break
+        except FileExistsError:
+            continue
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
     try:
-        yield Path(tmp)
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
+        yield tmp
+        os.chmod(tmp, 0o644)  # the umask may have taken bits; results are meant to be shared
         os.replace(tmp, path)
     finally:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
 
 
 def _attempt_path(record_file: Path, created_at: str) -> Path:

@@ -28,6 +28,7 @@ A leaderboard folder is meant to be uploaded as it is, so what lands in it is de
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -38,9 +39,11 @@ from pathlib import Path
 
 from attnbench.harness.jobs.paths import looping_link, too_long
 from attnbench.harness.jobs.records import (
+    atomic_file,
     attempt_run_id,
     is_run_id,
     read_record,
+    record_from_data,
     records_of,
     runs_dir,
 )
@@ -51,8 +54,8 @@ log = logging.getLogger(__name__)
 SITE_MARK = ".attnbench-site"
 """The file a build leaves in its site folder: what is there is the site's own, safe to replace."""
 
-# a temporary file of `harness.jobs.records.atomic_file` / `atomic_write_text` or of `_publish`:
-# "." + the name it becomes + "." + tempfile's eight random characters + ".tmp"
+# a temporary file of `harness.jobs.records.atomic_file` (and so of `atomic_write_text` and
+# `_publish`): "." + the name it becomes + "." + eight random characters + ".tmp"
 _TEMPORARY = re.compile(r"\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp")
 
 
@@ -203,8 +206,8 @@ def _unchanged(dest: Path, data: bytes) -> bool:
 
 
 def _publish(source: Path, dest: Path, run_id: str) -> bool:
-    """Copy the record ``source`` to ``dest`` if it is the valid record of ``run_id``; the
-    contents are validated as written beside ``dest``, then renamed into place.
+    """Copy the record ``source`` to ``dest`` if it is the valid record of ``run_id``: the bytes
+    read once, validated, then written beside ``dest`` and renamed into place (`atomic_file`).
 
     Raises:
         OSError: the copy could not be written (a full disk, a read-only site folder): a fault
@@ -219,20 +222,14 @@ def _publish(source: Path, dest: Path, run_id: str) -> bool:
             return read_record(dest).run_id == run_id
         except (OSError, ValueError, TypeError):
             pass
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        try:
-            if read_record(Path(tmp)).run_id != run_id:
-                return False
-        except (ValueError, TypeError):  # read_record's errors for anything not a record
+        if record_from_data(json.loads(data), str(source)).run_id != run_id:
             return False
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, dest)
-        return True
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    except (ValueError, TypeError, RecursionError):  # anything not a record (as read_record)
+        return False
+    with atomic_file(dest) as tmp:
+        tmp.write_bytes(data)
+    return True
 
 
 def copy_records(

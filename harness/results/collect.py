@@ -48,7 +48,6 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -69,6 +68,7 @@ from attnbench.harness.jobs.records import (
     NewerSchemaError,
     Record,
     RecordSchemaError,
+    atomic_file,
     read_record,
     runs_dir,
 )
@@ -733,20 +733,12 @@ def _with_fits(frame: pd.DataFrame, tasks: dict[str, TaskInfo]) -> pd.DataFrame:
 def write_table(frame: pd.DataFrame, path: Path, meta: TableMeta | None = None) -> None:
     """Write ``frame`` as parquet atomically (temporary file in the same folder, then rename),
     with ``meta`` (task descriptions and the collection's memory) in its metadata."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
     table = pa.Table.from_pandas(frame, preserve_index=False)
     table = table.replace_schema_metadata(
         {**(table.schema.metadata or {}), METADATA_KEY: (meta or TableMeta()).to_json().encode()}
     )
-    try:
+    with atomic_file(path) as tmp:
         pq.write_table(table, tmp)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 class MissingRunsError(ValueError):

@@ -92,6 +92,26 @@ def test_atomic_write_keeps_old_file_when_writing_fails(tmp_path, monkeypatch):
     assert sorted(p.name for p in path.parent.iterdir()) == ["x.json"]
 
 
+def test_a_stop_the_moment_the_temporary_file_is_made_leaves_none(tmp_path, monkeypatch):
+    """A stop (a Ctrl-C, a caught SIGTERM) can land as the temporary file comes into being,
+    before its name was handed back (tempfile.mkstemp's window, which left an empty
+    ``.x.json.*.tmp`` in a board killed by SIGTERM): the name is chosen first, so it goes."""
+    path = tmp_path / "x.json"
+    atomic_write_text(path, "old")
+    real_open = os.open
+
+    def stopped(name, flags, mode=0o777):
+        os.close(real_open(name, flags, mode))  # the file exists now
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "open", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write_text(path, "new")
+    monkeypatch.undo()
+    assert path.read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.json"]
+
+
 def test_newer_schema_is_refused_with_advice(tmp_path):
     path = tmp_path / "r.json"
     path.write_text(json.dumps({"run_id": RUN, "schema_version": SCHEMA_VERSION + 1}))
@@ -117,16 +137,15 @@ def test_process_killed_mid_write_leaves_no_partial_record(tmp_path):
     code = textwrap.dedent(f"""
         import os, signal
         from attnbench.harness.jobs import records
-        real_write = records.os.fdopen
-        def dying_fdopen(fd, *args, **kwargs):
-            f = real_write(fd, *args, **kwargs)
+        def dying_open(path, *args, **kwargs):
+            f = open(path, *args, **kwargs)
             real = f.write
             def write(text):
                 real(text[: len(text) // 2]); f.flush()
                 os.kill(os.getpid(), signal.SIGKILL)
             f.write = write
             return f
-        records.os.fdopen = dying_fdopen
+        records.open = dying_open  # the module's open: the file atomic_write_text writes
         target = records.Path({str(tmp_path / "runs" / "x.json")!r})
         records.atomic_write_text(target, "{{}}" * 1000)
     """)
