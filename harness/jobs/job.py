@@ -22,6 +22,7 @@ import signal
 import threading
 import time
 import traceback
+import warnings
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -29,7 +30,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
-from attnbench.harness.discovery import load_plugins
+from attnbench.harness.discovery import PluginLoadWarning, load_plugins
 from attnbench.harness.jobs.env import environment
 from attnbench.harness.jobs.preflight import TORCH_DTYPES, PreparedJob, prepare_job
 from attnbench.harness.jobs.records import Record, find_finished_record, write_record
@@ -242,7 +243,9 @@ def _child_job(config: dict[str, Any], send: Any) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent()
     cfg = OmegaConf.create(config)
-    load_plugins()
+    with warnings.catch_warnings():  # a plugin that failed to load: the parent said so already
+        warnings.simplefilter("ignore", PluginLoadWarning)
+        load_plugins()
     job = prepare_job(cfg)
     send.send(_execute(job.task, job.identity, cfg))
     send.close()

@@ -189,6 +189,22 @@ def test_plugin_that_fails_to_import_is_reported_and_skipped(tmp_path):
     )
 
 
+def test_a_job_in_its_own_process_does_not_repeat_a_plugin_s_warning(tmp_path):
+    """A job with a time budget runs in a spawned process, which loads the plugins again: the
+    broken one is said once, by the command, not again by the child with a file:line."""
+    _broken_distribution(tmp_path)
+    args = ["variant=softmax", "task=throughput", *FAST, "timeout_s=60"]
+    proc = run_cli(
+        "attnbench", *args, f"results_dir={tmp_path / 'r'}", env={"PYTHONPATH": str(tmp_path)}
+    )
+    assert proc.returncode == 0, proc.stderr
+    said = [line for line in proc.stderr.splitlines() if "broken" in line]
+    assert said == [
+        f"attnbench: warning: {BROKEN_SOURCE} failed to load and is skipped: ImportError: "
+        "missing dependency xyz"
+    ]
+
+
 ASKED_FOR_BROKEN = (
     f"variant 'broken' comes from {BROKEN_SOURCE}, which failed to load: ImportError: missing "
     "dependency xyz; fix or uninstall it."
