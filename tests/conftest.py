@@ -34,11 +34,14 @@ if os.environ.get(ONE_THREAD):
     torch.set_num_threads(1)
 
 # kernels tune themselves into a folder of this session's own (inherited by the commands the
-# tests run), not into the user's cache beside torch's extensions
+# tests run, and by pytest-xdist's workers), not into the user's cache beside torch's
+# extensions; the process that made it removes it when it ends
 if "ATTNBENCH_TUNING_CACHE" not in os.environ:
+    import atexit
     import tempfile
 
     os.environ["ATTNBENCH_TUNING_CACHE"] = tempfile.mkdtemp(prefix="attnbench-test-tuning-")
+    atexit.register(shutil.rmtree, os.environ["ATTNBENCH_TUNING_CACHE"], ignore_errors=True)
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent

@@ -12,6 +12,8 @@ import io
 import logging
 import pickle
 import re
+import sys
+import tempfile
 import textwrap
 import time
 
@@ -98,6 +100,23 @@ def test_jobs_in_workers_move_the_progress_and_a_late_one_is_dropped():
         ends.close()
         progress.close()
     worker.tell(False)  # nothing listens: no error
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="abstract sockets are Linux's")
+def test_the_job_ends_socket_leaves_no_file_a_kill_could_strand(tmp_path, monkeypatch):
+    """On Linux the socket is abstract: a sweep killed outright (kill -9, which runs no
+    clean-up) left a folder with a socket in the temporary folder each time."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    progress = SweepProgress(1, stream=io.StringIO())
+    ends = JobEnds.open(progress)
+    try:
+        assert ends.address.startswith("\0") and list(tmp_path.iterdir()) == []
+        pickle.loads(pickle.dumps(ends)).tell(False)
+        _wait_for(lambda: progress.done == 1)
+        assert progress.done == 1
+    finally:
+        ends.close()
+        progress.close()
 
 
 def test_job_status():

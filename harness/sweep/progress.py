@@ -243,7 +243,8 @@ class SweepProgress:
 
 class JobEnds:
     """Where jobs in worker processes of this host say that they ended: a Unix socket the
-    sweep's process listens on (`multiprocessing.connection`, with a random key), one message
+    sweep's process listens on (`multiprocessing.connection`, with a random key; on Linux in the
+    abstract namespace, so that a sweep killed outright leaves no file behind), one message
     per job, ``(batch, failed)``. A message of a batch other than the running one (late, or
     from a job of an aborted batch) is dropped, so a batch's live count never leaks into the
     next. Pickled to a worker, it is only the address, the key and the batch number. Where the
@@ -256,8 +257,12 @@ class JobEnds:
         self.progress: SweepProgress | None = progress
         self.batch = 0
         self.authkey = os.urandom(16)
-        self.folder = tempfile.mkdtemp(prefix="attnbench-sweep-")
-        self.address = os.path.join(self.folder, "jobs")
+        self.folder: str | None = None
+        if sys.platform.startswith("linux"):  # an abstract socket: no file, none left by a kill -9
+            self.address = f"\0attnbench-sweep-{os.getpid()}-{os.urandom(8).hex()}"
+        else:
+            self.folder = tempfile.mkdtemp(prefix="attnbench-sweep-")
+            self.address = os.path.join(self.folder, "jobs")
         self.listener: Any = Listener(self.address, family="AF_UNIX", authkey=self.authkey)
         threading.Thread(target=self._serve, name="attnbench-job-ends", daemon=True).start()
 
