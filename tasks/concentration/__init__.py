@@ -41,10 +41,12 @@ from attnbench import (
     JobContext,
     Metric,
     MetricPoint,
+    NonFiniteError,
     Task,
     TaskResult,
     UnsupportedError,
     VariantShape,
+    random_gates,
     register_task,
 )
 from attnbench.metrics import DENSITY
@@ -63,6 +65,9 @@ DECAY = "attnbench.variants.decay.DecayAttention"
 
 SOURCES = ("gaussian", "recall")
 RECALL_SEQ_LEN = 64  # source=recall: length of the recall model's sequences (causal)
+# the draw on which the weights are checked against the forward (`check_weights`): tokens, heads
+# and head dimension, enough for several blocks of a sparse pattern and more than one head
+CHECK_SHAPE = (32, 2, 16)
 ROW_STATISTICS = ("sparsity_s", "entropy", "effective_size", "max_weight")  # over non-empty rows
 
 
@@ -349,8 +354,15 @@ class Concentration(Task):
         return list(self.params.scales) or [self.params.scale]
 
     def measure(self, ctx: JobContext) -> TaskResult:
-        require_weights(ctx)  # before any training: a variant without weights is unsupported
-        return self.run_gaussian(ctx) if self.params.source == "gaussian" else self.run_recall(ctx)
+        # before any training: a variant without weights is unsupported, one whose weights are
+        # not its forward's fails
+        checked = check_weights(ctx, causal=self.density_size()[2])
+        if self.params.source == "gaussian":
+            result = self.run_gaussian(ctx)
+        else:
+            result = self.run_recall(ctx)
+        result.details["weights_check"] = checked
+        return result
 
     def run_gaussian(self, ctx: JobContext) -> TaskResult:
         p = self.params
@@ -365,10 +377,10 @@ class Concentration(Task):
                 k = torch.randn(1, 1, p.seq_len, p.head_dim, generator=gen)
                 u = torch.randn(1, 1, p.seq_len, p.head_dim, generator=gen)
                 q = scale * math.sqrt(p.head_dim) * u / u.norm(dim=-1, keepdim=True)
+                q_on, k_on = q.to(ctx.device, ctx.dtype), k.to(ctx.device, ctx.dtype)
                 with torch.no_grad():
-                    w = variant.attention_weights(
-                        q.to(ctx.device, ctx.dtype), k.to(ctx.device, ctx.dtype), causal=p.causal
-                    ).cpu()
+                    w = variant.attention_weights(q_on, k_on, causal=p.causal)
+                w = checked_weights(variant, w, q_on, k_on).cpu()
                 stats = per_row_statistics(w, p.causal)
                 rows.append(stats)
                 ds = max(ds, ds_error(w))
@@ -430,21 +442,92 @@ class Concentration(Task):
         return TaskResult(points=points, details=outcome.details())
 
 
-def require_weights(ctx: JobContext) -> None:
-    """`UnsupportedError` in one sentence where the variant cannot give its attention weights
-    without more than queries and keys (it raises NotImplementedError: a recurrent mixer, or
-    one whose mixing matrix depends on per-token gates, is no distribution over keys to
-    analyse), found on two tokens before anything is trained."""
-    variant = ctx.build_variant(VariantShape(1, 4, 2))
-    q = torch.zeros(1, 1, 2, 4, device=ctx.device, dtype=ctx.dtype)
-    try:
-        with torch.no_grad():
-            variant.attention_weights(q, q, causal=variant.supports_causal)
-    except NotImplementedError as exc:
-        raise UnsupportedError(
-            f"the concentration task analyses attention weights, and variant "
-            f"'{ctx.variant_name}' has none to give ({exc})"
-        ) from None
+def checked_weights(variant, weights, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """``weights`` if they are what `AttentionVariant.attention_weights` promises for queries
+    ``q`` (B, H, N, D) and keys ``k`` (B, ·, M, D): a finite (B, H, N, M) tensor of q's dtype on
+    q's device. Otherwise one sentence naming what came back and what was expected, so that the
+    job fails instead of analysing another matrix (a row short of its keys, a broadcast row).
+
+    Raises:
+        ValueError: not a tensor of that shape, dtype and device.
+        NonFiniteError: NaN or infinite weights.
+    """
+    expected = (*q.shape[:3], k.shape[-2])
+    if (
+        not isinstance(weights, torch.Tensor)
+        or tuple(weights.shape) != expected
+        or weights.dtype != q.dtype
+        or weights.device != q.device
+    ):
+        got = (
+            f"{tuple(weights.shape)} {weights.dtype} on {weights.device}"
+            if isinstance(weights, torch.Tensor)
+            else type(weights).__name__
+        )
+        raise ValueError(
+            f"variant '{variant.name}' returned attention weights {got}; the contract is "
+            f"(B, H, N, M) = {expected} {q.dtype} on {q.device}, as its queries and keys give."
+        )
+    if not bool(torch.isfinite(weights).all()):
+        raise NonFiniteError(
+            f"variant '{variant.name}' returned attention weights {expected} with NaN or "
+            "infinite entries; the contract is a finite matrix A with forward(q, k, v) == A @ v."
+        )
+    return weights
+
+
+def check_weights(ctx: JobContext, causal: bool) -> str:
+    """Before anything is trained or analysed: the variant's attention weights on one small
+    unit-normal draw (`CHECK_SHAPE`, on the job's device) must have the contract's shape
+    (`checked_weights`) and be its forward's, since the task analyses the weights in place of
+    the forward: ``forward(q, k, v) == attention_weights(q, k) @ v`` within the variant's
+    float32 tolerance (`AttentionVariant.within_tolerance`). Both sides are computed in float64,
+    so that the check judges the operator, not rounding: linear attention with φ = identity
+    divides by sums near zero, and its two paths differ by up to 10⁻⁴ of the output's scale in
+    float32, 4·10⁻¹¹ in float64 (3000 draws). The forward is called as every task calls it
+    (`AttentionVariant.__call__`), so an output of the wrong shape fails here too. The variant
+    checked is an instance of its own, built without moving the job's random stream.
+
+    Returns what was checked.
+
+    Raises:
+        UnsupportedError: the variant cannot give its weights without more than queries and
+            keys (it raises NotImplementedError: a recurrent mixer, or one whose mixing matrix
+            depends on per-token gates, is no distribution over keys to analyse).
+        ValueError: in one sentence, the weights or the forward break the contract, or the
+            forward is not the weights times the values.
+        NonFiniteError: the weights have NaN or infinite entries.
+    """
+    n, heads, d = CHECK_SHAPE
+    f64 = torch.float64
+    with torch.random.fork_rng(devices=[]):  # parameters are drawn on the CPU, then moved
+        variant = ctx.build_variant(VariantShape(heads, d, n)).to(f64)
+    gen = ctx.generator(7)
+    q, k, v = (torch.randn(1, heads, n, d, generator=gen, dtype=f64).to(ctx.device) for _ in "qkv")
+    # a gated variant whose weights do not need its gates is run with random ones (as throughput)
+    gates = random_gates(variant, 1, n, head_dim=d, kv_heads=heads, generator=gen, dtype=f64)
+    gates = {name: g.to(ctx.device) for name, g in gates.items()}
+    with torch.no_grad():
+        try:
+            weights = variant.attention_weights(q, k, causal=causal)
+        except NotImplementedError as exc:
+            raise UnsupportedError(
+                f"the concentration task analyses attention weights, and variant "
+                f"'{ctx.variant_name}' has none to give ({exc})"
+            ) from None
+        weights = checked_weights(variant, weights, q, k)
+        out = variant(q, k, v, causal=causal, gates=gates)
+    reference = weights @ v
+    error = float((out - reference).abs().max()) / max(1.0, float(reference.abs().max()))
+    if not variant.within_tolerance(error, torch.float32):
+        limit = variant.error_tolerance.get("float32")
+        raise ValueError(
+            f"variant '{variant.name}': forward(q, k, v) differs from attention_weights(q, k) "
+            f"@ v by {error:.3g} of the output's scale at n={n} in float64, beyond its float32 "
+            f"tolerance {'(none declared)' if limit is None else f'{limit:g}'}; the task "
+            "analyses the weights in place of the forward, so they must be the same operator."
+        )
+    return f"forward == weights·V at n={n} in float64 (relative error {error:.2g})"
 
 
 @torch.no_grad()
@@ -458,7 +541,7 @@ def attention_maps(model, inputs: torch.Tensor) -> list[tuple[torch.Tensor, bool
         def capture(module, args, _maps=maps):
             q, k, _ = module.split_heads(args[0])
             weights = module.attention.attention_weights(q, k, causal=module.causal)
-            _maps.append((weights, module.causal))
+            _maps.append((checked_weights(module.attention, weights, q, k), module.causal))
 
         hooks.append(layer.register_forward_pre_hook(capture))
     try:

@@ -26,7 +26,7 @@ from attnbench.tasks.concentration import (
     theory,
 )
 from attnbench.toolkit.model import ModelConfig, SequenceModel
-from attnbench.variant import VariantShape, build_variant
+from attnbench.variant import VARIANTS, VariantShape, build_variant
 from attnbench.variants.linear import FEATURE_MAPS
 
 D = 16
@@ -414,3 +414,112 @@ def test_a_variant_without_attention_weights_is_unsupported_before_any_training(
     with pytest.raises(UnsupportedError, match="concentration task analyses attention weights"):
         build_task("concentration", {"source": source}).measure(ctx)
     assert time.perf_counter() - started < 5  # no model was trained
+
+
+# the contract of attention_weights: checked before anything is analysed
+
+# plugin name → (what its attention_weights return, the sentence the job fails with); softmax
+# underneath, so the forward is right and only the weights are wrong. The check's draw is
+# 2 heads of 32 tokens in float64 (`CHECK_SHAPE`)
+_CONTRACT = r"the contract is \(B, H, N, M\) = \(1, 2, 32, 32\) torch\.float64 on cpu"
+WRONG_WEIGHTS = {
+    "test_weights_a_key_short": (
+        lambda w: w[..., :-1],
+        r"returned attention weights \(1, 2, 32, 31\) torch\.float64 on cpu; " + _CONTRACT,
+    ),
+    "test_weights_one_row": (  # broadcasts against the values: no error without the check
+        lambda w: w[:, :, :1],
+        r"returned attention weights \(1, 2, 1, 32\) torch\.float64 on cpu; " + _CONTRACT,
+    ),
+    "test_weights_float32": (
+        lambda w: w.float(),
+        r"returned attention weights \(1, 2, 32, 32\) torch\.float32 on cpu; " + _CONTRACT,
+    ),
+    "test_weights_nan": (
+        lambda w: w * float("nan"),
+        r"returned attention weights \(1, 2, 32, 32\) with NaN or infinite entries",
+    ),
+    "test_weights_of_other_keys": (  # the right shape, another matrix
+        lambda w: w.flip(-1),
+        r"forward\(q, k, v\) differs from attention_weights\(q, k\) @ v by .* in float64, beyond "
+        r"its float32 tolerance 1e-05",
+    ),
+}
+
+
+# float64 weights whatever the queries' dtype: right in the check, which runs in float64, and
+# caught where the job's own float32 weights are read
+ALWAYS_FLOAT64 = "test_weights_always_float64"
+
+
+@pytest.fixture(scope="module")
+def wrong_weights_variants():
+    from attnbench.variant import register_variant
+    from attnbench.variants.softmax import SoftmaxAttention
+
+    cuts = {name: cut for name, (cut, _) in WRONG_WEIGHTS.items()}
+    cuts[ALWAYS_FLOAT64] = lambda w: w.double()
+    for name, cut in cuts.items():
+
+        class WrongWeights(SoftmaxAttention):
+            def attention_weights(self, q, k, causal=False, _cut=cut):
+                return _cut(super().attention_weights(q, k, causal=causal))
+
+        register_variant(name)(WrongWeights)
+    yield
+    for name in cuts:
+        VARIANTS.unregister(name)
+
+
+@pytest.mark.parametrize("source", ["gaussian", "recall"])
+@pytest.mark.parametrize("variant", list(WRONG_WEIGHTS))
+def test_weights_that_break_the_contract_fail_the_job_before_any_analysis(
+    variant, source, wrong_weights_variants
+):
+    """Weights of the wrong shape, dtype or values, or that are not the forward's, fail the job
+    with one sentence naming what was expected, on either source, before any training: the
+    gaussian source once failed on them with an unrelated IndexError and the recall source
+    reported the statistics of the wrong matrix."""
+    from attnbench.task import NonFiniteError
+
+    ctx = JobContext(variant, {}, torch.device("cpu"), torch.float32, 0, 1)
+    task = build_task("concentration", {"source": source, "seq_len": 32, "recall_steps": 1})
+    error = NonFiniteError if variant == "test_weights_nan" else ValueError
+    with pytest.raises(error, match=rf"^variant '{variant}'(:)? .*{WRONG_WEIGHTS[variant][1]}"):
+        task.measure(ctx)
+
+
+def test_the_weights_the_job_analyses_are_checked_in_its_dtype(wrong_weights_variants):
+    """The gaussian draws and a trained model's layers are read in the job's dtype: weights that
+    are float64 there fail the job, though the float64 check before passed them."""
+    ctx = JobContext(ALWAYS_FLOAT64, {}, torch.device("cpu"), torch.float32, 0, 1)
+    task = build_task("concentration", {"seq_len": 32, "scales": [1.0], "n_batches": 1})
+    with pytest.raises(
+        ValueError,
+        match=r"\(1, 1, 32, 32\) torch\.float64 on cpu; the contract "
+        r"is \(B, H, N, M\) = \(1, 1, 32, 32\) torch\.float32 on cpu",
+    ):
+        task.measure(ctx)
+    cfg = ModelConfig(d_model=16, n_layers=1, n_heads=2, max_len=10, vocab_size=12, output_dim=12)
+    model = SequenceModel(cfg, ALWAYS_FLOAT64, {})
+    with pytest.raises(ValueError, match=r"\(4, 2, 10, 10\) torch\.float64 on cpu; the contract"):
+        attention_maps(model, torch.randint(0, 12, (4, 10)))
+    model = SequenceModel(cfg, "test_weights_a_key_short", {})
+    with pytest.raises(ValueError, match=r"\(4, 2, 10, 9\) torch\.float32 on cpu; the contract"):
+        attention_maps(model, torch.randint(0, 12, (4, 10)))
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("variant", VARIANTS.names())
+def test_every_variant_with_weights_passes_the_check_of_its_forward(variant, causal):
+    """Each registered variant's weights reproduce its forward within its float32 tolerance, so
+    the check fails no job that was right; one without weights, not causal or not installed
+    is unsupported."""
+    from attnbench import UnsupportedError
+
+    ctx = JobContext(variant, {}, torch.device("cpu"), torch.float32, 0, 1)
+    try:
+        checked = concentration.check_weights(ctx, causal)
+    except UnsupportedError:
+        return
+    assert checked.startswith("forward == weights·V at n=32 in float64")
