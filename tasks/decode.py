@@ -12,11 +12,14 @@ reason.
 
 Before anything is timed, the incremental form is checked against the variant's own causal
 forward at a small size (prefill, then steps), in float32 on the job's device: a form that
-computes something else fails the job instead of posting a speed. Its error in the timed dtype
-against the same prefill and steps in float64 is recorded as in throughput (``max_abs_error``,
-``rms_error``, ``outlier_max_abs_error``; `attnbench.toolkit.timed.kernel_errors`), and
-``decode_accurate`` says whether it is within the variant's declared tolerance: every timed metric
-is judged by it (`accuracy`), so the time of a form that errs enters no contest.
+computes something else fails the job instead of posting a speed, and so does one whose prefill
+or step returns anything but (B, H, n, Dv) in the queries' dtype and device (`checked_output`,
+on every decoded output there and on the first prefill and step of the timed batch). Its error
+in the timed dtype against the same prefill and steps in float64 is recorded as in throughput
+(``max_abs_error``, ``rms_error``, ``outlier_max_abs_error``;
+`attnbench.toolkit.timed.kernel_errors`), and ``decode_accurate`` says whether it is within the
+variant's declared tolerance: every timed metric is judged by it (`accuracy`), so the time of a
+form that errs enters no contest.
 
 **Against the machine's memory bandwidth.** Decoding is memory-bound: each step reads the state
 the batch holds. ``step_bytes`` counts it exactly (the state's elements after each generated
@@ -380,7 +383,9 @@ class Decode(Task):
             with torch.no_grad():
                 decoder.prefill(*context)
 
-        prefill_paths = first_call("prefill output", lambda: decoder.prefill(*context))
+        prefill_paths = first_call(
+            "prefill output", lambda: checked_output(decoder, "prefill", *context)
+        )
         details["prefill_kernel_path"] = kernel_path.described(prefill_paths)
         details["prefill_tuned"] = dict(prefill_paths.tuned)
         if n <= p.prefill_max_len:
@@ -418,7 +423,7 @@ class Decode(Task):
                     )
 
         decoder.position = n
-        step_paths = first_call("decoded output", lambda: decoder.step(*new[0]))
+        step_paths = first_call("decoded output", lambda: checked_output(decoder, "step", *new[0]))
         details["decode_kernel_path"] = kernel_path.described(step_paths)
         bandwidth = read_bandwidth_gbs(ctx.device)
         timing = time_against(generate, bare_sdpa, ctx, p)
@@ -584,11 +589,38 @@ def decode_errors(variant, ctx: JobContext, heads: int, head_dim: int, kv_heads:
 
 
 def _decode(decoder, q, k, v, gates: dict, split: int) -> list[torch.Tensor]:
-    """Outputs of a prefill of ``split`` tokens, then one step per token to the end."""
-    outs = [
-        decoder.prefill(q[:, :, :split], k[:, :, :split], v[:, :, :split], _cut(gates, 0, split))
-    ]
+    """Outputs of a prefill of ``split`` tokens, then one step per token to the end (each
+    `checked_output`)."""
+    context = (x[:, :, :split] for x in (q, k, v))
+    outs = [checked_output(decoder, "prefill", *context, _cut(gates, 0, split))]
     for i in range(split, q.shape[-2]):
         token = (x[:, :, i : i + 1] for x in (q, k, v))
-        outs.append(decoder.step(*token, _cut(gates, i, i + 1)))
+        outs.append(checked_output(decoder, "step", *token, _cut(gates, i, i + 1)))
     return outs
+
+
+def checked_output(decoder, call: str, q, k, v, gates: dict) -> torch.Tensor:
+    """``decoder.prefill`` or ``decoder.step`` (``call``) of these tokens, if its output is what
+    `attnbench.IncrementalAttention` promises: (B, H, n, Dv) for the n tokens given, in q's dtype
+    on q's device. Otherwise one sentence naming what came back and what was expected, so that
+    the job fails instead of comparing, timing or scoring another tensor (a channel short, the
+    last position alone, float64 in a float32 job)."""
+    out = getattr(decoder, call)(q, k, v, gates)
+    expected = (*q.shape[:3], v.shape[-1])
+    if (
+        not isinstance(out, torch.Tensor)
+        or tuple(out.shape) != expected
+        or out.dtype != q.dtype
+        or out.device != q.device
+    ):
+        got = (
+            f"{tuple(out.shape)} {out.dtype} on {out.device}"
+            if isinstance(out, torch.Tensor)
+            else type(out).__name__
+        )
+        raise ValueError(
+            f"the incremental form of variant '{decoder.variant.name}' returned {got} from "
+            f"{call}; the contract is (B, H, n, Dv) = {expected} {q.dtype} on {q.device}, as "
+            "its queries and values give."
+        )
+    return out

@@ -95,6 +95,54 @@ def test_an_incremental_form_that_disagrees_with_the_forward_is_not_timed():
         INCREMENTAL.unregister("test_forgetful")
 
 
+# wrong incremental form → (what its outputs become, the sentence the job fails with). The check
+# decodes 66 tokens (seq_len 64 + 2 new) as a prefill of 58 and 8 steps, 4 heads of 16 channels
+_PREFILL = r"the contract is \(B, H, n, Dv\) = \(1, 4, 58, 16\) torch\.float32 on cpu"
+WRONG_FORMS = {
+    "test_form_a_channel_short": (
+        lambda out, n: out[..., :-1],
+        r"returned \(1, 4, 58, 15\) torch\.float32 on cpu from prefill; " + _PREFILL,
+    ),
+    "test_form_last_position": (
+        lambda out, n: out[:, :, -1:],
+        r"returned \(1, 4, 1, 16\) torch\.float32 on cpu from prefill; " + _PREFILL,
+    ),
+    # within tolerance of the forward: without the check an installed plugin gets an ok record
+    "test_form_float64": (
+        lambda out, n: out.double(),
+        r"returned \(1, 4, 58, 16\) torch\.float64 on cpu from prefill; " + _PREFILL,
+    ),
+    "test_form_steps_a_channel_short": (
+        lambda out, n: out[..., :-1] if n == 1 else out,
+        r"returned \(1, 4, 1, 15\) torch\.float32 on cpu from step; the contract is "
+        r"\(B, H, n, Dv\) = \(1, 4, 1, 16\)",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(WRONG_FORMS))
+def test_an_incremental_form_whose_outputs_break_the_contract_fails_naming_it(name):
+    """A right forward beside a form whose prefill or step returns the wrong shape or dtype:
+    the job fails with one sentence naming what came back and what was expected, before
+    anything is timed (without the check: an unrelated RuntimeError, or an ok record)."""
+    cut, message = WRONG_FORMS[name]
+
+    class WrongForm(SoftmaxIncremental):
+        def _extend(self, q, k, v):
+            return cut(super()._extend(q, k, v), q.shape[-2])
+
+    register_variant(name)(type("RightSoftmax", (SoftmaxAttention,), {}))
+    register_incremental(name)(WrongForm)
+    try:
+        with pytest.raises(
+            ValueError, match=rf"^the incremental form of variant '{name}' {message}"
+        ):
+            _run(name, seq_len=64, new_tokens=2, head_dim=16)
+    finally:
+        VARIANTS.unregister(name)
+        INCREMENTAL.unregister(name)
+
+
 def test_bad_sizes_are_one_clear_sentence():
     with pytest.raises(ValueError, match=r"task.new_tokens must be >= 1, got 0"):
         build_task("decode", {"new_tokens": 0})
