@@ -41,7 +41,6 @@ from attnbench import (
     JobContext,
     Metric,
     MetricPoint,
-    NonFiniteError,
     Task,
     TaskResult,
     UnsupportedError,
@@ -51,6 +50,7 @@ from attnbench import (
 )
 from attnbench.metrics import DENSITY
 from attnbench.tasks.concentration import ot_divergence, theory
+from attnbench.toolkit.weights import checked_weights
 
 # The built-in variant classes that have a closed form, by qualified name. Named, not imported: a
 # job's code fingerprint covers the modules its task imports, so importing every variant here
@@ -440,40 +440,6 @@ class Concentration(Task):
                 points.append(MetricPoint(name, value, "layer", layer))
         points.append(MetricPoint("density", model.density(RECALL_SEQ_LEN)))
         return TaskResult(points=points, details=outcome.details())
-
-
-def checked_weights(variant, weights, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """``weights`` if they are what `AttentionVariant.attention_weights` promises for queries
-    ``q`` (B, H, N, D) and keys ``k`` (B, ·, M, D): a finite (B, H, N, M) tensor of q's dtype on
-    q's device. Otherwise one sentence naming what came back and what was expected, so that the
-    job fails instead of analysing another matrix (a row short of its keys, a broadcast row).
-
-    Raises:
-        ValueError: not a tensor of that shape, dtype and device.
-        NonFiniteError: NaN or infinite weights.
-    """
-    expected = (*q.shape[:3], k.shape[-2])
-    if (
-        not isinstance(weights, torch.Tensor)
-        or tuple(weights.shape) != expected
-        or weights.dtype != q.dtype
-        or weights.device != q.device
-    ):
-        got = (
-            f"{tuple(weights.shape)} {weights.dtype} on {weights.device}"
-            if isinstance(weights, torch.Tensor)
-            else type(weights).__name__
-        )
-        raise ValueError(
-            f"variant '{variant.name}' returned attention weights {got}; the contract is "
-            f"(B, H, N, M) = {expected} {q.dtype} on {q.device}, as its queries and keys give."
-        )
-    if not bool(torch.isfinite(weights).all()):
-        raise NonFiniteError(
-            f"variant '{variant.name}' returned attention weights {expected} with NaN or "
-            "infinite entries; the contract is a finite matrix A with forward(q, k, v) == A @ v."
-        )
-    return weights
 
 
 def check_weights(ctx: JobContext, causal: bool) -> str:

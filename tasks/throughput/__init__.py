@@ -93,6 +93,7 @@ from attnbench.toolkit.timed import (
     time_against,
     timed_inputs,
 )
+from attnbench.toolkit.weights import checked_weights
 from attnbench.variant import build_variant  # the registry's (in a probe: `at_probe_start`)
 
 
@@ -696,7 +697,9 @@ def check_against_weights(variant, p: ThroughputParams, ctx: JobContext) -> str:
     try:
         with torch.no_grad():  # the weights first: a variant without them skips the check
             repeated = repeat_kv_heads(k, p.n_heads)
-            weights = reference.attention_weights(q, repeated, causal=p.causal)
+            weights = checked_weights(
+                variant, reference.attention_weights(q, repeated, causal=p.causal), q, repeated
+            )
             gates = _on(random_gates(variant, 1, n, **_gate_shape(p, kv, gen)), ctx)
             out = reference(q, k, v, causal=p.causal, gates=gates)  # grouped, as timed
             v = repeat_kv_heads(v, p.n_heads)

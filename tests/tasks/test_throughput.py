@@ -87,6 +87,36 @@ def test_a_variant_whose_forward_disagrees_with_its_weights_is_not_timed():
         VARIANTS.unregister("test_wrong_forward")
 
 
+@pytest.mark.parametrize(
+    "cut, got",
+    [
+        (lambda w: w[..., :-1], r"\(1, 4, 64, 63\) torch\.float32 on cpu"),  # a key short
+        (lambda w: w.double(), r"\(1, 4, 64, 64\) torch\.float64 on cpu"),
+    ],
+    ids=["a_key_short", "float64"],
+)
+def test_weights_that_break_the_contract_are_named_before_anything_is_timed(cut, got):
+    """The correctness check compares the forward with the variant's own weights: weights of
+    another shape or dtype failed it with torch's unrelated size or dtype error."""
+    from attnbench.variant import VARIANTS, register_variant
+    from attnbench.variants.softmax import SoftmaxAttention
+
+    class WrongWeights(SoftmaxAttention):
+        def attention_weights(self, q, k, causal=False):
+            return cut(super().attention_weights(q, k, causal=causal))
+
+    register_variant("test_wrong_weights")(WrongWeights)
+    try:
+        with pytest.raises(
+            ValueError,
+            match=rf"^variant 'test_wrong_weights' returned attention weights {got}; the contract "
+            r"is \(B, H, N, M\) = \(1, 4, 64, 64\) torch\.float32 on cpu",
+        ):
+            _run("test_wrong_weights", seq_len=64)
+    finally:
+        VARIANTS.unregister("test_wrong_weights")
+
+
 def test_correctness_check_is_recorded():
     task = build_task("throughput", {"min_run_time": 0.01, "seq_len": 600, "backward": False})
     result = task.measure(_ctx("window"))
