@@ -74,6 +74,7 @@ from attnbench import (
 )
 from attnbench.metrics import DENSITY
 from attnbench.toolkit import kernel_path
+from attnbench.toolkit.contract import mismatch
 from attnbench.toolkit.memory import isolated_cpu_peak, peak_memory_mib
 from attnbench.toolkit.timed import (
     Measurement,
@@ -607,17 +608,8 @@ def checked_output(decoder, call: str, q, k, v, gates: dict) -> torch.Tensor:
     last position alone, float64 in a float32 job)."""
     out = getattr(decoder, call)(q, k, v, gates)
     expected = (*q.shape[:3], v.shape[-1])
-    if (
-        not isinstance(out, torch.Tensor)
-        or tuple(out.shape) != expected
-        or out.dtype != q.dtype
-        or out.device != q.device
-    ):
-        got = (
-            f"{tuple(out.shape)} {out.dtype} on {out.device}"
-            if isinstance(out, torch.Tensor)
-            else type(out).__name__
-        )
+    got = mismatch(out, expected, q)
+    if got is not None:
         raise ValueError(
             f"the incremental form of variant '{decoder.variant.name}' returned {got} from "
             f"{call}; the contract is (B, H, n, Dv) = {expected} {q.dtype} on {q.device}, as "

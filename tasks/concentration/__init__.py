@@ -50,7 +50,7 @@ from attnbench import (
 )
 from attnbench.metrics import DENSITY
 from attnbench.tasks.concentration import ot_divergence, theory
-from attnbench.toolkit.weights import checked_weights
+from attnbench.toolkit.contract import checked_weights
 
 # The built-in variant classes that have a closed form, by qualified name. Named, not imported: a
 # job's code fingerprint covers the modules its task imports, so importing every variant here

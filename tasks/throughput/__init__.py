@@ -80,6 +80,7 @@ from attnbench import (
 from attnbench.metrics import DENSITY
 from attnbench.tasks.throughput.packed import drawn_lengths, packed_timing
 from attnbench.toolkit import kernel_path
+from attnbench.toolkit.contract import checked_weights
 from attnbench.toolkit.memory import isolated_cpu_peak, peak_memory_mib
 from attnbench.toolkit.timed import (
     Measurement,
@@ -93,7 +94,6 @@ from attnbench.toolkit.timed import (
     time_against,
     timed_inputs,
 )
-from attnbench.toolkit.weights import checked_weights
 from attnbench.variant import build_variant  # the registry's (in a probe: `at_probe_start`)
 
 

@@ -1,11 +1,11 @@
-"""The attention-weights contract, checked where a task consumes the weights.
+"""What a variant hands a task, checked against the contract where the task reads it.
 
-`AttentionVariant.attention_weights` promises the (B, H, N, M) matrix ``A`` with
-``forward(q, k, v) == A @ v``. The forward's output is checked on every call (the variant
-contract); the weights are checked here, by the tasks that analyse them (concentration) or compare
-the forward with them (throughput's correctness check), so that a plugin returning a matrix a row
-short, a broadcast row or another dtype fails its job in one sentence naming what came back,
-instead of an unrelated shape error or statistics of another matrix.
+The forward's output is checked on every call (`AttentionVariant`). The attention weights
+(`checked_weights`: the concentration task analyses them, throughput compares the forward with
+them) and an incremental form's outputs (decode) are checked by the tasks that read them, with
+`mismatch`: a plugin returning a matrix a row short, a broadcast row or another dtype fails its
+job in one sentence naming what came back, instead of an unrelated shape error or statistics
+of another tensor.
 """
 
 from __future__ import annotations
@@ -15,6 +15,16 @@ from typing import Any
 import torch
 
 from attnbench.task import NonFiniteError
+
+
+def mismatch(out: Any, expected: tuple[int, ...], like: torch.Tensor) -> str | None:
+    """None where ``out`` is a tensor of shape ``expected`` in ``like``'s dtype on its device;
+    else what came back, in words: "(1, 2, 32, 31) torch.float32 on cpu", or the type's name."""
+    if not isinstance(out, torch.Tensor):
+        return type(out).__name__
+    if tuple(out.shape) == expected and out.dtype == like.dtype and out.device == like.device:
+        return None
+    return f"{tuple(out.shape)} {out.dtype} on {out.device}"
 
 
 def checked_weights(variant: Any, weights: Any, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
@@ -28,17 +38,8 @@ def checked_weights(variant: Any, weights: Any, q: torch.Tensor, k: torch.Tensor
         NonFiniteError: NaN or infinite weights.
     """
     expected = (*q.shape[:3], k.shape[-2])
-    if (
-        not isinstance(weights, torch.Tensor)
-        or tuple(weights.shape) != expected
-        or weights.dtype != q.dtype
-        or weights.device != q.device
-    ):
-        got = (
-            f"{tuple(weights.shape)} {weights.dtype} on {weights.device}"
-            if isinstance(weights, torch.Tensor)
-            else type(weights).__name__
-        )
+    got = mismatch(weights, expected, q)
+    if got is not None:
         raise ValueError(
             f"variant '{variant.name}' returned attention weights {got}; the contract is "
             f"(B, H, N, M) = {expected} {q.dtype} on {q.device}, as its queries and keys give."
