@@ -13,6 +13,15 @@ import warnings
 from datetime import datetime, timezone
 from pathlib import Path
 
+# OpenMP threads waiting at a barrier sleep instead of spinning (libgomp spins by default): the
+# suite runs two pytest-xdist workers on two cores, and the commands they start use torch's two
+# threads each, so a spinning thread held a core that another process's thread needed. Beside
+# other work, a 12-step training job took 6.2 s spinning and 1.3 s passive; three of
+# test_grids_sweeper.py's sweeps 145 s and 30 s. Set before torch loads libgomp, in this process
+# and so in every worker and command the tests start; tests that time something compare ratios
+# measured under the same policy. A value the user set is kept.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import forkserver
 import pytest
 import torch
