@@ -24,7 +24,11 @@ The same rule picks the value a preset's ``seeds_at_best`` grid runs its further
 **A winner at the grid's edge is flagged** (`Choice.at_edge`): where the winning value of a
 numeric axis is the lowest or the highest value tried, the optimum may lie outside the grid, and
 the variant's number may be its grid's, not its own. The tuning table says so per variant; the
-preset's grid should be extended until no winner sits there.
+preset's grid should be extended until no winner sits there. Not flagged, but named as level
+(`Choice.level_at_edge`): an edge winner whose lead over its inner neighbour is within one
+standard deviation of its own seeds' scores (two seeds or more), a plateau such as a task every
+value solves or none learns, where one seed's order is noise and a wider grid would move the edge
+without telling anything.
 
 Torch-free, like the rest of the leaderboard.
 """
@@ -32,6 +36,8 @@ Torch-free, like the rest of the leaderboard.
 from __future__ import annotations
 
 import json
+import math
+import statistics
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -61,6 +67,7 @@ class Candidate:
     n_seeds: int  # the seeds that score averages
     shown: list[str] = field(default_factory=list)  # the axes the label names (empty: all)
     seeds_run: int = 0  # the seeds it has a score at (more than n_seeds: run on at the winner)
+    seed_scores: tuple[float, ...] = ()  # its score at each of those seeds
 
     @property
     def seeds(self) -> str:
@@ -91,23 +98,46 @@ class Choice:
 
     def at_edge(self) -> list[str]:
         """The numeric axes whose winning value is the lowest or highest of two or more values
-        tried, as "lr at the highest tried (0.01)"; empty where none (or no winner)."""
+        tried, as "lr at the highest tried (0.01)", leaving out the level ones
+        (`level_at_edge`); empty where none (or no winner)."""
+        return [text for text, level in self._edges() if not level]
+
+    def level_at_edge(self) -> list[str]:
+        """The edge winners within one standard deviation of their seeds' scores of their inner
+        neighbour, as "lr at the lowest tried (0.001), level with lr=0.003"."""
+        return [text for text, level in self._edges() if level]
+
+    def _edges(self) -> list[tuple[str, bool]]:
         if self.winner is None:
             return []
-        won, out = self.candidates[self.winner].values, []
+        best = self.candidates[self.winner]
+        won, out = best.values, []
         for axis in sorted(won):
-            tried = {
-                c.values.get(axis)
+            value = won[axis]
+            # the candidates that differ from the winner in this axis only
+            line = [
+                c
                 for c in self.candidates
                 if isinstance(c.values.get(axis), int | float)
-            }
-            value = won[axis]
+                and all(c.values.get(a) == v for a, v in won.items() if a != axis)
+            ]
+            tried = sorted({c.values[axis] for c in line})
             if len(tried) < 2 or not isinstance(value, int | float):
                 continue
-            if value == max(tried):
-                out.append(f"{axis} at the highest tried ({value:g})")
-            elif value == min(tried):
-                out.append(f"{axis} at the lowest tried ({value:g})")
+            if value == tried[-1]:
+                text, inner = f"{axis} at the highest tried ({value:g})", tried[-2]
+            elif value == tried[0]:
+                text, inner = f"{axis} at the lowest tried ({value:g})", tried[1]
+            else:
+                continue
+            neighbour = next(c for c in line if c.values[axis] == inner)
+            scores = [x for x in best.seed_scores if not math.isnan(x)]
+            level = (
+                len(scores) >= 2
+                and not math.isnan(neighbour.score)
+                and abs(best.score - neighbour.score) <= statistics.stdev(scores)
+            )
+            out.append((f"{text}, level with {axis}={inner:g}" if level else text, level))
         return out
 
 
@@ -150,7 +180,14 @@ def select_tuned(
             # layer_lr is the unused default), all of them where nothing varies
             shown = differing_keys(values)
             choice.candidates = [
-                Candidate(v, scored[t].score, scored[t].n_seeds, shown, len(by_label[t]))
+                Candidate(
+                    v,
+                    scored[t].score,
+                    scored[t].n_seeds,
+                    shown,
+                    len(by_label[t]),
+                    tuple(by_label[t][seed] for seed in sorted(by_label[t])),
+                )
                 for v, t in zip(values, labels, strict=True)
             ]
             best = winner(scored, higher)
@@ -188,7 +225,9 @@ def tuning_table(choices: list[Choice], task: str) -> Table | None:
             "chosen",
             "chosen",
             f"Best seed-averaged {mine[0].select_by} (validation split, over the seeds every "
-            "value has); ⚠: at the grid's edge, so the best value may lie outside the grid",
+            "value has); ⚠: at the grid's edge, so the best value may lie outside the grid; "
+            "level: at the edge, but within one standard deviation of its seeds' scores of "
+            "the value next to it (a plateau)",
         ),
         Column(
             "candidates",
@@ -205,6 +244,9 @@ def tuning_table(choices: list[Choice], task: str) -> Table | None:
         edges = [e for e in c.at_edge() if e.split(" ", 1)[0] in varied]
         if edges:
             chosen += " ⚠ grid edge: " + "; ".join(edges)
+        level = [e for e in c.level_at_edge() if e.split(" ", 1)[0] in varied]
+        if level:
+            chosen += " (" + "; ".join(level) + ")"
         tried = "; ".join(
             f"{cand.label}: {format_value(cand.score)} ({cand.seeds})" for cand in c.candidates
         )

@@ -162,6 +162,29 @@ def test_a_winner_at_the_grid_edge_is_flagged_and_an_interior_one_is_not():
     assert "⚠" not in cells["inner"]
 
 
+def test_an_edge_winner_level_with_its_neighbour_within_its_seeds_spread_is_not_flagged():
+    """Tuned at seed 0, the winner run at seeds 1 and 2: where its lead over the value next to
+    it is within one standard deviation of its three seeds' scores (0.02 against 0.04 here), the
+    edge is a plateau, named as level; a lead beyond it (0.3 against 0.01) is flagged."""
+    plateau = [(1e-3, 0.50, 0), (3e-3, 0.48, 0), (1e-2, 0.47, 0), (1e-3, 0.46, 1), (1e-3, 0.54, 2)]
+    rising = [(1e-3, 0.2, 0), (3e-3, 0.6, 0), (1e-2, 0.9, 0), (1e-2, 0.89, 1), (1e-2, 0.91, 2)]
+    rows = [
+        *[_rows("plateau", lr, val, val, seed=seed) for lr, val, seed in plateau],
+        *[_rows("rising", lr, val, val, seed=seed) for lr, val, seed in rising],
+    ]
+    _, choices = select_tuned(_frame(rows), INFOS)
+    by_variant = {c.variant: c for c in choices}
+    assert by_variant["plateau"].at_edge() == []
+    assert by_variant["plateau"].level_at_edge() == [
+        "lr at the lowest tried (0.001), level with lr=0.003"
+    ]
+    assert by_variant["rising"].at_edge() == ["lr at the highest tried (0.01)"]
+    assert by_variant["rising"].level_at_edge() == []
+    cells = {row[0].text: row[2].text for row in tuning_table(choices, "train").rows}
+    assert cells["plateau"] == "lr=0.001 (lr at the lowest tried (0.001), level with lr=0.003)"
+    assert "⚠ grid edge: lr at the highest tried (0.01)" in cells["rising"]
+
+
 def test_values_are_compared_on_the_seeds_they_share():
     """Tuned at seed 0, then seeds 1 and 2 run at the winner only (a ``seeds_at_best`` grid):
     the comparison stays on seed 0, so the winner's weaker later seeds cannot hand the win to
