@@ -29,8 +29,12 @@ import sys
 from pathlib import Path
 
 NO_FORK = "ATTNBENCH_TESTS_NO_FORK"  # set: every command a real subprocess (to compare, or debug)
-# what the zygote imports: the libraries every console script of ours loads first
-PRELOADED = ("torch", "numpy", "pandas", "pyarrow", "pyarrow.parquet", "hydra", "omegaconf")
+# what the zygote imports: the libraries every console script of ours loads first, and
+# torch._dynamo, which torch.optim imports at a process's first optimizer (1.3-1.5 s of CPU in
+# every command that trains)
+PRELOADED = (
+    "torch", "numpy", "pandas", "pyarrow", "pyarrow.parquet", "hydra", "omegaconf", "torch._dynamo",
+)  # fmt: skip
 # environment variables read when those libraries (or the interpreter) load: a command whose
 # environment gives one of them another value than the zygote's runs as a real subprocess
 LOAD_TIME_PREFIXES = (
