@@ -66,14 +66,14 @@ class Candidate:
     score: float  # mean of select_by over the compared seeds; NaN when it has none
     n_seeds: int  # the seeds that score averages
     shown: list[str] = field(default_factory=list)  # the axes the label names (empty: all)
-    seeds_run: int = 0  # the seeds it has a score at (more than n_seeds: run on at the winner)
-    seed_scores: tuple[float, ...] = ()  # its score at each of those seeds
+    # its score at each seed it ran (more than n_seeds: run on at the winner)
+    seed_scores: tuple[float, ...] = ()
 
     @property
     def seeds(self) -> str:
         """How many seeds the score averages, and of how many run where more ran: "1 of 3"."""
-        more = self.seeds_run > self.n_seeds
-        return f"{self.n_seeds} of {self.seeds_run}" if more else str(self.n_seeds)
+        run = len(self.seed_scores)
+        return f"{self.n_seeds} of {run}" if run > self.n_seeds else str(self.n_seeds)
 
     @property
     def label(self) -> str:
@@ -185,7 +185,6 @@ def select_tuned(
                     scored[t].score,
                     scored[t].n_seeds,
                     shown,
-                    len(by_label[t]),
                     tuple(by_label[t][seed] for seed in sorted(by_label[t])),
                 )
                 for v, t in zip(values, labels, strict=True)
