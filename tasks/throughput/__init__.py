@@ -50,6 +50,10 @@ time other processes used meanwhile (`attnbench.toolkit.timing`, step 6): ``fwd_
 ``fwd_foreign_cpu`` and ``load_avg`` are recorded, and a reading over its threshold sets the
 timing's steadiness flag to 0 with the reason in the record's details.
 
+**CUDA graphs.** With ``cuda_graph`` (CUDA only) both timed calls, the variant's and dense SDPA's,
+are captured once and replayed (`attnbench.toolkit.cuda_graph`): a chunked mixer's Python loop
+launches small kernels whose launching, not running, an eager GPU timing measures.
+
 Each timing samples until its samples are steady or ``max_timing_s`` has passed (the rule and its
 defaults: `attnbench.toolkit.timing`). ``fwd_steady`` / ``fwd_bwd_steady`` record the verdict (1.0
 or 0.0), ``*_ms_rel_iqr`` the spread, ``*_samples`` the samples behind the median; the record's
@@ -61,6 +65,7 @@ its ranks when the flag is 0.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 import torch
@@ -81,6 +86,7 @@ from attnbench.metrics import DENSITY
 from attnbench.tasks.throughput.packed import drawn_lengths, packed_timing
 from attnbench.toolkit import kernel_path
 from attnbench.toolkit.contract import checked_weights
+from attnbench.toolkit.cuda_graph import graphed
 from attnbench.toolkit.memory import isolated_cpu_peak, peak_memory_mib
 from attnbench.toolkit.timed import (
     Measurement,
@@ -117,6 +123,9 @@ class ThroughputParams(TimingParams):
     # from the job's seed and packed into seq_len, the last cut to fit (packed.drawn_lengths)
     doc_median: int | None = None
     doc_sigma: float = 1.0
+    # on CUDA, time each call (the variant's and dense SDPA's) replayed as a CUDA graph, the host's
+    # kernel launches taken out (attnbench.toolkit.cuda_graph); elsewhere the job is unsupported
+    cuda_graph: bool = False
 
 
 @register_task("throughput")
@@ -558,7 +567,7 @@ class Throughput(Task):
         accuracy, accuracy_details = error_metrics(
             forward_errors(variant, p, ctx), variant, ctx.dtype, "fwd_accurate"
         )
-        fwd = time_against(forward, dense_forward, ctx, p)
+        fwd = time_against(*self._timed(forward, dense_forward, "the forward", ctx), ctx, p)
         if ctx.device.type == "cuda":
             peak = peak_memory_mib(forward, ctx.device)
         else:  # a fresh variant and inputs in the memory-probe process (attnbench.toolkit.memory)
@@ -596,7 +605,8 @@ class Throughput(Task):
         )
         record.details.update(
             {
-                "fwd_kernel_path": kernel_path.described(paths),
+                "fwd_kernel_path": kernel_path.described(paths)
+                + (", replayed as a CUDA graph" if p.cuda_graph else ""),
                 "fwd_tuned": dict(paths.tuned),  # the configurations chosen on this machine
                 "forward_flops": flops,
                 "backward_flops": variant.backward_flops(
@@ -627,9 +637,20 @@ class Throughput(Task):
                 for t in (qg, kg, vg):
                     t.grad = None
 
-            bwd = time_against(forward_backward, dense_forward_backward, ctx, p)
+            bwd = time_against(
+                *self._timed(forward_backward, dense_forward_backward, "the backward", ctx), ctx, p
+            )
             record.add_timing("fwd_bwd", bwd, samples="fwd_bwd_samples_ms")
         return record.result()
+
+    def _timed(
+        self, call: Callable[[], object], dense: Callable[[], object], what: str, ctx: JobContext
+    ) -> tuple[Callable[[], object], Callable[[], object]]:
+        """The two calls to time: as they are, or with ``cuda_graph`` each captured once and
+        replayed (`attnbench.toolkit.cuda_graph`), so the ratio compares replay with replay."""
+        if not self.params.cuda_graph:
+            return call, dense
+        return graphed(what, call, ctx.device), graphed("dense SDPA", dense, ctx.device)
 
 
 def forward_peak_mib(

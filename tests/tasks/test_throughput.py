@@ -465,3 +465,23 @@ def test_a_packed_job_leaves_out_a_reading_the_platform_does_not_give(monkeypatc
     assert "packed_ms" in points
     assert not any("foreign_cpu" in name or name == "load_avg" for name in points)
     assert all(math.isfinite(p.value) for p in points.values())
+
+
+def test_cuda_graph_timing_off_a_gpu_is_unsupported_with_its_fix():
+    """``cuda_graph`` replays CUDA graphs: on the CPU the job is unsupported (a record, not a
+    crash), and the sentence names the setting and what to do."""
+    from attnbench.variant import UnsupportedError
+
+    with pytest.raises(UnsupportedError, match=r"task.cuda_graph=true .* needs device=cuda"):
+        _run(seq_len=32, cuda_graph=True)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_graph_timing_replays_both_calls_and_says_so():
+    task = build_task("throughput", {"min_run_time": 0.01, "seq_len": 256, "cuda_graph": True})
+    ctx = _ctx()
+    ctx.device, ctx.dtype = torch.device("cuda"), torch.bfloat16
+    result = task.measure(ctx)
+    points = {p.metric: p for p in result.points}
+    assert points["fwd_ratio"].value > 0 and points["fwd_bwd_ratio"].value > 0
+    assert result.details["fwd_kernel_path"].endswith("replayed as a CUDA graph")

@@ -109,3 +109,34 @@ def test_a_recurrent_peer_computes_what_our_variant_computes(name, causal):
     scale = max(1.0, float(ours.abs().max()))
     error = float((theirs - ours).abs().max()) / scale
     assert error <= 2e-3, f"{name} causal={causal}: {error:.3g}"
+
+
+@pytest.mark.parametrize("name", VARIANTS.names())
+def test_a_cuda_graph_replay_recomputes_the_eager_forward(name):
+    """The throughput task's ``cuda_graph`` timing (`attnbench.toolkit.cuda_graph`) replays a
+    captured forward: the replay must compute what the eager call computes, on new inputs
+    copied into the captured ones (a replay that kept the capture's values, or skipped work,
+    fails). A variant whose call needs the host at each run is refused with torch's reason."""
+    from attnbench.toolkit.cuda_graph import graphed
+    from attnbench.variant import UnsupportedError
+
+    variant = _variant(name).cuda()
+    causal = variant.supports_causal
+    q, k, v = (x.float().cuda() for x in _inputs(4))
+    out: list[torch.Tensor] = []
+
+    def forward() -> None:
+        with torch.no_grad():
+            out[:] = [_call(variant, q, k, v, causal)]
+
+    try:
+        replay = graphed("the forward", forward, q.device)
+    except UnsupportedError as err:
+        pytest.skip(str(err))
+    for x, fresh in zip((q, k, v), _inputs(5), strict=True):
+        x.copy_(fresh)
+    replay()
+    with torch.no_grad():
+        expected = _call(variant, q, k, v, causal)
+    error = float((out[0] - expected).abs().max())
+    assert error <= 1e-5 * max(1.0, float(expected.abs().max())), f"{name}: {error:.3g}"
