@@ -63,15 +63,20 @@ class _FlaPeer(PeerVariant):
     install = INSTALL
     devices = ("cuda",)
 
+    # dtypes the kernel refuses, each with the reason: FLA's Triton kernels have no float64
+    # (their accumulators are float32, and Triton refuses a loop whose accumulator turns
+    # float64, with a `CompilationError`, no torch error)
+    refused_dtypes: dict[torch.dtype, str] = {torch.float64: "FLA's Triton kernels have no float64"}
+
     def check_inputs(self, q, k, v, causal) -> None:
-        """As every variant's, and float64 refused: FLA's Triton kernels have none (their
-        accumulators are float32, and Triton refuses a loop whose accumulator turns float64,
-        with a `CompilationError`, no torch error). Refused with `UnsupportedError`, a float64
-        call leaves the throughput task's timed error unmeasured instead of failing the job:
-        on an H200 every FLA peer failed there, in the error check's float64 reference."""
+        """As every variant's, and the kernel's `refused_dtypes` refused with
+        `UnsupportedError`, so that such a call leaves the throughput task's timed error
+        unmeasured instead of failing the job (on an H200 every FLA peer failed there, in the
+        error check's float64 reference) and a test skips it with the reason."""
+        if q.dtype in self.refused_dtypes:
+            dtype = str(q.dtype).removeprefix("torch.")
+            raise UnsupportedError(f"{self.name} refuses {dtype}: {self.refused_dtypes[q.dtype]}.")
         super().check_inputs(q, k, v, causal)
-        if q.dtype == torch.float64:
-            raise UnsupportedError(f"{self.name}: FLA's Triton kernels have no float64.")
 
     @functools.cached_property
     def _counted(self) -> AttentionVariant:
@@ -174,6 +179,12 @@ class FlaDeltaNetPeer(_FlaRecurrentPeer):
     family = "delta"
     peer_of = "delta_net"
     gates = {"beta": "head"}
+    # chunk_delta_rule asserts "does not support float32" (fla-core 0.6.0; an AssertionError
+    # failed six CUDA tests on an H200); its gated sibling takes float32
+    refused_dtypes = {
+        **_FlaPeer.refused_dtypes,
+        torch.float32: "FLA's chunk_delta_rule takes bfloat16 and float16 only",
+    }
 
     def forward(self, q, k, v, causal=False, gates=None):
         self.check_inputs(q, k, v, causal)
@@ -193,6 +204,7 @@ class FlaGatedDeltaNetPeer(FlaDeltaNetPeer):
 
     peer_of = "gated_delta_net"
     gates = {"alpha": "head", "beta": "head"}
+    refused_dtypes = _FlaPeer.refused_dtypes
 
     def forward(self, q, k, v, causal=False, gates=None):
         self.check_inputs(q, k, v, causal)

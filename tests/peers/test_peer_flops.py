@@ -1,11 +1,15 @@
-"""A peer's FLOP count is the work its library's kernel does, not the dense default: a
-linear-cost peer counted as n² pairs reports a throughput above the GPU's matrix-product peak
-(found on an H200: `peer_fla_decay` at 151 % of it). Runs without the libraries: building an
-adapter only checks that its library imports, which these tests let pass."""
+"""What a peer's adapter declares about its library's kernel, checked without the library.
+
+Its FLOP count is the work the kernel does, not the dense default: a linear-cost peer counted
+as n² pairs reports a throughput above the GPU's matrix-product peak (found on an H200:
+`peer_fla_decay` at 151 % of it). The dtypes the kernel refuses are refused first, with the
+reason. Runs without the libraries: building an adapter only checks that its library imports,
+which these tests let pass."""
 
 from __future__ import annotations
 
 import pytest
+import torch
 
 from attnbench import VariantShape, build_variant
 from attnbench.peers import availability
@@ -47,3 +51,32 @@ def test_an_fla_peer_counts_our_chunked_form_at_fla_s_chunk_length(name):
     assert peer.forward_flops(*size, True) == ours.forward_flops(*size, True)
     # not causal: the adapter's composition of the causal kernel, more than one causal pass
     assert peer.forward_flops(*size, False) > peer.forward_flops(*size, True)
+
+
+@pytest.mark.parametrize(
+    ("name", "dtype", "refused"),
+    [
+        ("peer_fla_delta_net", torch.float32, True),
+        ("peer_fla_delta_net", torch.float64, True),
+        ("peer_fla_delta_net", torch.bfloat16, False),
+        ("peer_fla_gated_delta_net", torch.float32, False),
+        ("peer_fla_gla", torch.float64, True),
+    ],
+)
+def test_a_dtype_the_fla_kernel_refuses_is_unsupported_with_its_reason(name, dtype, refused):
+    """FLA's kernels refuse some dtypes with their own errors (an assert, a Triton
+    CompilationError): the adapter refuses them first with `UnsupportedError`, naming the
+    dtype's reason, so a job records it and a test skips it, and lets the others through."""
+    from attnbench.variant import UnsupportedError
+
+    peer = build_variant(name, {}, VariantShape(2, 8, 16))
+    q = torch.randn(1, 2, 16, 8, dtype=dtype)
+    words = f"refuses {str(dtype).removeprefix('torch.')}"
+    if refused:
+        with pytest.raises(UnsupportedError, match=words):
+            peer.check_inputs(q, q, q, True)
+        return
+    try:
+        peer.check_inputs(q, q, q, True)
+    except UnsupportedError as err:  # off a GPU the device is refused, never the dtype
+        assert words not in str(err)
