@@ -13,6 +13,15 @@ kernel once, checked finite, noting which kernels ran (`first_call`), records th
 against float64 (`kernel_errors`, `error_metrics`), times it against its reference (`time_against`)
 and records each timing and the values it derives into one `Measurement`, whose points are the
 job's result. What each task times, and what it derives from a timing, is its own.
+
+**A timed call replayed as a CUDA graph** (`graphed`, throughput's ``cuda_graph``): its kernel
+launches recorded once, replayed as one. A chunked mixer's forward loops over its chunks in
+Python, a few small kernels per chunk (256 chunks of 32 at 8k positions), so on a GPU its eager
+time is mostly the host launching kernels, not the GPU running them: on an H200, delta_net's
+chunked forward took 9–25 ms eagerly where FLA's fused kernel took 1.3 ms (docs/speed.md, "On
+CUDA"). A GPU user deploys such a loop captured in a graph (`torch.compile`'s "reduce-overhead"
+mode captures one too); what a replay costs is the kernels' own time. The reference is replayed
+the same way in the same job, so the ratio compares replay with replay.
 """
 
 from __future__ import annotations
@@ -222,6 +231,40 @@ def time_against(
         max_rel_iqr=params.steady_max_rel_iqr,
         max_time_s=params.max_timing_s,
     )
+
+
+WARM_CALLS = 3  # calls before the capture (torch's documentation warms with three)
+
+
+def graphed(what: str, call: Callable[[], object], device: torch.device) -> Callable[[], None]:
+    """``call`` captured once in a CUDA graph on ``device``; the returned function replays it.
+
+    Warmed first on a side stream (`WARM_CALLS` calls, as torch's documentation does it:
+    autotuners, lazy initialisation and the caching allocator settle outside the capture). The
+    replay recomputes into the tensors the captured call allocated (the graph's private memory
+    pool), so a caller that reads results reads them there; a timed call reads none. A call that
+    needs the host at each run (a value read back with ``.item()``, a synchronisation) cannot be
+    captured: `UnsupportedError` naming ``what`` (e.g. "the forward") and torch's reason, which a
+    job records; off CUDA, where there are no graphs, `UnsupportedError` too."""
+    if device.type != "cuda":
+        raise UnsupportedError(
+            f"{what} can be replayed as a CUDA graph on CUDA only, not {device}."
+        )
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for _ in range(WARM_CALLS):
+            call()
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            call()
+    except RuntimeError as err:  # torch's capture errors (AcceleratorError is one too)
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UnsupportedError(f"{what} cannot be captured in a CUDA graph: {reason}") from err
+    torch.cuda.synchronize(device)
+    return graph.replay
 
 
 def timing_metrics(

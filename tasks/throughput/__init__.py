@@ -51,7 +51,7 @@ time other processes used meanwhile (`attnbench.toolkit.timing`, step 6): ``fwd_
 timing's steadiness flag to 0 with the reason in the record's details.
 
 **CUDA graphs.** With ``cuda_graph`` (CUDA only) both timed calls, the variant's and dense SDPA's,
-are captured once and replayed (`attnbench.toolkit.cuda_graph`): a chunked mixer's Python loop
+are captured once and replayed (`attnbench.toolkit.timed.graphed`): a chunked mixer's Python loop
 launches small kernels whose launching, not running, an eager GPU timing measures.
 
 Each timing samples until its samples are steady or ``max_timing_s`` has passed (the rule and its
@@ -77,6 +77,7 @@ from attnbench import (
     ScalingFit,
     Task,
     TaskResult,
+    UnsupportedError,
     VariantShape,
     random_gates,
     register_task,
@@ -86,7 +87,6 @@ from attnbench.metrics import DENSITY
 from attnbench.tasks.throughput.packed import drawn_lengths, packed_timing
 from attnbench.toolkit import kernel_path
 from attnbench.toolkit.contract import checked_weights
-from attnbench.toolkit.cuda_graph import graphed
 from attnbench.toolkit.memory import isolated_cpu_peak, peak_memory_mib
 from attnbench.toolkit.timed import (
     Measurement,
@@ -96,6 +96,7 @@ from attnbench.toolkit.timed import (
     first_call,
     gemm_gflops,
     gradient_errors,
+    graphed,
     kernel_errors,
     time_against,
     timed_inputs,
@@ -124,7 +125,7 @@ class ThroughputParams(TimingParams):
     doc_median: int | None = None
     doc_sigma: float = 1.0
     # on CUDA, time each call (the variant's and dense SDPA's) replayed as a CUDA graph, the host's
-    # kernel launches taken out (attnbench.toolkit.cuda_graph); elsewhere the job is unsupported
+    # kernel launches taken out (attnbench.toolkit.timed.graphed); elsewhere the job is unsupported
     cuda_graph: bool = False
 
 
@@ -647,9 +648,15 @@ class Throughput(Task):
         self, call: Callable[[], object], dense: Callable[[], object], what: str, ctx: JobContext
     ) -> tuple[Callable[[], object], Callable[[], object]]:
         """The two calls to time: as they are, or with ``cuda_graph`` each captured once and
-        replayed (`attnbench.toolkit.cuda_graph`), so the ratio compares replay with replay."""
+        replayed (`attnbench.toolkit.timed.graphed`), so the ratio compares replay with replay.
+        Off CUDA the job is unsupported, with the fix."""
         if not self.params.cuda_graph:
             return call, dense
+        if ctx.device.type != "cuda":
+            raise UnsupportedError(
+                f"task.cuda_graph=true replays the timed calls as CUDA graphs, which needs "
+                f"device=cuda (this job runs on {ctx.device.type}): drop task.cuda_graph off a GPU."
+            )
         return graphed(what, call, ctx.device), graphed("dense SDPA", dense, ctx.device)
 
 

@@ -476,6 +476,18 @@ def test_cuda_graph_timing_off_a_gpu_is_unsupported_with_its_fix():
         _run(seq_len=32, cuda_graph=True)
 
 
+def test_a_graph_replay_off_cuda_is_refused_before_anything_runs():
+    """The toolkit's `graphed` has no graphs to capture off CUDA: it refuses, naming the call,
+    and never calls it (a call run eagerly instead would be timed as if replayed)."""
+    from attnbench.toolkit.timed import graphed
+    from attnbench.variant import UnsupportedError
+
+    calls = []
+    with pytest.raises(UnsupportedError, match=r"the forward is replayed .* on CUDA only"):
+        graphed("the forward", lambda: calls.append(1), torch.device("cpu"))
+    assert not calls
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_graph_timing_replays_both_calls_and_says_so():
     task = build_task("throughput", {"min_run_time": 0.01, "seq_len": 256, "cuda_graph": True})

@@ -122,11 +122,11 @@ def test_a_recurrent_peer_computes_what_our_variant_computes(name, causal):
 
 @pytest.mark.parametrize("name", VARIANTS.names())
 def test_a_cuda_graph_replay_recomputes_the_eager_forward(name):
-    """The throughput task's ``cuda_graph`` timing (`attnbench.toolkit.cuda_graph`) replays a
+    """The throughput task's ``cuda_graph`` timing (`attnbench.toolkit.timed.graphed`) replays a
     captured forward: the replay must compute what the eager call computes, on new inputs
     copied into the captured ones (a replay that kept the capture's values, or skipped work,
     fails). A variant whose call needs the host at each run is refused with torch's reason."""
-    from attnbench.toolkit.cuda_graph import graphed
+    from attnbench.toolkit.timed import graphed
 
     variant = _variant(name).cuda()
     causal = variant.supports_causal
