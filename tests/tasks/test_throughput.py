@@ -483,9 +483,7 @@ def test_a_graph_replay_off_cuda_is_refused_before_anything_runs():
     from attnbench.variant import UnsupportedError
 
     calls = []
-    with pytest.raises(
-        UnsupportedError, match=r"the forward can be replayed as a CUDA graph on CUDA only"
-    ):
+    with pytest.raises(UnsupportedError, match=r"the forward can be replayed .* on CUDA only"):
         graphed("the forward", lambda: calls.append(1), torch.device("cpu"))
     assert not calls
 
