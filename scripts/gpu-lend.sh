@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One GPU lend in one call (the device machine: 15 minutes, bare, no network). Run from the
-# repository root with the wheels in .whl/ (attnbench's own, built from this commit, and the
-# pure-Python packages the machine lacks: docs/speed.md, "On CUDA"). Writes under $OUT:
+# repository root with the wheels in .whl/ (scripts/gpu-wheels.sh builds them: attnbench's own,
+# from this commit, and the pure-Python packages the machine lacks), `carry: [".whl"]`,
+# timeout_s=600. Writes under $OUT:
 # env.txt, sweep.log, cuda-tests.log and results.tgz (the new records of results/reference-gpu
 # and every log, packed on any exit).
 #   1. (in parallel, at most 3 min) FLA's Triton kernels compiled by throw-away jobs (alone, each
