@@ -34,7 +34,7 @@ REFUSALS = [
     (["-m", "variant=softmax,linaer"], "Unknown variant 'linaer'. Did you mean: linear?"),
     (
         ["sweep=doesnotexist"],
-        "sweep=doesnotexist is not a sweep preset. Presets: gqa, lm, long, mad, paper,",
+        "sweep=doesnotexist is not a sweep preset. Presets: gpu, gqa, lm, long, mad, paper,",
     ),
     (["-m", "sweep=quik"], "sweep=quik is not a sweep preset. Did you mean quick? Presets:"),
     (["sweep=quick"], "sweep=quick selects a sweep preset; add -m to run it"),
