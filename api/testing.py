@@ -117,22 +117,29 @@ def gates_of_keys(
     ``value_dim`` channels (None: D). Gates that follow the keys position by position keep
     every contract test meaningful unchanged: a batch element's gates are its own, perturbing
     the future perturbs only future gates, and repeating a key/value head repeats its gates.
-    {} for an ungated variant."""
+    {} for an ungated variant.
+
+    Computed in float64 from the keys as given and rounded once to their dtype, so that a
+    half-precision call gets the float64 call's gates up to that rounding (its keys' own): in
+    bfloat16, the cosines' arguments (up to 63·9) are not even whole numbers and a 64-term sum
+    rounds at every step, which put `gated_delta_product`'s bfloat16 forward 0.31 off its
+    float64 one where the variant itself is 0.008 off."""
     d = k.shape[-1]
     dv = d if value_dim is None else value_dim
-    idx = torch.arange(d, device=k.device, dtype=k.dtype)
+    wide = k.to(torch.float64)
+    idx = torch.arange(d, device=k.device, dtype=torch.float64)
     gates = {}
     for i, (name, width) in enumerate(sorted(variant.gates.items())):
         if width == "head":
             weights = torch.cos(idx * (i + 1) + 0.5) * (2.0 / d) ** 0.5
-            gates[name] = (k * weights).sum(dim=-1, keepdim=True)
-        elif width == "value":  # k times a fixed D×Dv matrix of cosines, made in float64
-            rows = torch.arange(d, dtype=torch.float64)[:, None] * (i + 1)
-            columns = torch.arange(dv, dtype=torch.float64) * 0.7
-            weights = torch.cos(rows + columns + 0.5) * (2.0 / d) ** 0.5
-            gates[name] = k @ weights.to(device=k.device, dtype=k.dtype)
+            gate = (wide * weights).sum(dim=-1, keepdim=True)
+        elif width == "value":  # k times a fixed D×Dv matrix of cosines
+            rows = idx[:, None] * (i + 1)
+            columns = torch.arange(dv, device=k.device, dtype=torch.float64) * 0.7
+            gate = wide @ (torch.cos(rows + columns + 0.5) * (2.0 / d) ** 0.5)
         else:
-            gates[name] = k.roll(i + 1, dims=-1)
+            gate = wide.roll(i + 1, dims=-1)
+        gates[name] = gate.to(k.dtype)
     return gates
 
 
