@@ -486,6 +486,13 @@ class Throughput(Task):
         check_timing_settings(self)
         if self.params.doc_lengths is not None:
             self._check_documents()
+        if self.params.cuda_graph and (
+            self.params.doc_lengths is not None or self.params.doc_median is not None
+        ):
+            raise ValueError(
+                "task.cuda_graph=true replays one sequence's calls, not the packed documents' "
+                "(task.doc_lengths / task.doc_median): drop one of them."
+            )
         if self.params.doc_median is not None:
             self._check_drawn_documents()
         elif self.params.doc_sigma != 1.0:
@@ -539,6 +546,11 @@ class Throughput(Task):
 
     def measure(self, ctx: JobContext) -> TaskResult:
         p = self.params
+        if p.cuda_graph and ctx.device.type != "cuda":  # before anything is built or checked
+            raise UnsupportedError(
+                f"task.cuda_graph=true replays the timed calls as CUDA graphs, which needs "
+                f"device=cuda (this job runs on {ctx.device.type}): drop task.cuda_graph off a GPU."
+            )
         variant = ctx.build_variant(VariantShape(p.n_heads, p.head_dim, p.seq_len, p.n_kv_heads))
         if p.doc_lengths is not None or p.doc_median is not None:  # packed against padded only
             lengths = p.doc_lengths or drawn_lengths(
@@ -638,9 +650,8 @@ class Throughput(Task):
                 for t in (qg, kg, vg):
                     t.grad = None
 
-            bwd = time_against(
-                *self._timed(forward_backward, dense_forward_backward, "the backward", ctx), ctx, p
-            )
+            timed = self._timed(forward_backward, dense_forward_backward, "the fwd+bwd", ctx)
+            bwd = time_against(*timed, ctx, p)
             record.add_timing("fwd_bwd", bwd, samples="fwd_bwd_samples_ms")
         return record.result()
 
@@ -649,14 +660,9 @@ class Throughput(Task):
     ) -> tuple[Callable[[], object], Callable[[], object]]:
         """The two calls to time: as they are, or with ``cuda_graph`` each captured once and
         replayed (`attnbench.toolkit.timed.graphed`), so the ratio compares replay with replay.
-        Off CUDA the job is unsupported, with the fix."""
+        (`measure` refuses it off CUDA before anything runs.)"""
         if not self.params.cuda_graph:
             return call, dense
-        if ctx.device.type != "cuda":
-            raise UnsupportedError(
-                f"task.cuda_graph=true replays the timed calls as CUDA graphs, which needs "
-                f"device=cuda (this job runs on {ctx.device.type}): drop task.cuda_graph off a GPU."
-            )
         return graphed(what, call, ctx.device), graphed("dense SDPA", dense, ctx.device)
 
 

@@ -476,6 +476,11 @@ def test_cuda_graph_timing_off_a_gpu_is_unsupported_with_its_fix():
         _run(seq_len=32, cuda_graph=True)
 
 
+def test_cuda_graph_timing_of_packed_documents_is_refused_in_one_sentence():
+    with pytest.raises(ValueError, match=r"task.cuda_graph=true replays one sequence.*drop one"):
+        build_task("throughput", {"cuda_graph": True, "doc_lengths": [16, 16]})
+
+
 def test_a_graph_replay_off_cuda_is_refused_before_anything_runs():
     """The toolkit's `graphed` has no graphs to capture off CUDA: it refuses, naming the call,
     and never calls it (a call run eagerly instead would be timed as if replayed)."""
