@@ -3,23 +3,29 @@
 # repository root with the wheels in .whl/ (scripts/gpu-wheels.sh builds them: attnbench's own,
 # from this commit, and the pure-Python packages the machine lacks), `carry: [".whl"]`,
 # timeout_s=600. Writes under $OUT:
-# env.txt, sweep.log, cuda-tests.log and results.tgz (the new records of results/reference-gpu
-# and every log, packed on any exit).
+# env.txt, sweep.log, cuda-tests.log and results-PART.tgz (the new records, to copy into
+# results/reference-gpu/runs, and every log, packed on any exit).
 #   1. (in parallel, at most 3 min) FLA's Triton kernels compiled by throw-away jobs (alone, each
 #      compiles in 1-2 min; beside a loaded host they did not finish in 3½), and the CUDA tests
 #      that need no FLA kernel;
-#   2. (alone, at most 5 min) `sweep=gpu` into results/reference-gpu: a job with a current record
-#      there (from an earlier lend, committed) is not run again, so lends add up;
+#   2. (alone, at most 5 min) `sweep=gpu` beside the committed records of results/reference-gpu:
+#      a job with a current record there (an earlier lend's) is not run again, so lends add up;
 #   3. (1 min) the FLA peers' CUDA tests, their kernels compiled by then.
+# `scripts/gpu-lend.sh sweep` runs part 2 alone: a second call on the still-warm machine (within
+# its 30 s idle release; the wheels installed by the first), for the sweep's jobs left over.
 # Each pytest stops a test at 150 s (pytest-timeout) rather than losing its report to the call's
 # limit. The inner limits add up to 560 s, for a call's timeout_s=600: a call killed at its limit
 # runs no exit trap, and its records would stay on the machine.
 set -uo pipefail
+PART=${1:-all}
 OUT=${OUT:-/tmp/gpu-lend}; LOGS=/tmp/lend-logs; mkdir -p "$OUT" "$LOGS"
-BOARD=results/reference-gpu; touch /tmp/lend-start
+# the sweep's folder: the committed records copied in (a job with a current one is not run
+# again), outside the checkout, which the next call's copy of the working tree replaces
+BOARD=/tmp/gpu-results; mkdir -p "$BOARD/runs"; cp -n results/reference-gpu/runs/*.json "$BOARD/runs/"
+touch /tmp/lend-start
 trap 'find "$BOARD/runs" -newer /tmp/lend-start -name "*.json" >/tmp/new-records;
-tar czf "$OUT/results.tgz" -T /tmp/new-records -C /tmp lend-logs warm 2>/dev/null; ls -la "$OUT"' EXIT
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+tar czf "$OUT/results-$PART.tgz" -T /tmp/new-records -C /tmp lend-logs warm 2>/dev/null; ls -la "$OUT"' EXIT
+[ "$PART" = sweep ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1 TRITON_CACHE_AUTOTUNING=1
 { nvidia-smi; nproc; uptime; python3 -c "import torch, triton, fla, attnbench; print('torch',
@@ -33,6 +39,11 @@ FLA=peer_fla_linear,peer_fla_decay,peer_fla_delta_net,peer_fla_gated_delta_net,p
 TESTS="tests/variants/test_cuda.py tests/harness/test_memory.py tests/variants/test_blocksparse.py
  tests/harness/test_preflight.py tests/tasks/test_throughput.py::test_cuda_graph_timing_replays_both_calls_and_says_so"
 PYTEST="python3 -m pytest -o addopts= -v -rfEs --tb=short -p no:cacheprovider --timeout=150"
+if [ "$PART" = sweep ]; then
+  timeout -k 5 540 attnbench -m sweep=gpu device=cuda dtype=bfloat16 results_dir=$BOARD \
+    2>&1 | tee "$OUT/sweep.log" | grep -E "jobs done|failed|Error" | tail -8
+  exit
+fi
 # 1. FLA's kernels compiled, beside the tests that need none of them
 timeout -k 5 175 attnbench -m hydra/launcher=joblib hydra.launcher.n_jobs=6 "variant=$FLA" $SIZE \
   task.max_timing_s=0.5 results_dir=/tmp/warm >"$LOGS/warm.log" 2>&1 &
