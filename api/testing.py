@@ -120,10 +120,9 @@ def gates_of_keys(
     {} for an ungated variant.
 
     Computed in float64 from the keys as given and rounded once to their dtype, so that a
-    half-precision call gets the float64 call's gates up to that rounding (its keys' own): in
-    bfloat16, the cosines' arguments (up to 63·9) are not even whole numbers and a 64-term sum
-    rounds at every step, which put `gated_delta_product`'s bfloat16 forward 0.31 off its
-    float64 one where the variant itself is 0.008 off."""
+    half-precision call gets the float64 call's gates up to that rounding (its keys' own), not
+    other gates: in bfloat16 the cosines' arguments i·(j + 1) + 0.5 round to whole numbers past
+    128, and a D-term sum rounds at every step."""
     d = k.shape[-1]
     dv = d if value_dim is None else value_dim
     wide = k.to(torch.float64)

@@ -71,8 +71,8 @@ class _FlaPeer(PeerVariant):
     def check_inputs(self, q, k, v, causal) -> None:
         """As every variant's, and the kernel's `refused_dtypes` refused with
         `UnsupportedError`, so that such a call leaves the throughput task's timed error
-        unmeasured instead of failing the job (on an H200 every FLA peer failed there, in the
-        error check's float64 reference) and a test skips it with the reason."""
+        unmeasured instead of failing the job (the error check's reference is float64) and a
+        test skips it with the reason."""
         if q.dtype in self.refused_dtypes:
             dtype = str(q.dtype).removeprefix("torch.")
             raise UnsupportedError(f"{self.name} refuses {dtype}: {self.refused_dtypes[q.dtype]}.")
@@ -179,8 +179,8 @@ class FlaDeltaNetPeer(_FlaRecurrentPeer):
     family = "delta"
     peer_of = "delta_net"
     gates = {"beta": "head"}
-    # chunk_delta_rule asserts "does not support float32" (fla-core 0.6.0; an AssertionError
-    # failed six CUDA tests on an H200); its gated sibling takes float32
+    # chunk_delta_rule asserts "does not support float32" (fla-core 0.6.0: an AssertionError,
+    # not a refusal); its gated sibling takes float32
     refused_dtypes = {
         **_FlaPeer.refused_dtypes,
         torch.float32: "FLA's chunk_delta_rule takes bfloat16 and float16 only",

@@ -11,11 +11,14 @@
 #   2. (alone, at most 5 min) `sweep=gpu` beside the committed records of results/reference-gpu:
 #      a job with a current record there (an earlier lend's) is not run again, so lends add up;
 #   3. (1 min) the FLA peers' CUDA tests, their kernels compiled by then.
-# `scripts/gpu-lend.sh sweep` runs part 2 alone: a second call on the still-warm machine (within
-# its 30 s idle release; the wheels installed by the first), for the sweep's jobs left over.
+# `scripts/gpu-lend.sh sweep [SECONDS]` runs part 2 alone, for SECONDS (default 240): a second
+# call on the still-warm machine (within its 30 s idle release; the wheels installed by the
+# first), for the sweep's jobs left over; give it timeout_s = SECONDS + 30 and no more than the
+# lend has left, or the call is killed at its limit and its records stay there.
 # Each pytest stops a test at 150 s (pytest-timeout) rather than losing its report to the call's
-# limit. The inner limits add up to 560 s, for a call's timeout_s=600: a call killed at its limit
-# runs no exit trap, and its records would stay on the machine.
+# limit. The inner limits add up to 550 s (their grace periods included; the installs take about
+# 20 more), for a call's timeout_s=600: a call killed at its limit runs no exit trap, and its
+# records would stay on the machine.
 set -uo pipefail
 PART=${1:-all}
 OUT=${OUT:-/tmp/gpu-lend}; LOGS=/tmp/lend-logs; mkdir -p "$OUT" "$LOGS"
@@ -23,8 +26,10 @@ OUT=${OUT:-/tmp/gpu-lend}; LOGS=/tmp/lend-logs; mkdir -p "$OUT" "$LOGS"
 # again), outside the checkout, which the next call's copy of the working tree replaces
 BOARD=/tmp/gpu-results; mkdir -p "$BOARD/runs"; cp -n results/reference-gpu/runs/*.json "$BOARD/runs/"
 touch /tmp/lend-start
-trap 'find "$BOARD/runs" -newer /tmp/lend-start -name "*.json" >/tmp/new-records;
-tar czf "$OUT/results-$PART.tgz" -T /tmp/new-records -C /tmp lend-logs warm 2>/dev/null; ls -la "$OUT"' EXIT
+trap 'kill $CLOCKS 2>/dev/null; find "$BOARD/runs" -newer /tmp/lend-start -name "*.json" \
+  -printf "runs/%P\n" >/tmp/new-records; tar czf "$OUT/results-$PART.tgz" -C "$BOARD" \
+  -T /tmp/new-records -C /tmp lend-logs warm 2>/dev/null; ls -la "$OUT"' EXIT
+CLOCKS=""
 [ "$PART" = sweep ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1 TRITON_CACHE_AUTOTUNING=1
@@ -32,7 +37,8 @@ export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1 TRITON_C
 torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__, 'fla', fla.__version__,
 'attnbench', attnbench.__file__)"; } >"$OUT/env.txt" 2>&1
 nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,temperature.gpu,power.draw,utilization.gpu \
-  --format=csv -lms 1000 >"$LOGS/clocks.csv" 2>&1 &
+  --format=csv -lms 1000 >>"$LOGS/clocks.csv" 2>&1 &
+CLOCKS=$!
 SIZE="task=throughput task.seq_len=8192 task.batch_size=2 task.n_heads=16 task.head_dim=128
  task.causal=true task.backward=true device=cuda dtype=bfloat16 task.min_run_time=0.1"
 FLA=peer_fla_linear,peer_fla_decay,peer_fla_delta_net,peer_fla_gated_delta_net,peer_fla_gla,peer_fla_mamba2
@@ -40,7 +46,7 @@ TESTS="tests/variants/test_cuda.py tests/harness/test_memory.py tests/variants/t
  tests/harness/test_preflight.py tests/tasks/test_throughput.py::test_cuda_graph_timing_replays_both_calls_and_says_so"
 PYTEST="python3 -m pytest -o addopts= -v -rfEs --tb=short -p no:cacheprovider --timeout=150"
 if [ "$PART" = sweep ]; then
-  timeout -k 5 540 attnbench -m sweep=gpu device=cuda dtype=bfloat16 results_dir=$BOARD \
+  timeout -k 5 "${2:-240}" attnbench -m sweep=gpu device=cuda dtype=bfloat16 results_dir=$BOARD \
     2>&1 | tee "$OUT/sweep.log" | grep -E "jobs done|failed|Error" | tail -8
   exit
 fi

@@ -17,11 +17,11 @@ job's result. What each task times, and what it derives from a timing, is its ow
 **A timed call replayed as a CUDA graph** (`graphed`, throughput's ``cuda_graph``): its kernel
 launches recorded once, replayed as one. A chunked mixer's forward loops over its chunks in
 Python, a few small kernels per chunk (256 chunks of 32 at 8k positions), so on a GPU its eager
-time is mostly the host launching kernels, not the GPU running them: on an H200, delta_net's
-chunked forward took 9–25 ms eagerly where FLA's fused kernel took 1.3 ms (docs/speed.md, "On
-CUDA"). A GPU user deploys such a loop captured in a graph (`torch.compile`'s "reduce-overhead"
-mode captures one too); what a replay costs is the kernels' own time. The reference is replayed
-the same way in the same job, so the ratio compares replay with replay.
+time is mostly the host launching kernels, not the GPU running them, and it moves with the
+host's speed and load (docs/speed.md, "On CUDA", measures both). A GPU user deploys such a loop
+captured in a graph (`torch.compile`'s "reduce-overhead" mode captures one too); what a replay
+costs is the kernels' own time. The reference is replayed the same way in the same job, so the
+ratio compares replay with replay.
 """
 
 from __future__ import annotations
@@ -250,20 +250,23 @@ def graphed(what: str, call: Callable[[], object], device: torch.device) -> Call
         raise UnsupportedError(
             f"{what} can be replayed as a CUDA graph on CUDA only, not {device}."
         )
-    side = torch.cuda.Stream(device)
-    side.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(side):
-        for _ in range(WARM_CALLS):
-            call()
-    torch.cuda.current_stream(device).wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    try:
-        with torch.cuda.graph(graph):
-            call()
-    except RuntimeError as err:  # torch's capture errors (AcceleratorError is one too)
-        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise UnsupportedError(f"{what} cannot be captured in a CUDA graph: {reason}") from err
-    torch.cuda.synchronize(device)
+    with torch.cuda.device(device):  # the capture is on the current device: make it the job's
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            for _ in range(WARM_CALLS):
+                call()
+        torch.cuda.current_stream(device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph):
+                call()
+        except (torch.OutOfMemoryError, UnsupportedError):
+            raise  # out of memory is the job's `oom`; a refusal is the call's own
+        except RuntimeError as err:  # torch's capture errors (AcceleratorError is one too)
+            reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise UnsupportedError(f"{what} cannot be captured in a CUDA graph: {reason}") from err
+        torch.cuda.synchronize(device)
     return graph.replay
 
 

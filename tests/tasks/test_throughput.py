@@ -494,11 +494,30 @@ def test_a_graph_replay_off_cuda_is_refused_before_anything_runs():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_cuda_graph_timing_replays_both_calls_and_says_so():
+def test_cuda_graph_timing_replays_both_calls_and_says_so(monkeypatch):
+    """Each timed call, the variant's and dense SDPA's, forward and forward+backward, is the
+    replay of a captured graph (a spy on `graphed` counts the captures and the replays)."""
+    import attnbench.tasks.throughput as throughput
+    from attnbench.toolkit.timed import graphed
+
+    replays: dict[str, int] = {}
+
+    def spy(what, call, device):
+        replay = graphed(what, call, device)
+        replays[what] = 0
+
+        def counted():
+            replays[what] += 1
+            replay()
+
+        return counted
+
+    monkeypatch.setattr(throughput, "graphed", spy)
     task = build_task("throughput", {"min_run_time": 0.01, "seq_len": 256, "cuda_graph": True})
     ctx = _ctx()
     ctx.device, ctx.dtype = torch.device("cuda"), torch.bfloat16
     result = task.measure(ctx)
     points = {p.metric: p for p in result.points}
-    assert points["fwd_ratio"].value > 0 and points["fwd_bwd_ratio"].value > 0
+    assert set(replays) == {"the forward", "the fwd+bwd", "dense SDPA"}
+    assert all(n >= points["fwd_samples"].value for n in replays.values()), replays
     assert result.details["fwd_kernel_path"].endswith("replayed as a CUDA graph")
