@@ -45,9 +45,13 @@ FLA=peer_fla_linear,peer_fla_decay,peer_fla_delta_net,peer_fla_gated_delta_net,p
 TESTS="tests/variants/test_cuda.py tests/harness/test_memory.py tests/variants/test_blocksparse.py
  tests/harness/test_preflight.py tests/tasks/test_throughput.py::test_cuda_graph_timing_replays_both_calls_and_says_so"
 PYTEST="python3 -m pytest -o addopts= -v -rfEs --tb=short -p no:cacheprovider --timeout=150"
-if [ "$PART" = sweep ]; then
-  timeout -k 5 "${2:-240}" attnbench -m sweep=gpu device=cuda dtype=bfloat16 results_dir=$BOARD \
+# sweep=gpu timed alone, one job at a time, the most needed first, for $1 seconds at most
+sweep() {
+  timeout -k 5 "$1" attnbench -m sweep=gpu device=cuda dtype=bfloat16 results_dir=$BOARD \
     2>&1 | tee "$OUT/sweep.log" | grep -E "jobs done|failed|Error" | tail -8
+}
+if [ "$PART" = sweep ]; then
+  sweep "${2:-240}"
   exit
 fi
 # 1. FLA's kernels compiled, beside the tests that need none of them
@@ -58,9 +62,8 @@ timeout -k 5 175 $PYTEST -n 6 -k "not peer_fla" $TESTS >"$OUT/cuda-tests.log" 2>
 pids+=($!)
 wait "${pids[@]}"
 tail -3 "$OUT/cuda-tests.log"
-# 2. timed alone, one job at a time, the most needed first (conf/sweep/gpu.yaml)
-timeout -k 5 300 attnbench -m sweep=gpu device=cuda dtype=bfloat16 results_dir=$BOARD \
-  2>&1 | tee "$OUT/sweep.log" | grep -E "jobs done|failed|Error" | tail -8
+# 2. the sweep (conf/sweep/gpu.yaml)
+sweep 300
 # 3. the FLA peers' tests
 timeout -k 5 60 $PYTEST -n 4 -k "peer_fla" $TESTS >"$LOGS/cuda-tests-fla.log" 2>&1
 tail -3 "$LOGS/cuda-tests-fla.log"
