@@ -181,6 +181,44 @@ def test_second_ctrl_c_stops_the_running_job_now(hydra_sweep_runner, tmp_path):
     assert OUTCOME.failed_jobs == []  # an interrupted job is not a failure
 
 
+def test_a_sigterm_inside_hydra_s_composition_of_the_next_job_is_the_stop(
+    hydra_sweep_runner, tmp_path, monkeypatch
+):
+    """SIGTERM between jobs lands in Hydra's composition of the next one (the basic launcher
+    composes each job before running it), whose clean-up of the half-made config raises an
+    AttributeError. That error is the stop: counted (bar=3 and 4 not run), exit 143, not Hydra's
+    error with exit 1 and no count (CI met it in test_a_stopped_sweep_runs_no_seeds_at_best)."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
+    from attnbench.harness.sweep.stop import terminate_now
+
+    compose = ConfigLoaderImpl.load_sweep_config
+    armed: list[bool] = []
+
+    def interrupted(self, master_config, sweep_overrides):
+        if armed:
+            armed.clear()
+            try:
+                terminate_now(signal.SIGTERM, None)  # as the handler does: KeyboardInterrupt
+            finally:
+                raise AttributeError("'NoneType' object has no attribute '_invalidate_flags_cache'")
+        return compose(self, master_config, sweep_overrides)
+
+    def task(cfg):
+        armed.extend([True] * (cfg.bar == 2))  # the next composition is bar=3's
+        return cfg.bar
+
+    monkeypatch.setattr(ConfigLoaderImpl, "load_sweep_config", interrupted)
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        returns = _sweep(hydra_sweep_runner, tmp_path, task, "hydra/launcher=basic", "bar=1,2,3,4")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert returns == []  # the launch was cut short: its returns are lost, its records are not
+    assert OUTCOME.interrupted and OUTCOME.not_run == 2 and OUTCOME.exit_status() == 143
+    assert OUTCOME.report()[-1].startswith("stopped by SIGTERM; 2 job(s) not run.")
+
+
 def test_a_worker_pool_broken_by_the_ctrl_c_is_the_stop_not_a_traceback(
     hydra_sweep_runner, tmp_path, monkeypatch, capfd
 ):

@@ -47,7 +47,7 @@ from attnbench.harness.jobs.preflight import ConfigError
 from attnbench.harness.sweep.callbacks import forget_hydra_output, hydra_output
 from attnbench.harness.sweep.hard_stop import interrupt_noted, stop_watching, watch_stops
 from attnbench.harness.sweep.outcome import INTERRUPTED, OUTCOME, TERMINATED
-from attnbench.harness.sweep.stop import terminate_now
+from attnbench.harness.sweep.stop import raised_by_a_stop, terminate_now
 from attnbench.registry import UnknownNameError
 
 
@@ -96,20 +96,6 @@ def _hydra_raises() -> Iterator[None]:
             os.environ.pop("HYDRA_FULL_ERROR", None)
         else:
             os.environ["HYDRA_FULL_ERROR"] = before
-
-
-def _raised_by_a_ctrl_c(exc: BaseException) -> bool:
-    """Whether ``exc`` was raised while a Ctrl-C (KeyboardInterrupt) was being handled: a
-    Ctrl-C that lands inside OmegaConf's composition leaves an object half-made, and its
-    clean-up can raise "'NoneType' object has no attribute '_invalidate_flags_cache'", which
-    Hydra would report as its own error, exit status 1. It is the Ctrl-C."""
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, KeyboardInterrupt):
-            return True
-        seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
-    return False
 
 
 def _hydra_report(exc: Exception) -> NoReturn:
@@ -207,7 +193,7 @@ def _main() -> None:
             _done()
             _refuse_output_failure(exc)
         except Exception as exc:
-            if _raised_by_a_ctrl_c(exc):
+            if raised_by_a_stop(exc):
                 raise KeyboardInterrupt from None
             _hydra_report(exc)
     except KeyboardInterrupt:  # outside a sweep's jobs (which the sweeper stops cleanly)

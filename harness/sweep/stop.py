@@ -70,6 +70,21 @@ def terminate_now(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
+def raised_by_a_stop(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised while a stop (Ctrl-C, or SIGTERM, which `terminate_now` turns
+    into ``KeyboardInterrupt``) was being handled: one that lands inside OmegaConf's composition
+    (Hydra composes each job's config between jobs) leaves an object half made, and its clean-up
+    can raise "'NoneType' object has no attribute '_invalidate_flags_cache'", which would be
+    reported as Hydra's own error, exit status 1. It is the stop."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 class StopSweep(BaseException):  # noqa: N818 (a control-flow signal, like KeyboardInterrupt)
     """Raised by `GuardedTask` in the sweeper's process when the running job is done and a stop
     was requested: ends the launcher's loop without starting the next job."""

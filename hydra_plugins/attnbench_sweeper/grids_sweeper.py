@@ -90,6 +90,7 @@ from attnbench.harness.sweep.stop import (
     GracefulStop,
     GuardedTask,
     StopSweep,
+    raised_by_a_stop,
 )
 from attnbench.harness.sweep.warm import KernelWarmer
 
@@ -611,8 +612,9 @@ class GridsSweeper(BasicSweeper):
                 except Exception as exc:
                     # A Ctrl-C while joblib's workers start reaches them before they ignore it
                     # (GuardedTask), and the pool breaks (BrokenProcessPool): after a Ctrl-C a
-                    # launcher's failure is the stop it asked for, not a traceback.
-                    if stop.requested:
+                    # launcher's failure is the stop it asked for, not a traceback. So is an
+                    # error raised by a stop that landed in Hydra's set-up of the next job.
+                    if stop.requested or raised_by_a_stop(exc):
                         self._aborted(batch, exc)
                     elif isinstance(exc, OSError):  # Hydra's own writes for a job: config, log
                         self._launch_failed(batch, exc)
@@ -675,6 +677,11 @@ class GridsSweeper(BasicSweeper):
         started, finished, failures = self.guard.take_batch()
         for overrides, error in failures:
             OUTCOME.job_failed(overrides, error)
-        in_process = isinstance(exc, StopSweep) or started > 0 or before_any_job
+        in_process = (
+            isinstance(exc, StopSweep)
+            or started > 0
+            or before_any_job
+            or isinstance(self._launcher_of(batch), BasicLauncher)
+        )
         later = sum(len(b) for b in self.overrides[self.batch_index :])
         OUTCOME.stopped(later + len(batch) - finished if in_process else None)
