@@ -182,8 +182,8 @@ def _headline_cell(computed: Standings, h: Headline, key: tuple) -> Cell:
 
 
 _RANK_HELP = (
-    "Rank by the mean win rate over the quality columns, among the rows ranked in the same set "
-    "of quality columns (the rule above the table); cost is ranked in its own column"
+    "Rank by the mean win rate over one set of quality columns, among the rows ranked in all of "
+    "them (the rule above the table); cost is ranked in its own column"
 )
 
 
@@ -197,8 +197,10 @@ def _rule(computed: Standings, cost: list[Headline]) -> str:
         text = (
             f"Quality rank: the mean win rate over the quality columns ({names}), given only to "
             "the rows ranked in all of them on the same machine and dtype, so that every ranked "
-            "row competed on the same tasks; a row ranked in fewer columns (a kernel timed but "
-            "never trained, a failed task) shows its per-column ranks only."
+            "row competed on the same tasks. Those columns are the set on which the rank rests "
+            "on the most results (rows × columns); a ranked row's other quality columns keep "
+            "their own ranks, and a row not ranked in all of them (a kernel timed but never "
+            "trained, a failed task, a value still learning) shows its per-column ranks only."
         )
     if cost:
         text += (
@@ -219,9 +221,10 @@ def _rule(computed: Standings, cost: list[Headline]) -> str:
 def _columns_text(computed: Standings, key: tuple) -> str:
     """ " (k of n)" after a win rate that does not average the compared columns (the header's
     description says what k and n count)."""
-    cols = computed.ranked_in.get(key, ())
+    cols = set(computed.ranked_in.get(key, ()))
     want = computed.compared_for(key)
-    return "" if cols == want else f" ({len(cols)} of {len(want)})"
+    shared = [c for c in want if c in cols]
+    return "" if len(shared) == len(want) else f" ({len(shared)} of {len(want)})"
 
 
 def _unranked_note(computed: Standings, key: tuple) -> str:

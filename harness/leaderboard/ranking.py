@@ -15,12 +15,17 @@ throughput's ratio to dense SDPA), else a *quality* column. Why not one number o
 single score trades quality for speed at an exchange rate the page would have to invent (is
 0.1 of recall worth 2× the latency?), and an average over whatever columns a row happens to
 have can rank first a variant that was timed but never trained.
-So the overview's rank is the **quality rank**: the mean win rate over the quality columns,
-given only to the entries ranked in *the same set* of quality columns, namely the set with the
-most columns (ties: the one more entries share) within each machine and dtype. An entry ranked
-on fewer or other columns (a sparse variant timed at its paper's size and never trained, a
-library's kernel, a variant whose training failed) shows its per-column ranks and no quality
-rank, and its cell says why. Cost keeps its own column and rank, and the page draws quality
+So the overview's rank is the **quality rank**: the mean win rate over *the same set* of
+quality columns for every entry it ranks, given to the entries ranked in all of them. The set,
+within each machine and dtype, is the one on which the rank rests on the most results (entries
+ranked in all of its columns × columns; ties: more columns), not simply the widest: a sweep
+that runs some tasks for some families only (state tracking for the recurrent mixers), and
+still-learning points that leave a column out of an entry's set, can make the widest set one
+that three entries of twenty share. A ranked entry's other quality columns keep their own
+ranks and enter no aggregate. An entry not ranked in every compared column (a sparse variant
+timed at its paper's size and never trained, a library's kernel, a variant whose training
+failed or is still learning) shows its per-column ranks and no quality rank, and its cell says
+why. Cost keeps its own column and rank, and the page draws quality
 against cost (`harness.leaderboard.tradeoffs`): a Pareto view, where each reader picks the
 exchange rate.
 
@@ -80,6 +85,7 @@ This module computes (`standings`); `harness.leaderboard.overview` turns the res
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -356,6 +362,17 @@ def _add_task(tasks: _TaskResults, h: Headline, judged: _Judged) -> None:
             reason = no_vote_reason(points, h, chance if h.chance_metric else None)
             if reason and not h.cost:
                 tasks.no_vote[h.task] = reason
+        elif not h.cost and not shown.empty:  # shown, yet no contest: say why it has no vote
+            learning = len(only_unsteady)  # entries whose every value was left out
+            tasks.no_vote[h.task] = (
+                f"no setting with two ranked values: {learning} of {len(shown)} variants are "
+                "still learning at their cap"
+                if learning and h.converge_flag
+                else f"no setting with two ranked values: {learning} of {len(shown)} variants "
+                "have only values left out"
+                if learning
+                else "no setting with two ranked values: each was run by one variant only"
+            )
 
 
 def no_vote_reason(points: pd.DataFrame, h: Headline, chance: pd.Series | None = None) -> str:
@@ -426,17 +443,19 @@ def _quality_rank(
     group = {h.task: h.group or h.task for h in headlines}
     by_task = pd.concat({t: rates[t] for t in quality}, axis=1)
     ranked_in = by_task.notna().apply(lambda row: tuple(row.index[row]), axis=1)
-    compared = compared_columns(ranked_in)
+    compared = compared_columns(ranked_in, list(by_task.columns))
     like_with_like = pd.Series(
-        [compared.get(hardware_of(k)) == cols for k, cols in ranked_in.items()],
+        [set(compared.get(hardware_of(k), ("",))) <= set(cols) for k, cols in ranked_in.items()],
         index=ranked_in.index,
         dtype=bool,
     )
     aggregate = _votes(by_task, group).mean(axis=1)
-    ranked = ranked_in.index[like_with_like]
-    among_ranked = _rates_among(ranked, {t: contests[t] for t in quality})
-    if not among_ranked.empty:
-        aggregate.loc[among_ranked.index] = _votes(among_ranked, group).mean(axis=1)
+    for hardware, columns in compared.items():  # the ranked: the compared columns, each other
+        here = np.array([hardware_of(k) == hardware for k in ranked_in.index], dtype=bool)
+        ranked = ranked_in.index[like_with_like.to_numpy() & here]
+        among_ranked = _rates_among(ranked, {t: contests[t] for t in columns})
+        if not among_ranked.empty:
+            aggregate.loc[among_ranked.index] = _votes(among_ranked, group).mean(axis=1)
     overall = rank_within_hardware(aggregate[like_with_like])
     return _QualityRank(aggregate, overall, compared, ranked_in)
 
@@ -457,18 +476,37 @@ def _rates_among(entries: pd.Index, contests: dict[str, tuple[pd.DataFrame, bool
     return pd.concat(rates, axis=1) if rates else pd.DataFrame()
 
 
-def compared_columns(ranked_in: pd.Series) -> dict[tuple[str, str], tuple[str, ...]]:
-    """(machine, dtype) → the set of quality columns the quality rank compares there: the set
-    with the most columns among the entries' sets ``ranked_in`` (index ENTRY), ties broken by
-    how many entries share it, then by the columns' names (module docstring)."""
+def compared_columns(
+    ranked_in: pd.Series, order: list[str] | None = None
+) -> dict[tuple[str, str], tuple[str, ...]]:
+    """(machine, dtype) → the set of quality columns the quality rank compares there: of the
+    sets of columns some entries are all ranked in (``ranked_in``, index ENTRY: each entry's
+    columns), the one on which the rank rests on the most results, entries ranked in all of
+    them × columns; ties broken by more columns, then by the columns' names (module docstring).
+    ``order``: the columns' order on the page, which the returned sets keep (else by name).
+
+    Not simply the set with the most columns: where a sweep runs some tasks for some families
+    only (state tracking for the recurrent mixers) and a still-learning point leaves its column
+    out of an entry's set, the widest set can be shared by three entries of twenty."""
     out: dict[tuple[str, str], tuple[str, ...]] = {}
     if ranked_in.empty:
         return out
     for (machine, dtype), group in ranked_in.groupby(level=[MACHINE, "dtype"]):
-        counts = group.value_counts()
-        best = min(counts.index, key=lambda cols: (-len(cols), -counts[cols], cols))
-        if best:
-            out[(machine, dtype)] = best
+        sets = [frozenset(cols) for cols in group]
+        columns = sorted(frozenset().union(*sets))
+        if order is not None:
+            columns = [col for col in order if col in columns]
+        best: tuple[int, int, tuple[str, ...]] | None = None
+        for size in range(1, len(columns) + 1):  # a handful of quality columns: every subset
+            for chosen in itertools.combinations(columns, size):
+                shared = sum(1 for s in sets if s.issuperset(chosen))
+                if shared == 0:
+                    continue
+                key = (-shared * size, -size, chosen)
+                if best is None or key < best:
+                    best = key
+        if best is not None:
+            out[(machine, dtype)] = best[2]
     return out
 
 

@@ -277,6 +277,47 @@ def test_a_row_ranked_in_fewer_quality_columns_gets_no_quality_rank():
     assert "never averaged" in overview(frame, [*QUALITY, COST], FAMILIES).rule
 
 
+def test_the_compared_columns_are_the_set_the_most_results_share():
+    """A, B and C ran q1, q2 and q3; D to I ran q1 and q2 only (q3 is for some families, or
+    their q3 was still learning). The widest set, {q1, q2, q3}, would rank three of nine rows;
+    {q1, q2} rests on 9 × 2 results against 3 × 3, so it is compared and all nine are ranked,
+    each on q1 and q2 only: A's win in q3 moves no aggregate. An entry ranked in q3 only stays
+    out, "(0 of 2)"."""
+    headlines = [*QUALITY, Headline("q3", "acc", True)]
+    levels = dict(zip("ABCDEFGHI", [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9], strict=True))
+    rows = [("q1", "acc", v, x) for v, x in levels.items()]
+    rows += [("q2", "acc", v, x) for v, x in levels.items()]
+    rows += [("q3", "acc", v, x) for v, x in (("A", 0.99), ("B", 0.5), ("C", 0.4), ("J", 0.9))]
+    frame = _table(rows)
+    computed = standings(frame, headlines)
+    assert computed.compared[(CPU, "float32")] == ("q1", "q2")
+    ranks = {key[0]: r for key, r in computed.overall.items()}
+    assert ranks == {v: 9 - i for i, v in enumerate("ABCDEFGHI")}  # I first, q3 counts for none
+    aggregate = {key[0]: a for key, a in computed.aggregate.items()}
+    assert aggregate["A"] == 0.0 and aggregate["I"] == 1.0
+    result = _rows(overview(frame, headlines, FAMILIES))
+    assert result[("J", CPU)]["rank"].text == "–"
+    assert result[("J", CPU)]["win_rate"].text.endswith("(0 of 2)")
+    assert not result[("A", CPU)]["win_rate"].text.endswith(")")  # ranked: q1 and q2 averaged
+
+
+def test_a_column_of_values_still_learning_says_why_it_casts_no_vote():
+    """Trained column q3: B and C still learning at their cap (flag 0), A converged. No setting
+    has two ranked values, so q3 casts no vote, and its reason says how many were still
+    learning, not nothing (the regenerated reference's compression: 13 of 14)."""
+    trained = Headline("q3", "acc", True, converge_flag="converged", trained=True)
+    rows = [("q1", "acc", v, x) for v, x in (("A", 0.2), ("B", 0.5), ("C", 0.9))]
+    rows += [("q3", "acc", v, x) for v, x in (("A", 0.3), ("B", 0.5), ("C", 0.6))]
+    rows += [("q3", "converged", v, float(v == "A")) for v in "ABC"]
+    infos = {"q3": TaskInfo("q3", convergence={"acc": "converged"})}
+    frame = _shown(pd.DataFrame([_row(*r) for r in rows], columns=COLUMNS), infos)
+    computed = standings(frame, [QUALITY[0], trained])
+    assert computed.no_vote == {
+        "q3": "no setting with two ranked values: 2 of 3 variants are still learning at their cap"
+    }
+    assert computed.compared[(CPU, "float32")] == ("q1",)
+
+
 def test_a_task_split_into_columns_has_one_vote():
     """Task m shows three columns (modes). A wins q1; B wins every mode of m. Counted per
     column B would lead 3 to 1; counted per task (each has one vote) they tie."""
