@@ -193,7 +193,8 @@ def _rule(computed: Standings, cost: list[Headline]) -> str:
     if not compared:
         text = "No quality column has two entries in a contest, so there is no quality rank."
     else:
-        names = "; ".join(", ".join(cols) for cols in compared)
+        words = {h.task: (h.label or h.task).split(":")[0] for h in computed.headlines}
+        names = "; ".join(", ".join(words.get(c, c) for c in cols) for cols in compared)
         text = (
             f"Quality rank: the mean win rate over the quality columns ({names}), given only to "
             "the rows ranked in all of them on the same machine and dtype, so that every ranked "

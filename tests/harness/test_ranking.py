@@ -299,6 +299,7 @@ def test_the_compared_columns_are_the_set_the_most_results_share():
     assert result[("J", CPU)]["rank"].text == "–"
     assert result[("J", CPU)]["win_rate"].text.endswith("(0 of 2)")
     assert not result[("A", CPU)]["win_rate"].text.endswith(")")  # ranked: q1 and q2 averaged
+    assert "quality columns (q1, q2)" in overview(frame, headlines, FAMILIES).rule
 
 
 def test_a_column_of_values_still_learning_says_why_it_casts_no_vote():
