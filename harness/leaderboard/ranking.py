@@ -363,16 +363,16 @@ def _add_task(tasks: _TaskResults, h: Headline, judged: _Judged) -> None:
             if reason and not h.cost:
                 tasks.no_vote[h.task] = reason
         elif not h.cost and not shown.empty:  # shown, yet no contest: say why it has no vote
-            learning = len(only_unsteady)  # entries whose every value was left out
-            tasks.no_vote[h.task] = (
-                f"no setting with two ranked values: {learning} of {len(shown)} variants are "
-                "still learning at their cap"
-                if learning and h.converge_flag
-                else f"no setting with two ranked values: {learning} of {len(shown)} variants "
-                "have only values left out"
-                if learning
-                else "no setting with two ranked values: each was run by one variant only"
-            )
+            left_out = len(only_unsteady)  # entries whose every value was left out
+            why = "each was run by one variant only"
+            if left_out:
+                what = (
+                    "are still learning at their cap"
+                    if h.converge_flag
+                    else "have only values left out"
+                )
+                why = f"{left_out} of {len(shown)} variants {what}"
+            tasks.no_vote[h.task] = f"no setting with two ranked values: {why}"
 
 
 def no_vote_reason(points: pd.DataFrame, h: Headline, chance: pd.Series | None = None) -> str:
@@ -444,8 +444,11 @@ def _quality_rank(
     by_task = pd.concat({t: rates[t] for t in quality}, axis=1)
     ranked_in = by_task.notna().apply(lambda row: tuple(row.index[row]), axis=1)
     compared = compared_columns(ranked_in, list(by_task.columns))
-    like_with_like = pd.Series(
-        [set(compared.get(hardware_of(k), ("",))) <= set(cols) for k, cols in ranked_in.items()],
+    like_with_like = pd.Series(  # ranked in every compared column of its machine and dtype
+        [
+            hardware_of(k) in compared and set(compared[hardware_of(k)]) <= set(cols)
+            for k, cols in ranked_in.items()
+        ],
         index=ranked_in.index,
         dtype=bool,
     )
