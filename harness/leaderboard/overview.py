@@ -190,7 +190,13 @@ _RANK_HELP = (
 def _rule(computed: Standings, cost: list[Headline]) -> str:
     """The sentence above the overview saying how its ranks are made, naming the columns."""
     compared = sorted({cols for cols in computed.compared.values()})
-    if not compared:
+    if not compared and computed.no_vote:
+        text = (
+            "No quality column votes (each one's header says why: one seed per value, all "
+            "variants tied, at chance or at the ceiling, or still learning), so there is no "
+            "quality rank."
+        )
+    elif not compared:
         text = "No quality column has two entries in a contest, so there is no quality rank."
     else:
         words = {h.task: (h.label or h.task).split(":")[0] for h in computed.headlines}

@@ -317,6 +317,10 @@ def test_a_column_of_values_still_learning_says_why_it_casts_no_vote():
         "q3": "no setting with two ranked values: 2 of 3 variants are still learning at their cap"
     }
     assert computed.compared[(CPU, "float32")] == ("q1",)
+    alone = [r for r in rows if r[0] == "q3"]  # q3 only: no column votes, and the rule says so
+    frame = _shown(pd.DataFrame([_row(*r) for r in alone], columns=COLUMNS), infos)
+    rule = overview(frame, [trained], FAMILIES).rule
+    assert rule.startswith("No quality column votes (each one's header says why")
 
 
 def test_a_task_split_into_columns_has_one_vote():
