@@ -454,8 +454,8 @@ def _quality_rank(
     )
     aggregate = _votes(by_task, group).mean(axis=1)
     for hardware, columns in compared.items():  # the ranked: the compared columns, each other
-        here = np.array([hardware_of(k) == hardware for k in ranked_in.index], dtype=bool)
-        ranked = ranked_in.index[like_with_like.to_numpy() & here]
+        ranked = ranked_in.index[like_with_like]
+        ranked = ranked[[hardware_of(k) == hardware for k in ranked]]
         among_ranked = _rates_among(ranked, {t: contests[t] for t in columns})
         if not among_ranked.empty:
             aggregate.loc[among_ranked.index] = _votes(among_ranked, group).mean(axis=1)
@@ -499,15 +499,13 @@ def compared_columns(
         columns = sorted(frozenset().union(*sets))
         if order is not None:
             columns = [col for col in order if col in columns]
-        best: tuple[int, int, tuple[str, ...]] | None = None
-        for size in range(1, len(columns) + 1):  # a handful of quality columns: every subset
-            for chosen in itertools.combinations(columns, size):
-                shared = sum(1 for s in sets if s.issuperset(chosen))
-                if shared == 0:
-                    continue
-                key = (-shared * size, -size, chosen)
-                if best is None or key < best:
-                    best = key
+        candidates = (  # a handful of quality columns: every subset some entry is ranked in
+            (-shared * len(chosen), -len(chosen), chosen)
+            for size in range(1, len(columns) + 1)
+            for chosen in itertools.combinations(columns, size)
+            if (shared := sum(1 for s in sets if s.issuperset(chosen)))
+        )
+        best = min(candidates, default=None)
         if best is not None:
             out[(machine, dtype)] = best[2]
     return out
