@@ -65,9 +65,17 @@ from attnbench.task import TEST_STREAM, VALIDATION_STREAM
 from attnbench.tasks.icl_regression import baselines as rb
 from attnbench.tasks.icl_regression import shifts as icl_shifts
 from attnbench.tasks.icl_regression.curriculum import Curriculum
+from attnbench.toolkit.convergence import StopRule
 from attnbench.toolkit.layer import MultiHeadAttention
 from attnbench.toolkit.model import ModelConfig, SequenceModel
-from attnbench.toolkit.training import TrainConfig, train
+from attnbench.toolkit.training import (
+    CONVERGED,
+    EXAMPLES_SEEN,
+    LEARNING_CURVE,
+    MS_PER_STEP,
+    TrainConfig,
+    train,
+)
 from attnbench.variant import gate_width, mean_density
 
 MODES = ("prompt", "attention_system", "one_layer")
@@ -120,6 +128,9 @@ def paired_ratio(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
     return float(ratio), float(se)
 
 
+SYSTEM_PLATEAU = 1e-3  # attention_system: converged when the last doubling gains less (relative)
+
+
 @register_task("icl_regression")
 class IclRegression(Task):
     """In-context linear regression against least squares, ridge, averaging, 3-NN and one
@@ -164,7 +175,7 @@ class IclRegression(Task):
         "one_layer": "loss_ratio_vs_gd",
     }
     # Garg's distribution shifts (`icl_shifts`): one chart each, least squares on the same prompts
-    charts = ("mse", *(f"mse_{name}" for name in icl_shifts.SHIFTS))
+    charts = ("mse", LEARNING_CURVE, *(f"mse_{name}" for name in icl_shifts.SHIFTS))
     chart_bands = {"mse": ("mse_q05", "mse_q95")}
     chart_references = {
         "mse": {
@@ -347,8 +358,41 @@ class IclRegression(Task):
             )
             for name, text in icl_shifts.SHIFTS.items()
         ),
+        *(
+            Metric(
+                LEARNING_CURVE,
+                False,
+                "Validation error against the training examples seen, log-spaced (one_layer: "
+                "relative to one gradient step on the same prompts; prompt: error / d averaged "
+                "over the numbers of examples); the curve stops where it plateaued",
+                label="validation error while training",
+            ),
+            Metric(
+                CONVERGED,
+                None,
+                "1: the validation error plateaued (its last doubling of training gained less "
+                "than its noise) or, in attention_system, every L-BFGS fit's last doubling of "
+                f"evaluations lowered its loss by less than {SYSTEM_PLATEAU:g} of it; 0: still "
+                "learning at the cap, so not ranked",
+                label="converged",
+            ),
+            Metric(EXAMPLES_SEEN, None, "Prompts seen when training stopped", label="prompts"),
+            Metric(
+                MS_PER_STEP,
+                None,
+                "Mean wall time of an optimiser step, evaluations not counted (machine and "
+                "load dependent: a cost figure)",
+                "ms",
+                label="time per training step",
+            ),
+        ),
         DENSITY,
     )
+    # a trained value of a run still learning at its cap is left out of ranks (`converged`)
+    convergence = {
+        m: CONVERGED
+        for m in ("mse", "mse_mean", "val_mse_mean", "loss_ratio_vs_gd", "loss_ratio_vs_ls")
+    }
 
     def check(self) -> None:
         """Refuse impossible settings with one sentence."""
@@ -558,13 +602,6 @@ class IclRegression(Task):
             xs, _, _, observed = self.sample_prompts(p.batch_size, gen, points, dims)
             return (predict(xs, observed) - observed.to(ctx.device)).square().mean()
 
-        curve = train(
-            model,
-            loss_on_batch,
-            TrainConfig(steps=p.steps, batch_size=p.batch_size, lr=p.lr),
-            desc=f"icl/{ctx.variant_name}",
-        ).curve
-
         @torch.no_grad()
         def predict_all(xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
             """Predictions (P, k) at every x token of the prompts, 256 prompts per pass."""
@@ -577,6 +614,31 @@ class IclRegression(Task):
             xs, _, clean, observed = self.sample_prompts(size, ctx.generator(stream))
             return (predict_all(xs, observed) - clean).square() / p.n_dims, (xs, observed, clean)
 
+        def evaluate() -> tuple[float, float]:
+            """The validation prompts' mean error / d and its standard error over prompts."""
+            per_prompt = errors(p.val_prompts, VALIDATION_STREAM)[0].mean(dim=1)
+            return float(per_prompt.mean()), float(per_prompt.std() / len(per_prompt) ** 0.5)
+
+        # no plateau stop before the curriculum reaches the full prompts (the error on them
+        # cannot fall before), nor before half the cap; the zero predictor's error is chance
+        growing = curriculum.start_dims < p.n_dims or curriculum.start_points < p.n_points
+        full = curriculum.full_from() if growing else 0
+        val_clean = self.sample_prompts(p.val_prompts, ctx.generator(VALIDATION_STREAM))[2]
+        outcome = train(
+            model,
+            loss_on_batch,
+            TrainConfig(steps=p.steps, batch_size=p.batch_size, lr=p.lr),
+            desc=f"icl/{ctx.variant_name}",
+            evaluate=evaluate,
+            rule=StopRule(
+                ceiling=0.0,
+                higher_is_better=False,
+                chance=float(val_clean.square().mean() / p.n_dims),
+                min_fraction=max(0.5, full / max(1, p.steps)),
+            ),
+        )
+        curve = outcome.curve
+
         model_err, (xs, observed, clean) = errors(p.eval_prompts, TEST_STREAM)
         val_err = errors(p.val_prompts, VALIDATION_STREAM)[0]
         lo, hi = bootstrap_band(model_err, p.bootstrap, ctx.generator(200))
@@ -585,6 +647,7 @@ class IclRegression(Task):
             MetricPoint("val_mse_mean", float(val_err.mean())),
             MetricPoint("final_loss", curve[-1][1]),
             MetricPoint("density", model.density(self.density_size()[0])),
+            *outcome.points(),
         ]
         for i in range(p.n_points):
             points += [
@@ -604,7 +667,7 @@ class IclRegression(Task):
             ratio = float(model_err.mean() / baseline_errors[estimator].mean())
             points.append(MetricPoint("mse_vs_estimator", ratio))
         points += self.shift_points(predict_all, ctx)
-        details = {"loss_curve": curve, "estimator": estimator}
+        details = {**outcome.details(), "estimator": estimator}
         if curriculum.start_dims < p.n_dims or curriculum.start_points < p.n_points:
             details["curriculum_full_from_step"] = curriculum.full_from()
         return TaskResult(points=points, details=details)
@@ -653,11 +716,6 @@ class IclRegression(Task):
             pred = layer(xs[:, :n], observed[:, :n], xs[:, n])  # the last point is the query
             return (pred - observed[:, n].to(ctx.device)).square().mean()
 
-        cfg = TrainConfig(
-            steps=p.steps, batch_size=p.layer_batch_size, lr=p.layer_lr, weight_decay=0.0
-        )  # no weight decay: it would pull the layer off the GD step it should find
-        curve = train(layer, loss_on_batch, cfg, desc=f"icl1/{ctx.variant_name}").curve
-
         def prompts(size: int, stream: int):
             """(examples, labels, queries, noiseless targets) of ``size`` fresh prompts."""
             xs, _, clean, observed = self.sample_prompts(size, ctx.generator(stream), n + 1)
@@ -674,11 +732,32 @@ class IclRegression(Task):
             check_finite("the layer's predictions", pred)
             return pred
 
+        theory = self.gd_theory(n)
+        *val_inputs, val_target = prompts(p.val_prompts, VALIDATION_STREAM)
+        val_target = val_target.double()
+        val_gd = rb.gd_step(*(t.double() for t in val_inputs), theory.step)
+        val_err_gd = (val_gd - val_target).square() / d
+
+        def evaluate() -> tuple[float, float]:
+            """The validation prompts' error relative to one gradient step's on them, and its
+            paired standard error."""
+            return paired_ratio((predict(*val_inputs) - val_target).square() / d, val_err_gd)
+
+        cfg = TrainConfig(
+            steps=p.steps, batch_size=p.layer_batch_size, lr=p.layer_lr, weight_decay=0.0
+        )  # no weight decay: it would pull the layer off the GD step it should find
+        # the zero predictor's ratio is chance; no ceiling short of 0 is reachable, so a run
+        # stops early only where the ratio plateaued
+        chance, _ = paired_ratio(val_target.square() / d, val_err_gd)
+        rule = StopRule(ceiling=0.0, higher_is_better=False, chance=chance)
+        outcome = train(
+            layer, loss_on_batch, cfg, desc=f"icl1/{ctx.variant_name}", evaluate=evaluate, rule=rule
+        )
+        curve = outcome.curve
+
         examples, labels, queries, target = prompts(p.layer_eval_prompts, TEST_STREAM)
         pred = predict(examples, labels, queries)
-        *val_inputs, val_target = prompts(p.val_prompts, VALIDATION_STREAM)
-        val_mse = (predict(*val_inputs) - val_target.double()).square().mean() / d
-        theory = self.gd_theory(n)
+        val_mse = (predict(*val_inputs) - val_target).square().mean() / d
         gd = rb.gd_step(examples.double(), labels.double(), queries.double(), theory.step)
         target = target.double()
         err, err_gd, err_zero = ((v - target).square() / d for v in (pred, gd, 0 * target))
@@ -699,10 +778,11 @@ class IclRegression(Task):
             MetricPoint("gd_over_zero_theory", theory.ratio_to_zero),
             MetricPoint("final_loss", curve[-1][1]),
             MetricPoint("density", layer.attention.attention.density(*self.density_size())),
+            *outcome.points(),
         ]
         dist, scale = self.inputs()
         details = {
-            "loss_curve": curve,
+            **outcome.details(),
             "gd_step_size": theory.step,  # exact (gd_step_theory), not estimated
             "mse_gd_step_theory": theory.mse,
             "mse_zero_theory": theory.mse_zero,
@@ -725,6 +805,7 @@ class IclRegression(Task):
         errors = {name: [r.errors[name] for r in runs] for name in ("mse", *SYSTEM_BASELINES)}
         points = [
             MetricPoint("loss_ratio_vs_ls", float(torch.tensor(ratios).median())),
+            MetricPoint(CONVERGED, float(all(fit_plateaued(c) for c in curves))),
             MetricPoint("final_loss", float(torch.tensor([c[-1][1] for c in curves]).mean())),
             MetricPoint("mse_mean", sum(errors["mse"]) / len(errors["mse"])),
             MetricPoint("density", mean_density(systems, *self.density_size())),
@@ -793,6 +874,17 @@ class IclRegression(Task):
             name: float((pred.double() - y.double()).square().mean()) / x.shape[1]
             for name, pred in preds.items()
         }
+
+
+def fit_plateaued(curve: list[tuple[int, float]]) -> bool:
+    """Whether an L-BFGS fit's loss ``curve`` (evaluation, loss) plateaued: its last doubling of
+    evaluations lowered the loss by less than `SYSTEM_PLATEAU` of it (a deterministic full-batch
+    fit has no noise to compare with; a thousandth is below the three digits a ratio shows)."""
+    losses = [loss for _, loss in curve]
+    if len(losses) < 2:
+        return True
+    half, last = min(losses[: (len(losses) + 1) // 2]), min(losses)
+    return half - last <= SYSTEM_PLATEAU * max(abs(last), 1e-300)
 
 
 class OneLayer(nn.Module):
