@@ -805,7 +805,7 @@ class IclRegression(Task):
         errors = {name: [r.errors[name] for r in runs] for name in ("mse", *SYSTEM_BASELINES)}
         points = [
             MetricPoint("loss_ratio_vs_ls", float(torch.tensor(ratios).median())),
-            MetricPoint(CONVERGED, float(all(fit_plateaued(c) for c in curves))),
+            MetricPoint(CONVERGED, float(all(r.converged for r in runs))),
             MetricPoint("final_loss", float(torch.tensor([c[-1][1] for c in curves]).mean())),
             MetricPoint("mse_mean", sum(errors["mse"]) / len(errors["mse"])),
             MetricPoint("density", mean_density(systems, *self.density_size())),
@@ -853,6 +853,7 @@ class IclRegression(Task):
             curve=curve,
             stopped=system.stopped,
             h=system.h,
+            converged=not system.at_cap or fit_plateaued(curve),
         )
 
     def in_sample_baselines(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
@@ -877,9 +878,10 @@ class IclRegression(Task):
 
 
 def fit_plateaued(curve: list[tuple[int, float]]) -> bool:
-    """Whether an L-BFGS fit's loss ``curve`` (evaluation, loss) plateaued: its last doubling of
-    evaluations lowered the loss by less than `SYSTEM_PLATEAU` of it (a deterministic full-batch
-    fit has no noise to compare with; a thousandth is below the three digits a ratio shows)."""
+    """Whether an L-BFGS fit that ran to its cap plateaued: its loss ``curve`` (evaluation, loss)
+    fell by less than `SYSTEM_PLATEAU` of itself over the last doubling of evaluations (a
+    deterministic full-batch fit has no noise to compare with; a thousandth is below the three
+    digits a ratio shows). A fit that stopped on L-BFGS's own tolerance converged."""
     losses = [loss for _, loss in curve]
     if len(losses) < 2:
         return True
@@ -924,6 +926,7 @@ class SystemRun:
     curve: list[tuple[int, float]]  # the loss curve of its fit
     stopped: str  # why the fit stopped before its steps, if it did
     h: nn.Module  # the fitted variant
+    converged: bool  # L-BFGS stopped on its own tolerance, or its loss plateaued at the cap
 
 
 class AttentionSystem(torch.nn.Module):
@@ -947,6 +950,7 @@ class AttentionSystem(torch.nn.Module):
         )
         self.ctx = ctx
         self.stopped = ""  # why `fit` stopped before its steps, if it did
+        self.at_cap = False  # whether `fit` ran out of iterations or evaluations
         self.to(ctx.device, ctx.dtype)
 
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -987,6 +991,9 @@ class AttentionSystem(torch.nn.Module):
 
         try:
             opt.step(closure)
+            state = opt.state[next(iter(self.parameters()))]
+            max_eval = opt.param_groups[0]["max_eval"]
+            self.at_cap = state["n_iter"] >= steps or state["func_evals"] >= max_eval
         except RuntimeError as error:
             # the strong-Wolfe line search can extrapolate a step past the float range on a flat
             # stretch (a last-bit change of a gradient decides whether it does): the fit keeps
