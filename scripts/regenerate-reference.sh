@@ -15,7 +15,8 @@
 # host every job runs again, and the other host's records stay in results/regeneration as history.
 # `finish` keeps only this host's records of the code it collects for. WORK (default
 # ../attnbench-regen) holds the clone, its environment and the logs; VARIANTS narrows a part to
-# some variants (VARIANTS=softmax,linear).
+# some variants (VARIANTS=softmax,linear), TASKS the quality part to some tasks
+# (TASKS=icl_regression).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
@@ -49,7 +50,7 @@ if [ "$PART" != finish ]; then
     git -C "$WORK/attnbench" checkout -q "$COMMIT"
     "$WORK/.venv/bin/pip" install -q --force-reinstall --no-deps "$WORK/attnbench[peers]"
   fi
-  TASKS=$QUALITY
+  TASKS=${TASKS:-$QUALITY}
   [ "$PART" = timings ] && TASKS=throughput,decode
   NARROW=()
   [ -n "${VARIANTS:-}" ] && NARROW=("variant=$VARIANTS")
