@@ -48,6 +48,7 @@ import hashlib
 import json
 import logging
 import os
+import time
 import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -232,6 +233,7 @@ class CollectSummary:
     skipped: list[str] = field(default_factory=list)  # unreadable or invalid files, with why
     newer: list[str] = field(default_factory=list)  # records of a newer schema, left untouched
     dropped: int = 0  # runs the last table held whose records are gone (``drop_missing``)
+    set_aside: Path | None = None  # where an unreadable last table was moved (`_set_aside`)
 
     def describe(self) -> str:
         """One line for the console."""
@@ -246,6 +248,11 @@ class CollectSummary:
             text += f"; left {len(self.newer)} records of a newer schema untouched"
         if self.dropped:
             text += f"; dropped {self.dropped} run(s) whose records are gone, as told"
+        if self.set_aside:
+            text += (
+                f"; the last table could not be read and was moved to {self.set_aside} (it may "
+                "hold runs whose records are gone)"
+            )
         return text
 
 
@@ -784,15 +791,32 @@ def run_ids(frame: pd.DataFrame) -> set[str]:
     return set(frame["run_id"].dropna().astype(str))
 
 
-def _held_runs(path: Path) -> set[str]:
-    """The runs of the table at ``path``; none where there is no readable table (nothing to
-    lose: a corrupt table is replaced, which is how it is repaired)."""
+def _held_runs(path: Path) -> set[str] | None:
+    """The runs of the table at ``path`` (none where there is no table); None where there is one
+    that cannot be read."""
+    if not path.exists():
+        return set()
     try:
         names = pq.read_schema(path).names
         columns = [c for c in ("run_id", "derived") if c in names]
         return run_ids(pq.read_table(path, columns=columns).to_pandas()) if columns else set()
     except (OSError, ValueError, pa.ArrowException):
-        return set()
+        return None
+
+
+def _set_aside(table: Path) -> Path:
+    """Move an unreadable ``table`` to a name of its own beside it and return that name: it may
+    hold runs whose records are gone (a table copied without its folder, a disk error), so a new
+    collection never writes over it; the user decides what to do with it."""
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    aside = table.with_name(f"{table.stem}.unreadable-{stamp}{table.suffix}")
+    n = 1
+    while aside.exists():
+        n += 1
+        aside = table.with_name(f"{table.stem}.unreadable-{stamp}-{n}{table.suffix}")
+    os.replace(table, aside)
+    log.warning("%s could not be read; moved it to %s and wrote a new table", table, aside)
+    return aside
 
 
 def collect(
@@ -826,9 +850,12 @@ def collect(
     results_dir.mkdir(parents=True, exist_ok=True)
     with _collection_lock(results_dir / LOCK_NAME):
         _remove_orphans(results_dir)
+        held = _held_runs(results_dir / TABLE_NAME)
+        aside = _set_aside(results_dir / TABLE_NAME) if held is None else None
         frame, summary, meta = results_frame(results_dir, incremental)
-        held, runs = _held_runs(summary.path), run_ids(frame)
-        missing = held - runs
+        summary.set_aside = aside
+        runs = run_ids(frame)
+        missing = (held or set()) - runs
         if missing and not drop_missing:
             raise MissingRunsError(results_dir, len(held), len(runs), len(missing))
         summary.dropped = len(missing)

@@ -150,6 +150,30 @@ def test_unusable_table_means_a_full_collection(tmp_path):
     assert len(pd.read_parquet(tmp_path / "results.parquet")) == 1
 
 
+@pytest.mark.parametrize("damage", ["junk", "truncated", "empty"])
+def test_an_unreadable_table_is_moved_aside_not_written_over(tmp_path, damage):
+    """A table that cannot be read may hold runs whose records are gone (it cannot say), so
+    the collection moves it to a name of its own and says where, byte for byte kept."""
+    for name in "ab":
+        _write(tmp_path, name, metrics=_point(1.0))
+    collect(tmp_path)
+    table = tmp_path / "results.parquet"
+    whole = table.read_bytes()
+    bad = {"junk": b"not a table", "truncated": whole[: len(whole) // 2], "empty": b""}[damage]
+    table.write_bytes(bad)
+    summary = collect(tmp_path)
+    (aside,) = tmp_path.glob("results.unreadable-*.parquet")
+    assert aside.read_bytes() == bad
+    assert summary.set_aside == aside and str(aside) in summary.describe()
+    assert summary.n_records == 2 and len(run_ids_of(table)) == 2
+    collect(tmp_path)  # a readable table: nothing more moved
+    assert len(list(tmp_path.glob("results.unreadable-*"))) == 1
+
+
+def run_ids_of(table):
+    return set(pd.read_parquet(table, columns=["run_id"]).run_id)
+
+
 def _table(tmp_path):
     return pd.read_parquet(tmp_path / "results.parquet")
 
