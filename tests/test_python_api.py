@@ -367,11 +367,11 @@ def test_results_are_the_rows_the_board_ranks(reference_as_current):
 @pytest.mark.slow
 def test_the_board_s_figure_of_the_committed_reference_is_the_mean_of_its_results(tmp_path):
     """On the committed reference as committed (both read with their include-stale option, so
-    that it holds whether or not the installed code is the reference's), softmax's recall on the board's page is the mean over settings of
-    each setting's mean of `attnbench.results`' rows: the page is built by the board itself
-    (`build_site`), from the committed table's recall rows (the column depends on no other
-    rows; the whole table takes 20 s). The table is read where it lies and copied, never
-    collected: the committed folder is only read."""
+    that it holds whether or not the installed code is the reference's), softmax's recall on the
+    board's page is the mean over settings of each setting's mean of `attnbench.results`' rows:
+    the page is built by the board itself (`build_site`), from the committed table's recall rows
+    (the column depends on no other rows; the whole table takes 20 s). The table is read where
+    it lies and copied, never collected: the committed folder is only read."""
     from attnbench.harness.leaderboard import build_site
     from attnbench.harness.results.collect import _read_with_meta, write_table
 

@@ -19,6 +19,7 @@ import functools
 import hashlib
 import json
 import logging
+import math
 import os
 import re
 import secrets
@@ -30,6 +31,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from attnbench.harness.jobs.fingerprint import combined_digest
 from attnbench.task_info import TaskInfo
 
 log = logging.getLogger(__name__)
@@ -369,16 +371,65 @@ def record_from_data(data: Any, where: str) -> Record:
         raise RecordFieldError(
             f"{where}: field status {data['status']!r} is not one of {', '.join(STATUSES)}"
         )
-    for i, point in enumerate(data.get("metrics", [])):
+    _check_points(where, data.get("metrics", []))
+    for module, digest in data.get("code_modules", {}).items():
+        _check_type(where, f"code_modules[{module}]", digest, str)
+    fingerprint, modules = data.get("code_fingerprint"), data.get("code_modules")
+    if fingerprint and modules and combined_digest(modules) != fingerprint:
+        # collection judges every record of a fingerprint by the modules recorded with it: one
+        # whose two disagree would decide whether other runs are current
+        raise RecordFieldError(
+            f"{where}: field code_fingerprint {fingerprint!r} is not the digest of its "
+            f"code_modules ({combined_digest(modules)!r}): the record was altered"
+        )
+    if data.get("task_info"):
+        _check_fields(where, "task_info", data["task_info"], TaskInfo)
+        _check_flags(where, data.get("metrics", []), data["task_info"])
+    known = {f.name for f in dataclasses.fields(Record)}
+    return Record(**{k: v for k, v in data.items() if k in known})
+
+
+def _check_points(where: str, points: list) -> None:
+    """Each metric point a dict of the right types, named, with its value present (null for a
+    non-finite one: a record never holds Infinity or NaN, which `to_json` writes as null), and
+    no point twice (one metric at one x, which the table keys its rows by)."""
+    seen: set[tuple] = set()
+    for i, point in enumerate(points):
         _check_type(where, f"metrics[{i}]", point, dict)
         for name, expected in POINT_TYPES.items():
             _check_type(where, f"metrics[{i}].{name}", point.get(name), expected)
-    for module, digest in data.get("code_modules", {}).items():
-        _check_type(where, f"code_modules[{module}]", digest, str)
-    if data.get("task_info"):
-        _check_fields(where, "task_info", data["task_info"], TaskInfo)
-    known = {f.name for f in dataclasses.fields(Record)}
-    return Record(**{k: v for k, v in data.items() if k in known})
+        if not point["metric"].strip():
+            raise RecordFieldError(f"{where}: field metrics[{i}].metric is empty")
+        if "value" not in point:
+            raise RecordFieldError(f"{where}: field metrics[{i}].value is missing")
+        for name in ("value", "x_value"):
+            number = point.get(name)
+            if isinstance(number, float) and not math.isfinite(number):
+                raise RecordFieldError(
+                    f"{where}: field metrics[{i}].{name} is {number}, not a finite number (a "
+                    "record writes null for a value that is not)"
+                )
+        key = (point["metric"], point.get("x_name"), point.get("x_value"))
+        if key in seen:
+            at = f" at {key[1]} = {key[2]}" if key[1] is not None else ""
+            raise RecordFieldError(f"{where}: field metrics[{i}] repeats {key[0]}{at}")
+        seen.add(key)
+
+
+def _check_flags(where: str, points: list, task_info: dict) -> None:
+    """A 0/1 flag the task declares (steadiness, accuracy, convergence) holds 0, 1 or null:
+    the board reads any other number as a share ("converged in 267 %")."""
+    flags = {
+        flag
+        for kind in ("steadiness", "accuracy", "convergence")
+        for flag in (task_info.get(kind) or {}).values()
+    }
+    for i, point in enumerate(points):
+        if point["metric"] in flags and point["value"] not in (0, 1, None):
+            raise RecordFieldError(
+                f"{where}: field metrics[{i}].value {point['value']!r} of the flag "
+                f"{point['metric']} is not 0 or 1"
+            )
 
 
 @functools.cache

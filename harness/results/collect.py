@@ -70,6 +70,7 @@ from attnbench.harness.jobs.records import (
     Record,
     RecordSchemaError,
     atomic_file,
+    make_run_id,
     read_record,
     runs_dir,
 )
@@ -164,6 +165,9 @@ class FileEntry:
     created_at: str
     fingerprint: str
     sha256: str = ""
+    # its run_id is the hash of its identity (`make_run_id`): a record copied or edited into
+    # another run's id is not, and never gives that run's rows while a genuine record does
+    genuine: bool = True
 
     def as_list(self) -> list:
         return [
@@ -174,6 +178,7 @@ class FileEntry:
             self.created_at,
             self.fingerprint,
             self.sha256,
+            self.genuine,
         ]
 
     def unchanged(self, path: Path) -> bool:
@@ -514,12 +519,13 @@ def _sha256(path: Path) -> str:
 
 
 def _best(names: list[str], files: dict[str, FileEntry]) -> str:
-    """The file whose record gives a run's rows: ok first, then the newest, then the file named
-    after the run_id, then by name (deterministic)."""
+    """The file whose record gives a run's rows: a genuine one (`FileEntry.genuine`) first, then
+    ok, then the newest, then the file named after the run_id, then by name (deterministic)."""
 
     def key(name: str) -> tuple:
         e = files[name]
-        return (-STATUS_RANK.get(e.status, 9), e.created_at, name == f"{e.run_id}.json", name)
+        status = -STATUS_RANK.get(e.status, 9)
+        return (e.genuine, status, e.created_at, name == f"{e.run_id}.json", name)
 
     return max(names, key=key)
 
@@ -668,8 +674,9 @@ def _remember(
         record.created_at,
         record.code_fingerprint,
         _sha256(path),
+        make_run_id(record.identity()) == record.run_id,
     )
-    if record.code_fingerprint:
+    if record.code_fingerprint and record.code_modules:  # the two agree (`record_from_data`)
         meta.code[record.code_fingerprint] = record.code_modules
     if record.task_info and record.created_at >= newest.get(record.task, ""):
         meta.tasks[record.task] = TaskInfo.from_dict(record.task_info)

@@ -384,9 +384,10 @@ class IclRegression(Task):
                 CONVERGED,
                 None,
                 "1: the validation error plateaued (its last doubling of training gained less "
-                f"than its noise, and less than {PLATEAU_RTOL:.1%} of it) or, in attention_system, every L-BFGS fit's last doubling of "
-                f"evaluations lowered its loss by less than {SYSTEM_PLATEAU:g} of it; 0: still "
-                "learning at the cap, so not ranked",
+                f"than its noise or {PLATEAU_RTOL:.1%} of it, whichever is larger) or, in "
+                "attention_system, every L-BFGS fit stopped on its tolerance or its last "
+                f"doubling of evaluations lowered its loss by less than {SYSTEM_PLATEAU:g} of "
+                "it; 0: still learning at the cap, so not ranked",
                 label="converged",
             ),
             Metric(EXAMPLES_SEEN, None, "Prompts seen when training stopped", label="prompts"),

@@ -240,6 +240,56 @@ def test_records_of_older_code_are_history_not_current(tmp_path):
     assert summary.n_stale == 3 and "3 of older code kept as history" in summary.describe()
 
 
+def test_a_record_claiming_a_fingerprint_with_other_modules_cannot_make_old_code_current(tmp_path):
+    """Staleness is judged from the modules recorded with a fingerprint. A record whose
+    code_modules are today's but whose code_fingerprint is an old run's must not make that run
+    current (read last, it did), nor one that claims the fingerprint with no modules make it
+    stale; the altered record is skipped naming the field."""
+    from attnbench.harness.jobs.fingerprint import combined_digest
+
+    old_modules = {"attnbench.metrics": "0"}
+    _write(tmp_path, "old", metrics=_point(1.0), code_modules=old_modules)
+    _write(tmp_path, "now", metrics=_point(2.0))
+    forged = tmp_path / "runs" / f"{rid('zz-forged')}.json"
+    data = json.loads((tmp_path / "runs" / f"{rid('now')}.json").read_text())
+    data.update(run_id=rid("zz-forged"), code_fingerprint=combined_digest(old_modules))
+    forged.write_text(json.dumps(data))
+    empty = tmp_path / "runs" / f"{rid('zz-empty')}.json"
+    data.update(
+        run_id=rid("zz-empty"),
+        code_fingerprint=json.loads((tmp_path / "runs" / f"{rid('now')}.json").read_text())[
+            "code_fingerprint"
+        ],
+        code_modules={},
+    )
+    empty.write_text(json.dumps(data))
+    with pytest.warns(UserWarning, match=rf"{forged.name}.*code_fingerprint.*altered"):
+        collect(tmp_path)
+    current = _table(tmp_path).drop_duplicates("run_id").set_index("run_id")["current"]
+    assert not current[rid("old")] and current[rid("now")]
+    assert rid("zz-forged") not in current.index
+
+
+def test_a_newer_record_whose_run_id_is_not_its_identity_s_never_replaces_the_genuine_run(tmp_path):
+    """A run's rows come from its best record; one whose run_id is not the hash of its identity
+    (copied or edited into another run's id: here another variant, newer) must not be it."""
+    import dataclasses
+
+    from attnbench.harness.jobs.records import make_run_id, record_path
+
+    genuine = _record("g", metrics=_point(1.0))
+    genuine = dataclasses.replace(genuine, run_id=make_run_id(genuine.identity()))
+    write_record(tmp_path, genuine)
+    forged = dataclasses.replace(
+        genuine, variant="linear", metrics=_point(9.0), created_at="2999-01-01T00:00:00+00:00"
+    )
+    path = record_path(tmp_path, genuine.run_id)
+    (path.parent / f"{genuine.run_id}.29990101T000000.json").write_text(forged.to_json())
+    collect(tmp_path)
+    rows = _table(tmp_path)
+    assert rows.variant.unique().tolist() == ["softmax"] and rows.value.tolist() == [1.0]
+
+
 def test_records_of_a_plugin_not_installed_here_are_current_unless_superseded(tmp_path):
     elsewhere = {"some_plugin_not_installed.variant": "d1"}
     _write(
@@ -393,6 +443,20 @@ MALFORMED = [  # (what the file holds, a fragment of the warning that skips it)
     ("created_at=yesterday", "field created_at 'yesterday' is not an ISO 8601 time"),
     ("created_at=2026-01-01T00:00:00", "is not an ISO 8601 time"),  # no zone: not comparable
 ]
+# metric points the table would take wrongly (the adversarial pre-round of issue #63): each
+# skips its record naming the point
+POINT = {"metric": "fwd_ms", "value": 1.0, "x_name": "seq_len", "x_value": 8.0}
+BAD_POINTS = [
+    ([{**POINT, "value": float("inf")}], r"metrics\[0\]\.value is inf, not a finite number"),
+    ([{**POINT, "x_value": float("-inf")}], r"metrics\[0\]\.x_value is -inf"),
+    ([{**POINT, "metric": ""}], r"metrics\[0\]\.metric is empty"),
+    ([{k: v for k, v in POINT.items() if k != "value"}], r"metrics\[0\]\.value is missing"),
+    ([POINT, {**POINT, "value": 2.0}], r"metrics\[1\] repeats fwd_ms at seq_len = 8.0"),
+    (
+        [{"metric": "accuracy", "value": 0.5}, {"metric": "converged", "value": 2.67}],
+        r"metrics\[1\]\.value 2.67 of the flag converged is not 0 or 1",
+    ),
+]
 
 
 @pytest.mark.parametrize("content, why", MALFORMED, ids=[w for _, w in MALFORMED])
@@ -405,6 +469,20 @@ def test_a_malformed_file_is_skipped_saying_why_and_the_rest_collected(tmp_path,
         path.write_text(json.dumps({**json.loads(path.read_text()), "created_at": content[11:]}))
     else:
         (tmp_path / "runs" / "bad.json").write_text(content)
+    with pytest.warns(UserWarning, match=why):
+        summary = collect(tmp_path)
+    assert summary.n_records == 1 and _table(tmp_path).run_id.tolist() == [rid("good")]
+
+
+@pytest.mark.parametrize("points, why", BAD_POINTS, ids=[w for _, w in BAD_POINTS])
+def test_a_record_with_a_bad_metric_point_is_skipped_naming_it(tmp_path, points, why):
+    _write(tmp_path, "good", metrics=_point(1.0))
+    from attnbench.task_info import TaskInfo
+
+    info = TaskInfo(name="recall", convergence={"accuracy": "converged"}).to_dict()
+    path = _write(tmp_path, "bad", metrics=_point(2.0), task_info=info)
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps({**data, "metrics": points}))  # Infinity: as JSON writes it
     with pytest.warns(UserWarning, match=why):
         summary = collect(tmp_path)
     assert summary.n_records == 1 and _table(tmp_path).run_id.tolist() == [rid("good")]
