@@ -15,6 +15,7 @@ from attnbench.harness.results.compare import (
 )
 from attnbench.harness.results.metric_points import (
     declared_steadiness,
+    flag_kinds,
 )
 from attnbench.harness.results.table_file import TableError, load
 
@@ -58,9 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     except TableError as exc:
         print(f"attnbench-compare: {exc}", file=sys.stderr)
         return 2
-    steadiness = declared_steadiness({**old_infos, **new_infos})
-    result = compare(old, new, args.threshold, steadiness)
-    print(format_report(result, args.threshold))
+    infos = {**old_infos, **new_infos}
+    result = compare(old, new, args.threshold, declared_steadiness(infos))
+    print(format_report(result, args.threshold, flag_kinds(infos)))
     status = 1 if args.fail and result.regressed else 0
     if args.strict:
         found = list(dict.fromkeys([*bad_records(args.old), *bad_records(args.new)]))

@@ -129,15 +129,22 @@ def points(table: pd.DataFrame, steadiness: Iterable[tuple[str, str, str]] = ())
     rows = runs(table)
     stats = point_stats(rows, MACHINE_POINT)
     stats["spread"] = stats["spread"].fillna(0.0)  # unknown spread counts as none
-    unsteady = unsteady_rows(rows, steadiness)
+    steadiness = list(steadiness)
     stats["unsteady"] = False
-    if unsteady.any():
+    stats["zero_flags"] = ""  # the flag metrics at 0 behind the point, comma-separated
+    for flag in sorted({f for _, _, f in steadiness}):
+        unsteady = unsteady_rows(rows, [p for p in steadiness if p[2] == flag])
+        if not unsteady.any():
+            continue
         marked = point_stats(rows[unsteady], MACHINE_POINT)[MACHINE_POINT].drop_duplicates()
-        stats["unsteady"] = (
+        hit = (
             stats.merge(marked, on=MACHINE_POINT, how="left", indicator=True)["_merge"]
             .eq("both")
             .to_numpy()
         )
+        stats["unsteady"] |= hit
+        stats.loc[hit, "zero_flags"] += np.where(stats.loc[hit, "zero_flags"] == "", "", ",")
+        stats.loc[hit, "zero_flags"] += flag
     return stats[stats["n"] > 0]
 
 
@@ -347,27 +354,58 @@ def _other_machine_lines(other: pd.DataFrame) -> list[str]:
     return lines
 
 
-def format_report(result: Comparison, threshold: float) -> str:
+# why a value whose flag is 0 is not judged, by the kind of flag (`TaskInfo`'s dict naming it)
+UNTRUSTED_WHY = {
+    "steadiness": "the timing in {sides} is unsteady (measure it again on a quiet machine)",
+    "accuracy": "the kernel in {sides} is outside its error tolerance (its time is no measurement)",
+    "convergence": "the run in {sides} is still learning at its cap (train it to convergence)",
+}
+
+
+def _change(row: pd.Series) -> str:
+    """The signed relative change from OLD to NEW (a fall of half is -50.0%, whichever the
+    metric's direction: the line's kind says whether it is worse)."""
+    return f"{100 * (row['mean_new'] - row['mean_old']) / abs(row['mean_old']):+.1f}%"
+
+
+def _untrusted_why(row: pd.Series, flag_kinds: dict[str, str]) -> str:
+    """Why a point is not judged: per kind of flag at 0 (``flag_kinds``: flag metric → its kind,
+    `harness.results.metric_points.flag_kinds`; an undeclared one reads as a timing's), the
+    tables where it is."""
+    sides: dict[str, list[str]] = {}
+    for side in ("OLD", "NEW"):
+        for flag in filter(None, str(row.get(f"zero_flags_{side.lower()}", "")).split(",")):
+            kind = flag_kinds.get(flag, "steadiness")
+            if side not in sides.setdefault(kind, []):
+                sides[kind].append(side)
+    sides = sides or {"steadiness": [s for s in ("OLD", "NEW") if row[f"unsteady_{s.lower()}"]]}
+    return "; ".join(
+        UNTRUSTED_WHY[kind].format(sides=" and ".join(where)) for kind, where in sides.items()
+    )
+
+
+def format_report(
+    result: Comparison, threshold: float, flag_kinds: dict[str, str] | None = None
+) -> str:
     """Text report: one line per regression (WORSE, FAILED, MISSING, EMPTY), per UNSTEADY point
-    (worse, but not judged), per variant measured on OTHER MACHINEs (not judged), the NEW
-    lines, then a one-line count of each kind."""
+    (worse, but not judged, saying why: ``flag_kinds``, flag metric → kind of flag), per variant
+    measured on OTHER MACHINEs (not judged), the NEW lines, then a one-line count of each
+    kind."""
     lines = []
     matched = result.matched
     for _, r in matched[matched["regressed"]].sort_values("worse_by", ascending=False).iterrows():
         where = f" at {r['x_name']}={r['x_value']:g}" if r["x_name"] else ""
         lines.append(
             f"WORSE {r['task']} × {r['variant']} {r['variant_params']}: {r['metric']}{where} "
-            f"{r['mean_old']:.4g} → {r['mean_new']:.4g} ({100 * r['worse_by']:+.1f}%, "
+            f"{r['mean_old']:.4g} → {r['mean_new']:.4g} ({_change(r)}, "
             f"spread {r['spread_old']:.2g} / {r['spread_new']:.2g})"
         )
     for _, r in matched[matched["unsteady_worse"]].iterrows():
         where = f" at {r['x_name']}={r['x_value']:g}" if r["x_name"] else ""
-        sides = [side for side in ("OLD", "NEW") if r[f"unsteady_{side.lower()}"]]
         lines.append(
             f"UNSTEADY {r['task']} × {r['variant']} {r['variant_params']}: {r['metric']}{where} "
-            f"{r['mean_old']:.4g} → {r['mean_new']:.4g} ({100 * r['worse_by']:+.1f}%) not "
-            f"judged: the timing in {' and '.join(sides)} is unsteady (measure it again on a "
-            "quiet machine)"
+            f"{r['mean_old']:.4g} → {r['mean_new']:.4g} ({_change(r)}) not judged: "
+            f"{_untrusted_why(r, flag_kinds or {})}"
         )
     lines += _other_machine_lines(result.other_machine)
     lines += [_job_line("FAILED", r, "in NEW, ok in OLD") for _, r in result.failed.iterrows()]

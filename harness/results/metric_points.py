@@ -90,6 +90,17 @@ def declared_steadiness(infos: dict[str, TaskInfo]) -> list[tuple[str, str, str]
     ]
 
 
+def flag_kinds(infos: dict[str, TaskInfo]) -> dict[str, str]:
+    """Each flag metric ``infos`` declare → the kind of flag it is: "steadiness", "accuracy" or
+    "convergence" (the `TaskInfo` field naming it), for saying why a value is not judged."""
+    return {
+        flag: kind
+        for info in infos.values()
+        for kind in ("steadiness", "accuracy", "convergence")
+        for flag in getattr(info, kind).values()
+    }
+
+
 def declared_convergence(infos: dict[str, TaskInfo]) -> set[tuple[str, str]]:
     """(task, flag metric) of every convergence flag ``infos`` declare (a 0 there is a run
     still learning at its cap)."""

@@ -357,6 +357,25 @@ def test_an_unsteady_timing_is_marked_not_called_worse():
     assert compare(old, new).counts()["WORSE"] == 1
 
 
+def test_a_value_still_learning_is_said_to_be_and_a_fall_is_printed_as_a_fall():
+    """A recall accuracy that halved (1 → 0.5, higher is better) reads -50.0%, not +50.0%, and
+    where its run's convergence flag is 0 the line says the run is still learning, not that a
+    timing is unsteady (the adversarial pre-round of issue #63)."""
+    flags = [("recall", "accuracy", "converged")]
+    old = _table([_row("a", "accuracy", 1.0, True, run_id="o")])
+    new = _table(
+        [
+            _row("a", "accuracy", 0.5, True, run_id="n"),
+            _row("a", "converged", 0.0, None, run_id="n"),
+        ]
+    )
+    assert sum(x.startswith("UNSTEADY") for x in _lines(compare(old, new, 0.05, flags))) == 1
+    report = format_report(compare(old, new, 0.05, flags), 0.05, {"converged": "convergence"})
+    assert "1 → 0.5 (-50.0%) not judged: the run in NEW is still learning at its cap" in report
+    worse = [x for x in _lines(compare(old, new, 0.05)) if x.startswith("WORSE")]
+    assert len(worse) == 1 and "(-50.0%," in worse[0]
+
+
 def test_timings_without_the_flag_are_judged_as_before():
     """Older records (no fwd_steady), or a CSV table (no task descriptions): unknown, which is
     not unsteady."""
