@@ -11,7 +11,9 @@ seeds every scored candidate has** (where they share none: over each one's own s
   winner's extra seeds cannot make it lose (or win) against values that never had them;
 - a sweep stopped part-way compares what every value has, never one value's lucky extra seed.
 
-A candidate without a score (failed, or from code before the task measured it) cannot win; ties
+A seed whose score is NaN (the run diverged) counts as a seed the candidate has no score at, as
+a failed run's: both are left out of the compared seeds alike. A candidate without a score
+(failed, or from code before the task measured it) cannot win; ties
 go to the candidate whose label sorts first, so the choice never depends on run order. Torch-free.
 """
 
@@ -35,13 +37,32 @@ def value_label(params: Mapping[str, object], axes: Iterable[str]) -> str:
     """A candidate's label: the values ``params`` (a run's task parameters) give the tuning
     ``axes``, as canonical JSON. Ties go to the label that sorts first, so the board and the
     sweep must label alike."""
-    return json.dumps({a: params[a] for a in axes if a in params}, sort_keys=True)
+    return json.dumps({a: _number(params[a]) for a in axes if a in params}, sort_keys=True)
+
+
+def _number(value: object) -> object:
+    """A value as one candidate whatever its spelling: a number written as text (a quoted
+    override, ``task.lr='0.01'``) is that number, an integral float an int (1.0 and 1 are one
+    value), anything else as it is."""
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            return value
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    return value
+
+
+def _seeds(by_seed: Mapping[int, float]) -> set[int]:
+    """The seeds a candidate has a score at (NaN is none, as a failed run's)."""
+    return {seed for seed, value in by_seed.items() if not math.isnan(value)}
 
 
 def compared_seeds(scores: Mapping[str, Mapping[int, float]]) -> set[int]:
     """The seeds the candidates are compared on: those every candidate with a score has; where
     they share none, every seed (each candidate then scored on its own)."""
-    scored = [set(by_seed) for by_seed in scores.values() if by_seed]
+    scored = [_seeds(by_seed) for by_seed in scores.values() if _seeds(by_seed)]
     if not scored:
         return set()
     shared = set.intersection(*scored)
