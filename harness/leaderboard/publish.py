@@ -28,6 +28,7 @@ A leaderboard folder is meant to be uploaded as it is, so what lands in it is de
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -281,6 +282,36 @@ def copy_records(
             source,
         )
     return published
+
+
+class RecordSnapshot:
+    """What a site's ``runs/`` held before a build, to put back if the build fails before its
+    page is in place: the old page then still sits beside exactly the records it links (a build
+    adds and replaces copies before it writes the page, `copy_records`)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.held = {name: path.read_bytes() for name, path in self._records().items()}
+
+    def _records(self) -> dict[str, Path]:
+        if self.folder.is_symlink() or not self.folder.is_dir():
+            return {}
+        return {
+            entry.name: Path(entry.path)
+            for entry in os.scandir(self.folder)
+            if _is_record_name(entry.name) and entry.is_file(follow_symlinks=False)
+        }
+
+    def restore(self) -> None:
+        """Remove the copies added since, write back those replaced (best effort: a full disk
+        that failed the build may fail this too; what could not be put back stays as it is)."""
+        for name, path in self._records().items():
+            with contextlib.suppress(OSError):
+                if name not in self.held:
+                    path.unlink()
+                elif path.read_bytes() != self.held[name]:
+                    with atomic_file(path) as tmp:
+                        tmp.write_bytes(self.held[name])
 
 
 def remove_stale_records(out: Path, published: Collection[str]) -> None:

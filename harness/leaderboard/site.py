@@ -43,6 +43,7 @@ from attnbench.harness.leaderboard.overview import overview
 from attnbench.harness.leaderboard.peers import labelled, peer_section, unavailable
 from attnbench.harness.leaderboard.publish import (
     SITE_MARK,
+    RecordSnapshot,
     SiteError,
     check_paths,
     copy_records,
@@ -644,34 +645,39 @@ def build_site(
         check_paths(folder, out)
     sources = [_read_source(folder) for folder in folders]
     _start_site(out)
-    published = _publish_sources(sources, out)
-    for source in sources:
-        if not source.frame.empty:
-            source.shown, source.n_stale = _shown(source.frame, include_stale)
-    shown = [s.shown for s in sources if not s.shown.empty]
-    frame = pd.concat(shown, ignore_index=True) if shown else pd.DataFrame()
-    infos: dict[str, TaskInfo] = {}
-    for source in reversed(sources):  # the first folder's description of a task wins
-        infos.update(source.infos)
-    frame = judge_steadiness(frame, infos)  # once: every view reads the verdicts
-    html = (
-        _environment()
-        .get_template("index.html.j2")
-        .render(
-            results_dir=str(folders[0]),
-            **_page(frame, infos, published),
-            n_stale=sum(s.n_stale for s in sources),
-            n_unjudged=sum(s.n_unjudged for s in sources),
-            sources=[s.header() for s in sources] if len(sources) > 1 else [],
-            unsteady_mark=UNSTEADY_MARK,
-            include_stale=include_stale,
-            plotly_js=PLOTLY_JS,
+    snapshot = RecordSnapshot(out / "runs")  # put back if the build fails before its page
+    try:
+        published = _publish_sources(sources, out)
+        for source in sources:
+            if not source.frame.empty:
+                source.shown, source.n_stale = _shown(source.frame, include_stale)
+        shown = [s.shown for s in sources if not s.shown.empty]
+        frame = pd.concat(shown, ignore_index=True) if shown else pd.DataFrame()
+        infos: dict[str, TaskInfo] = {}
+        for source in reversed(sources):  # the first folder's description of a task wins
+            infos.update(source.infos)
+        frame = judge_steadiness(frame, infos)  # once: every view reads the verdicts
+        html = (
+            _environment()
+            .get_template("index.html.j2")
+            .render(
+                results_dir=str(folders[0]),
+                **_page(frame, infos, published),
+                n_stale=sum(s.n_stale for s in sources),
+                n_unjudged=sum(s.n_unjudged for s in sources),
+                sources=[s.header() for s in sources] if len(sources) > 1 else [],
+                unsteady_mark=UNSTEADY_MARK,
+                include_stale=include_stale,
+                plotly_js=PLOTLY_JS,
+            )
         )
-    )
-    # the page rendered first: the table and the page are then renamed into place back to back
-    tabled = _publish_table(sources, out, several=len(folders) > 1)
-    index = out / INDEX
-    atomic_write_text(index, html)
+        # the page rendered first: the table and the page are then renamed into place back to back
+        tabled = _publish_table(sources, out, several=len(folders) > 1)
+        index = out / INDEX
+        atomic_write_text(index, html)
+    except BaseException:
+        snapshot.restore()
+        raise
     remove_stale_records(out / "runs", published)  # the new page is in place: now the old go
     if not tabled:
         for name in TABLES:

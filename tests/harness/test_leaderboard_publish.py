@@ -392,11 +392,14 @@ def test_a_build_stopped_before_its_page_keeps_every_record_the_old_page_links(
     tmp_path, monkeypatch
 ):
     """The records an earlier build published and this one does not were deleted before the
-    new page was written: a build stopped in between left the old page's links dead."""
+    new page was written: a build stopped in between left the old page's links dead. Nor does
+    the stopped build leave its own copies beside the old page (it left d's record and a's new
+    one there: the adversarial pre-round of issue #63)."""
     results = _results(tmp_path, "a", "b", "c")
     site = tmp_path / "site"
     build_site(results, site)
     old_page = (site / "index.html").read_text()
+    old_records = {p.name: p.read_bytes() for p in (site / "runs").glob("*.json")}
     linked = set(re.findall(r"runs/([0-9a-f]{16})\.json", old_page))
     assert linked == {RUN["a"], RUN["b"], RUN["c"]}
     other = _results(tmp_path / "other", "a", "d")  # b and c are stale for its board
@@ -412,6 +415,7 @@ def test_a_build_stopped_before_its_page_keeps_every_record_the_old_page_links(
         build_site(other, site)
     assert (site / "index.html").read_text() == old_page
     assert all((site / "runs" / f"{run_id}.json").is_file() for run_id in linked)
+    assert {p.name: p.read_bytes() for p in (site / "runs").glob("*.json")} == old_records
     monkeypatch.setattr(site_module, "atomic_write_text", real)
     build_site(other, site)  # the new page in place: now the stale copies go
     assert {p.stem for p in (site / "runs").glob("*.json")} == {RUN["a"], RUN["d"]}
