@@ -92,13 +92,22 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    if not runs_dir(args.results_dir).is_dir() and not table.exists():  # else: its runs are gone
+    runs = runs_dir(args.results_dir)
+    if runs.exists() and not runs.is_dir():
         print(
-            f"attnbench-collect: no run records in {runs_dir(args.results_dir)}; "
-            "run a sweep first (attnbench -m sweep=quick).",
+            f"attnbench-collect: {runs} is a file, not the folder of run records a sweep writes; "
+            "move it aside or give another results folder.",
             file=sys.stderr,
         )
-        return 1
+        return 2
+    if not runs.is_dir() and not table.exists():  # else: its runs are gone
+        # bad input like a missing folder (exit 2): nothing here was ever a sweep's
+        print(
+            f"attnbench-collect: no run records in {runs}; give the folder a sweep wrote "
+            "(results_dir=…), or run a sweep first (attnbench -m sweep=quick).",
+            file=sys.stderr,
+        )
+        return 2
     try:
         with warnings.catch_warnings():
             if args.strict:  # reported below as errors instead

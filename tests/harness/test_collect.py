@@ -102,8 +102,17 @@ def test_corrupt_and_foreign_files_skipped_with_warning(tmp_path):
 
 
 def test_cli_without_runs_says_what_to_do(tmp_path, capsys):
-    assert main([str(tmp_path)]) == 1
+    """Bad input like a missing folder, exit 2 (was 1: a folder without records, or whose runs
+    is a file, and a missing folder answered differently); an empty runs/ is collected (0)."""
+    assert main([str(tmp_path)]) == 2
     assert "run a sweep first" in capsys.readouterr().err
+    assert main([str(tmp_path / "missing")]) == 2
+    (tmp_path / "runs").write_text("")
+    assert main([str(tmp_path)]) == 2
+    assert "is a file, not the folder of run records" in capsys.readouterr().err
+    (tmp_path / "runs").unlink()
+    (tmp_path / "runs").mkdir()
+    assert main([str(tmp_path)]) == 0
 
 
 def _point(value):
