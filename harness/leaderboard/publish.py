@@ -233,6 +233,18 @@ def _publish(source: Path, dest: Path, run_id: str) -> bool:
     return True
 
 
+def _uncollected(path: Path, run_id: str) -> bool:
+    """Whether ``path`` is a valid record of ``run_id`` (a run the table does not hold: a
+    record written after the last collection of a folder that cannot be written), a regular
+    file: not a fault of the folder, and not to be called one."""
+    if not is_run_id(run_id) or path.is_symlink() or not path.is_file():
+        return False
+    try:
+        return read_record(path).run_id == run_id
+    except (OSError, ValueError, TypeError):
+        return False
+
+
 def copy_records(
     results_dir: Path, out: Path, run_ids: set[str], keep: Collection[str] = ()
 ) -> set[str]:
@@ -266,6 +278,8 @@ def copy_records(
                 continue  # an earlier or failed attempt beside the run's record: history, kept
             if run_id in keep or attempt_run_id(entry.name) in keep:
                 continue  # a run an earlier folder of the board shows (its header counts them)
+            if run_id not in run_ids and _uncollected(Path(entry.path), run_id):
+                continue  # not collected into the table: `fresh_table`'s line says so
             if (
                 is_run_id(run_id)
                 and run_id in run_ids
@@ -277,7 +291,7 @@ def copy_records(
     if left_out:
         log.warning(
             "attnbench-leaderboard: left out %d file(s) of %s that are not valid records of the "
-            "table's runs (links, other files, invalid records, records of other runs).",
+            "table's runs (links, other files, invalid records).",
             left_out,
             source,
         )
