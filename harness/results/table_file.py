@@ -93,6 +93,10 @@ def load(
         TableError: the file is missing, unreadable, not a table, or lacks a required column.
     """
     path = locate(source)
+    if path.suffix == ".json" and (folder := records_of(path.parent)) is not None:
+        raise TableError(
+            f"{path} is a run record, not a results table; give the results folder: {folder}."
+        )
     try:
         if path.suffix == ".csv":
             frame, infos = pd.read_csv(path), {}

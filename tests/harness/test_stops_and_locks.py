@@ -217,3 +217,16 @@ def test_the_memory_probe_ends_when_its_job_s_process_is_killed():
     finally:
         if not _gone(probe):
             os.kill(probe, signal.SIGKILL)
+
+
+def test_a_record_file_given_as_a_table_names_the_results_folder(tmp_path):
+    """`attnbench.results` and compare given one record file advised restoring the records of
+    ``runs/runs`` it was collected from (the adversarial pre-round of issue #63)."""
+    import attnbench
+
+    path = write_record(tmp_path, make_record("a"))
+    with pytest.raises(ValueError) as caught:
+        attnbench.results(path)
+    assert str(caught.value) == (
+        f"{path} is a run record, not a results table; give the results folder: {tmp_path}."
+    )
