@@ -65,3 +65,17 @@ def test_refused_in_one_sentence(command, args, message, capsys):
     (line,) = captured.err.strip().splitlines()
     assert line.startswith(f"{command}: ") and message in line, line
     assert captured.out == ""
+
+
+@pytest.mark.parametrize("command", ["attnbench-collect", "attnbench-leaderboard"])
+def test_a_runs_that_is_a_file_is_named_as_one(command, tmp_path, capsys):
+    """Collect called it "no run records" with exit 1 and the board wrote an empty page saying
+    "no results yet" (the adversarial pre-round of issue #63); nothing is written."""
+    (tmp_path / "runs").write_text("")
+    assert MAINS[command]([str(tmp_path)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (
+        f"{command}: {tmp_path / 'runs'} is a file, not the folder of run records a sweep "
+        "writes; move it aside or give another results folder."
+    )
+    assert [p.name for p in tmp_path.iterdir()] == ["runs"]

@@ -57,6 +57,15 @@ def main(argv: list[str] | None = None) -> int:
         if value is not None and not value.strip():  # Path("") is the working folder
             print(f"attnbench-leaderboard: {what} is empty; give a folder.", file=sys.stderr)
             return 2
+    for folder in args.results_dir:
+        runs = Path(folder) / "runs"
+        if runs.exists() and not runs.is_dir():  # else "no results yet", which is not so
+            print(
+                f"attnbench-leaderboard: {runs} is a file, not the folder of run records a sweep "
+                "writes; move it aside or give another results folder.",
+                file=sys.stderr,
+            )
+            return 2
     folders = args.results_dir if len(args.results_dir) > 1 else args.results_dir[0]
     try:
         index = build_site(folders, args.out, include_stale=args.include_stale)
