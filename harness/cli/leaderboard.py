@@ -59,7 +59,11 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     for folder in args.results_dir:
         runs = Path(folder) / "runs"
-        if runs.exists() and not runs.is_dir():  # else "no results yet", which is not so
+        try:
+            a_file = runs.exists() and not runs.is_dir()
+        except OSError:  # a name too long: `build_site` says so
+            a_file = False
+        if a_file:  # else "no results yet", which is not so
             print(
                 f"attnbench-leaderboard: {runs} is a file, not the folder of run records a sweep "
                 "writes; move it aside or give another results folder.",
