@@ -316,7 +316,7 @@ def run(
                 configs = [compose("config", overrides=job) for job in _jobs(args)]
             jobs = [prepare_job(cfg) for cfg in configs]  # every job checked before the first
         except (ConfigError, UnknownNameError) as exc:
-            raise ValueError(str(exc)) from None
+            raise ValueError(str(exc) + _list_hint(str(exc), overrides)) from None
         del jobs
         for problem in skipped:  # said once, after the check: a refusal naming it says it
             warnings.warn(problem, stacklevel=2)
@@ -324,6 +324,21 @@ def run(
             run_ids = _run_with_progress(configs, run_job)
     table = results(results_dir, every_run=True)
     return table[table["run_id"].isin(run_ids)].reset_index(drop=True)
+
+
+def _list_hint(message: str, overrides: dict[str, Any]) -> str:
+    """Where a refusal says a key swept from a Python list needed a list (each item was given
+    alone), how to give the list itself; else ""."""
+    for key, value in overrides.items():
+        swept = isinstance(value, (list, tuple)) and value
+        if not swept or any(isinstance(v, (list, tuple)) for v in value):
+            continue
+        if message.startswith(f"{key}=") and "ListConfig, list or tuple" in message:
+            return (
+                f" A list given to attnbench.run sweeps its items; to give {key} the list "
+                f"itself, put it inside the sweep's list: **{{{key!r}: [{list(value)!r}]}}."
+            )
+    return ""
 
 
 def _run_with_progress(configs: list, run_job: Any) -> list[str]:

@@ -281,6 +281,16 @@ def test_a_list_valued_parameter_goes_inside_the_sweep_s_list(tmp_path):
     )  # fmt: skip
     assert set(table["status"]) == {"ok"}
     assert {json.loads(p)["doc_lengths"] == [16, 48] for p in table["task_params"]} == {True}
+    # the list given bare sweeps its items, which the parameter refuses: the sentence says how
+    # to give the list itself (it named no fix: the adversarial pre-round of issue #63)
+    with pytest.raises(
+        ValueError,
+        match=r"put it inside the sweep's list: \*\*\{'task\.doc_"
+        r"lengths': \[\[16, 48\]\]\}\.$",
+    ):
+        attnbench.run(
+            "softmax", "throughput", results_dir=tmp_path, **{"task.doc_lengths": [16, 48]}
+        )
 
 
 def test_a_broken_plugin_s_warning_names_the_line_that_called_run(tmp_path):
