@@ -9,7 +9,7 @@ from pathlib import Path
 from attnbench.harness.cli.interrupt import on_ctrl_c, quiet_when_the_reader_leaves
 from attnbench.harness.cli.parser import OneLineParser
 from attnbench.harness.jobs.paths import looping_link, not_a_file, too_long, write_failure
-from attnbench.harness.jobs.records import records_of, runs_dir
+from attnbench.harness.jobs.records import records_of, runs_dir, runs_is_a_file
 from attnbench.harness.results.collect import (
     TABLE_NAME,
     MissingRunsError,
@@ -92,14 +92,10 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    runs = runs_dir(args.results_dir)
-    if runs.exists() and not runs.is_dir():
-        print(
-            f"attnbench-collect: {runs} is a file, not the folder of run records a sweep writes; "
-            "move it aside or give another results folder.",
-            file=sys.stderr,
-        )
+    if refusal := runs_is_a_file(args.results_dir):
+        print(f"attnbench-collect: {refusal}", file=sys.stderr)
         return 2
+    runs = runs_dir(args.results_dir)
     if not runs.is_dir() and not table.exists():  # else: its runs are gone
         # bad input like a missing folder (exit 2): nothing here was ever a sweep's
         print(

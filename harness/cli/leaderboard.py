@@ -9,6 +9,7 @@ from attnbench.harness.cli.interrupt import on_ctrl_c, quiet_when_the_reader_lea
 from attnbench.harness.cli.parser import OneLineParser
 from attnbench.harness.cli.strict import add_strict_flag, bad_records, report_bad_records
 from attnbench.harness.jobs.paths import write_failure
+from attnbench.harness.jobs.records import runs_is_a_file
 from attnbench.harness.leaderboard.publish import SiteError
 from attnbench.harness.leaderboard.site import build_site, site_folder
 from attnbench.harness.results.collect import TABLE_NAME
@@ -57,18 +58,9 @@ def main(argv: list[str] | None = None) -> int:
         if value is not None and not value.strip():  # Path("") is the working folder
             print(f"attnbench-leaderboard: {what} is empty; give a folder.", file=sys.stderr)
             return 2
-    for folder in args.results_dir:
-        runs = Path(folder) / "runs"
-        try:
-            a_file = runs.exists() and not runs.is_dir()
-        except OSError:  # a name too long: `build_site` says so
-            a_file = False
-        if a_file:  # else "no results yet", which is not so
-            print(
-                f"attnbench-leaderboard: {runs} is a file, not the folder of run records a sweep "
-                "writes; move it aside or give another results folder.",
-                file=sys.stderr,
-            )
+    for folder in args.results_dir:  # else "no results yet", which is not so
+        if refusal := runs_is_a_file(folder):
+            print(f"attnbench-leaderboard: {refusal}", file=sys.stderr)
             return 2
     folders = args.results_dir if len(args.results_dir) > 1 else args.results_dir[0]
     try:

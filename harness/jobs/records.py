@@ -169,6 +169,23 @@ def records_of(folder: str | os.PathLike) -> Path | None:
         return None
 
 
+def runs_is_a_file(results_dir: str | os.PathLike) -> str | None:
+    """The refusal of a results folder whose ``runs`` is a file, not the records folder a sweep
+    writes (the commands that read records say so rather than "no records"); None otherwise,
+    also where the name is too long to look at (the caller's own checks say that)."""
+    runs = runs_dir(results_dir)
+    try:
+        a_file = runs.exists() and not runs.is_dir()
+    except OSError:
+        return None
+    if not a_file:
+        return None
+    return (
+        f"{runs} is a file, not the folder of run records a sweep writes; move it aside or give "
+        "another results folder."
+    )
+
+
 def record_path(results_dir: str | os.PathLike, run_id: str) -> Path:
     """Where the record of ``run_id`` lives; a ``run_id`` that is not one is refused, so that no
     text from a record or a config ever becomes a path."""
