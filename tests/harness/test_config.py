@@ -269,3 +269,27 @@ def test_a_command_naming_a_variant_skipped_for_its_params_says_so_once(
     assert not [w for w in caught if "skipped" in str(w.message)]  # no warning before it
     assert exit_.value.code == 2 and len(err.strip().splitlines()) == 1, err
     assert err.startswith(f"attnbench: variant '{bad_params_variant}' (") and "skipped" in err
+
+
+def test_the_reference_is_standard_and_recall_state_and_the_script_runs_both():
+    """results/reference/ holds one run of `sweep=standard` and one of `sweep=recall_state`
+    (docs/leaderboard.md): the two presets share no task, every task of the committed reference
+    has a grid in one of them, and scripts/regenerate-reference.sh runs each preset's quality
+    tasks (a task moved from one preset to the other without the script would never run again)."""
+    import pandas as pd
+
+    repo = Path(__file__).resolve().parents[2]
+    tasks = {}
+    for preset in ("standard", "recall_state"):
+        cfg = _compose([f"sweep={preset}"], hydra_cfg=True)
+        tasks[preset] = {t for grid in _grids(cfg.hydra.sweeper) for t in _tasks_of(grid)}
+    assert not tasks["standard"] & tasks["recall_state"]
+    held = set(pd.read_parquet(repo / "results/reference/results.parquet", columns=["task"])["task"])
+    assert held <= tasks["standard"] | tasks["recall_state"]
+    script = (repo / "scripts/regenerate-reference.sh").read_text(encoding="utf-8")
+    listed = {
+        name: set(re.search(rf"^{name}=([\w,]+)$", script, re.M).group(1).split(","))
+        for name in ("STANDARD", "RECALL_STATE")
+    }
+    assert listed["RECALL_STATE"] == tasks["recall_state"]
+    assert listed["STANDARD"] == tasks["standard"] - {"throughput", "decode"}
