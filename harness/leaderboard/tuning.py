@@ -26,9 +26,10 @@ numeric axis is the lowest or the highest value tried, the optimum may lie outsi
 the variant's number may be its grid's, not its own. The tuning table says so per variant; the
 preset's grid should be extended until no winner sits there. Not flagged, but named as level
 (`Choice.level_at_edge`): an edge winner whose lead over its inner neighbour is within one
-standard deviation of its own seeds' scores (two seeds or more), a plateau such as a task every
-value solves or none learns, where one seed's order is noise and a wider grid would move the edge
-without telling anything.
+standard deviation of its own seeds' scores (two seeds or more), or, where the neighbour ran at
+several seeds too, whose mean leads the neighbour's by no more than the ranks' tie margin (the
+two compared as the ranks compare two rows); a plateau such as a task every value solves or none learns, where
+one seed's order is noise and a wider grid would move the edge without telling anything.
 
 Torch-free, like the rest of the leaderboard.
 """
@@ -42,7 +43,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from attnbench.harness.leaderboard.ranking import MACHINE
+from attnbench.harness.leaderboard.ranking import MACHINE, TIE_Z
 from attnbench.harness.leaderboard.tables import (
     Cell,
     Column,
@@ -131,14 +132,31 @@ class Choice:
             else:
                 continue
             neighbour = next(c for c in line if c.values[axis] == inner)
-            scores = [x for x in best.seed_scores if not math.isnan(x)]
-            level = (
-                len(scores) >= 2
-                and not math.isnan(neighbour.score)
-                and abs(best.score - neighbour.score) <= statistics.stdev(scores)
-            )
+            level = _level(best, neighbour, self.higher_is_better)
             out.append((f"{text}, level with {axis}={inner:g}" if level else text, level))
         return out
+
+
+def _level(best: Candidate, neighbour: Candidate, higher_is_better: bool) -> bool:
+    """Whether an edge winner is level with its inner neighbour (module docstring). Where both
+    ran at two seeds or more (a winner that moved after its seeds ran, say), their means over
+    their own seeds are compared as the ranks compare two rows: level unless the winner's mean
+    leads by more than the contests' tie margin, TIE_Z·√2 pooled standard errors of a mean (a
+    winner behind its neighbour over their seeds is level: a wider grid would not help it).
+    Else the winner's lead on the tuning seed against one standard deviation of its own
+    seeds' scores."""
+    mine = [x for x in best.seed_scores if not math.isnan(x)]
+    theirs = [x for x in neighbour.seed_scores if not math.isnan(x)]
+    if len(mine) >= 2 and len(theirs) >= 2:
+        errors = [statistics.variance(s) / len(s) for s in (mine, theirs)]
+        margin = TIE_Z * math.sqrt(2 * statistics.fmean(errors))
+        lead = statistics.fmean(mine) - statistics.fmean(theirs)
+        return (lead if higher_is_better else -lead) <= margin
+    return (
+        len(mine) >= 2
+        and not math.isnan(neighbour.score)
+        and abs(best.score - neighbour.score) <= statistics.stdev(mine)
+    )
 
 
 def _split(text: str, axes: list[str]) -> tuple[str, str]:

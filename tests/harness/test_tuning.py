@@ -56,7 +56,7 @@ def test_the_validation_metric_picks_the_value_never_the_test_metric():
             _rows("A", 0.001, 0.60, 0.99, seed=0),
             _rows("A", 0.001, 0.60, 0.99, seed=1),
             _rows("A", 0.01, 0.90, 0.80, seed=0),
-            _rows("A", 0.01, 0.70, 0.80, seed=1),
+            _rows("A", 0.01, 0.86, 0.80, seed=1),
             # B: 0.001 wins; its 0.01 run failed and cannot win
             _rows("B", 0.001, 0.50, 0.50),
             _rows("B", 0.01, 0.0, 0.0, status="failed"),
@@ -183,6 +183,37 @@ def test_an_edge_winner_level_with_its_neighbour_within_its_seeds_spread_is_not_
     cells = {row[0].text: row[2].text for row in tuning_table(choices, "train").rows}
     assert cells["plateau"] == "lr=0.001 (lr at the lowest tried (0.001), level with lr=0.003)"
     assert "⚠ grid edge: lr at the highest tried (0.01)" in cells["rising"]
+
+
+def test_an_edge_winner_whose_neighbour_ran_its_seeds_too_is_judged_on_both_means():
+    """A winner that moved after its first seeds ran (the reference's parity for kda without
+    negative eigenvalues, at chance at every value: 0.530, 0.516, 0.516 at 3e-4 against 0.516,
+    0.516, 0.484 at 1e-3) leads by 0.014 on the tuning seed, more than its own seeds' spread
+    (0.008), yet its mean is 0.015 above the neighbour's, within the ranks' tie margin
+    (2·√2 pooled standard errors of a mean: 0.023): level. Means 0.2 apart (seed spreads 0.01)
+    are beyond it: flagged. A winner behind its neighbour over their seeds (compression's
+    delta_net: 0.401 against 0.399 at the tuning seed, means 0.347 against 0.425) is level too:
+    its edge is no sign of an optimum outside the grid."""
+    chance = [(3e-4, (0.530, 0.516, 0.516)), (1e-3, (0.516, 0.516, 0.484)), (3e-3, (0.484,))]
+    moved = [(3e-4, (0.90, 0.91, 0.89)), (1e-3, (0.70, 0.71, 0.69)), (3e-3, (0.5,))]
+    behind = [(1e-1, (0.401, 0.292, 0.348)), (3e-2, (0.399, 0.467, 0.409)), (1e-2, (0.376,))]
+    rows = [
+        _rows(name, lr, val, val, seed=seed)
+        for name, grid in (("chance", chance), ("moved", moved), ("behind", behind))
+        for lr, values in grid
+        for seed, val in enumerate(values)
+    ]
+    _, choices = select_tuned(_frame(rows), INFOS)
+    by_variant = {c.variant: c for c in choices}
+    assert by_variant["chance"].at_edge() == []
+    assert by_variant["chance"].level_at_edge() == [
+        "lr at the lowest tried (0.0003), level with lr=0.001"
+    ]
+    assert by_variant["moved"].at_edge() == ["lr at the lowest tried (0.0003)"]
+    assert by_variant["behind"].at_edge() == []
+    assert by_variant["behind"].level_at_edge() == [
+        "lr at the highest tried (0.1), level with lr=0.03"
+    ]
 
 
 def test_values_are_compared_on_the_seeds_they_share():
