@@ -132,22 +132,25 @@ class ForgettingRecall(Recall):
         return evaluation_ladder(self.params, 2 * self.params.n_updates)
 
     def check(self) -> None:
-        """`recall`'s checks, and room for the reassignments in every configuration."""
+        """`recall`'s checks, then the reassignments: no more than the pairs of the smallest
+        training configuration, then room for them in the sequence. In that order, so that
+        the seq_len a refusal asks for is accepted (the pairs bound does not depend on it)."""
         p = self.params
         if p.n_updates < 0:
             raise ValueError(f"task.n_updates={p.n_updates} must be >= 0.")
-        if 4 * p.n_kv_pairs + 2 * p.n_updates > p.seq_len:
-            raise ValueError(
-                f"task.seq_len={p.seq_len} is too short for n_kv_pairs={p.n_kv_pairs} and "
-                f"n_updates={p.n_updates}: need seq_len >= 4·n_kv_pairs + 2·n_updates = "
-                f"{4 * p.n_kv_pairs + 2 * p.n_updates}."
-            )
         super().check()
         fewest = min(k for _, k in self.training_configs())
         if p.n_updates > fewest:
             raise ValueError(
                 f"task.n_updates={p.n_updates} exceeds the {fewest} pairs of the smallest "
-                f"training configuration: use n_updates <= {fewest} or raise task.min_kv_pairs."
+                f"training configuration: use n_updates <= {fewest}, or raise task.min_kv_pairs "
+                f"(at most task.n_kv_pairs={p.n_kv_pairs})."
+            )
+        if 4 * p.n_kv_pairs + 2 * p.n_updates > p.seq_len:
+            raise ValueError(
+                f"task.seq_len={p.seq_len} is too short for n_kv_pairs={p.n_kv_pairs} and "
+                f"n_updates={p.n_updates}: need seq_len >= 4·n_kv_pairs + 2·n_updates = "
+                f"{4 * p.n_kv_pairs + 2 * p.n_updates}."
             )
 
     def data(self, n: int, config: tuple[int, int], gen: torch.Generator):

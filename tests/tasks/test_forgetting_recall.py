@@ -111,6 +111,39 @@ def test_impossible_settings_are_refused(params, message):
         build_task("forgetting_recall", params)
 
 
+@pytest.mark.parametrize(
+    ("params", "hints"),
+    [
+        (dict(n_updates=20), 1),  # only n_updates is wrong: 64 tokens hold any allowed value
+        (dict(n_updates=20, seq_len=72), 1),
+        (dict(n_updates=6, n_kv_pairs=16, min_kv_pairs=8), 1),  # only the room: seq_len
+        (dict(n_updates=9, n_kv_pairs=16, min_kv_pairs=8), 2),  # both: one hint each
+    ],
+)
+def test_a_refusal_s_advice_followed_is_accepted(params, hints):
+    """Each refusal names one value to use; where one value is wrong, following the first
+    refusal is enough (0.3's asked for n_updates=20 a seq_len of 72, which the pairs bound then
+    refused: the user was sent to change a value that was never the problem), and no value is
+    asked for twice."""
+    import re
+
+    refusals = []
+    while len(refusals) <= hints:
+        try:
+            build_task("forgetting_recall", params)
+            break
+        except ValueError as error:
+            text = str(error)
+        refusals.append(text)
+        if (need := re.search(r"need seq_len >= .* = (\d+)", text)) is not None:
+            params = {**params, "seq_len": int(need.group(1))}
+        elif (use := re.search(r"use n_updates <= (\d+)", text)) is not None:
+            params = {**params, "n_updates": int(use.group(1))}
+        else:
+            raise AssertionError(f"a refusal without a value to use: {text}")
+    assert len(refusals) == hints, refusals
+
+
 def test_a_job_splits_its_headline_into_reassigned_and_kept_keys():
     """One configuration (8 pairs, 4 reassigned): every sequence has 4 queries of each kind, so
     the headline is exactly the mean of the two split accuracies. About 1 s of CPU (profiled;
