@@ -201,6 +201,7 @@ def test_a_sweep_prints_its_progress_and_only_the_failed_jobs(tmp_path):
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]  # failed jobs with a record: the sweep succeeded
     assert "Launching" not in out and "#0 :" not in out and "#3 :" not in out
+    assert "grids sweeper: 4 jobs from the command line" in out  # not "from 0 grids"
     assert "sweep: 4/4 jobs done, 2 failed, " in out
     failed = [x for x in out.splitlines() if "throughput × planted_failure: failed in" in x]
     assert len(failed) == 2 and all(f"{results}/runs/" in x for x in failed), out

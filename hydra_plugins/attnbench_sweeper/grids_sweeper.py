@@ -552,7 +552,8 @@ class GridsSweeper(BasicSweeper):
         self.overrides = self.batches(jobs)
         self._save_sweep(Path(self.config.hydra.sweep.dir))
         later = sum(len(groups) * len(seeds) for seeds, groups in self._tuned_groups())
-        log.info("grids sweeper: %d jobs from %d grids", len(jobs), len(self.grids))
+        source = f"{len(self.grids)} grids" if self.grids else "the command line"
+        log.info("grids sweeper: %d jobs from %s", len(jobs), source)
         if later:
             log.info(
                 "grids sweeper: then at most %d at the tuned values (seeds_at_best), once those "
