@@ -132,13 +132,15 @@ class ForgettingRecall(Recall):
         return evaluation_ladder(self.params, 2 * self.params.n_updates)
 
     def check(self) -> None:
-        """`recall`'s checks, then the reassignments: no more than the pairs of the smallest
-        training configuration, then room for them in the sequence. In that order, so that
-        the seq_len a refusal asks for is accepted (the pairs bound does not depend on it)."""
+        """The reassignments first: no more than the pairs of the smallest training
+        configuration, then room for them in the sequence (which covers `recall`'s own
+        4·n_kv_pairs), then `recall`'s checks. In that order, so that the value a refusal asks
+        for is the one to set: the pairs bound does not depend on seq_len, and the room asked
+        for is enough for `recall` too."""
         p = self.params
         if p.n_updates < 0:
             raise ValueError(f"task.n_updates={p.n_updates} must be >= 0.")
-        super().check()
+        self.require_positive("seq_len", "n_kv_pairs", "min_kv_pairs")  # before the mixture
         fewest = min(k for _, k in self.training_configs())
         if p.n_updates > fewest:
             raise ValueError(
@@ -152,6 +154,7 @@ class ForgettingRecall(Recall):
                 f"n_updates={p.n_updates}: need seq_len >= 4·n_kv_pairs + 2·n_updates = "
                 f"{4 * p.n_kv_pairs + 2 * p.n_updates}."
             )
+        super().check()
 
     def data(self, n: int, config: tuple[int, int], gen: torch.Generator):
         """``n`` sequences of one (seq_len, n_kv_pairs) configuration."""

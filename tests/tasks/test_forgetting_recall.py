@@ -118,6 +118,7 @@ def test_impossible_settings_are_refused(params, message):
         (dict(n_updates=20, seq_len=72), 1),
         (dict(n_updates=6, n_kv_pairs=16, min_kv_pairs=8), 1),  # only the room: seq_len
         (dict(n_updates=9, n_kv_pairs=16, min_kv_pairs=8), 2),  # both: one hint each
+        (dict(n_kv_pairs=32), 1),  # recall's own room (128) would be asked for, then 136
     ],
 )
 def test_a_refusal_s_advice_followed_is_accepted(params, hints):
