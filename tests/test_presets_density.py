@@ -185,7 +185,8 @@ def test_every_sparse_variant_meets_every_quality_task_in_some_preset():
     """The bound is not met vacuously: every pair (sparse variant of ours, quality task) is a job
     of some preset, but for state tracking and forgetting MQAR. `sweep=quick` trains every
     variant on two quality columns only (its smoke board, docs/sweeps.md "What quick costs and
-    shows"); `sweep=standard` trains every variant on the tasks its budget keeps, `sweep=mad` and
+    shows"); `sweep=standard` and `sweep=recall_state` train every variant on the tasks their
+    budgets keep, `sweep=mad` and
     `sweep=lm` on theirs. State tracking and forgetting MQAR are about the recurrent mixers' state
     updates: their grids train attention and the recurrent mixers only, and the task defaults
     keep every sparse variant at most half dense

@@ -26,10 +26,11 @@ numeric axis is the lowest or the highest value tried, the optimum may lie outsi
 the variant's number may be its grid's, not its own. The tuning table says so per variant; the
 preset's grid should be extended until no winner sits there. Not flagged, but named as level
 (`Choice.level_at_edge`): an edge winner whose lead over its inner neighbour is within one
-standard deviation of its own seeds' scores (two seeds or more), or, where the neighbour ran at
-several seeds too, whose mean leads the neighbour's by no more than the ranks' tie margin (the
-two compared as the ranks compare two rows); a plateau such as a task every value solves or none learns, where
-one seed's order is noise and a wider grid would move the edge without telling anything.
+standard deviation of its own seeds' scores (two seeds or more), or instead, where the
+neighbour ran at several seeds too, whose mean leads the neighbour's by no more than the ranks'
+tie margin (the two compared as the ranks compare two rows; a winner behind its neighbour is
+level); a plateau such as a task every value solves or none learns, where one seed's order is
+noise and a wider grid would move the edge without telling anything.
 
 Torch-free, like the rest of the leaderboard.
 """
@@ -43,7 +44,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from attnbench.harness.leaderboard.ranking import MACHINE, TIE_Z
+from attnbench.harness.leaderboard.ranking import MACHINE, TIE_RTOL, TIE_Z
 from attnbench.harness.leaderboard.tables import (
     Cell,
     Column,
@@ -104,8 +105,10 @@ class Choice:
         return [text for text, level in self._edges() if not level]
 
     def level_at_edge(self) -> list[str]:
-        """The edge winners within one standard deviation of their seeds' scores of their inner
-        neighbour, as "lr at the lowest tried (0.001), level with lr=0.003"."""
+        """The edge winners level with their inner neighbour (`_level`: within one standard
+        deviation of their seeds' scores, or, where the neighbour ran several seeds too, within
+        the ranks' tie margin of its mean), as "lr at the lowest tried (0.001), level with
+        lr=0.003"."""
         return [text for text, level in self._edges() if level]
 
     def _edges(self) -> list[tuple[str, bool]]:
@@ -149,8 +152,12 @@ def _level(best: Candidate, neighbour: Candidate, higher_is_better: bool) -> boo
     theirs = [x for x in neighbour.seed_scores if not math.isnan(x)]
     if len(mine) >= 2 and len(theirs) >= 2:
         errors = [statistics.variance(s) / len(s) for s in (mine, theirs)]
-        margin = TIE_Z * math.sqrt(2 * statistics.fmean(errors))
-        lead = statistics.fmean(mine) - statistics.fmean(theirs)
+        means = statistics.fmean(mine), statistics.fmean(theirs)
+        margin = max(
+            TIE_Z * math.sqrt(2 * statistics.fmean(errors)),
+            TIE_RTOL * max(abs(m) for m in means),  # the ranks' floor: equal seeds, no spread
+        )
+        lead = means[0] - means[1]
         return (lead if higher_is_better else -lead) <= margin
     return (
         len(mine) >= 2

@@ -23,7 +23,8 @@ from attnbench.variant import VARIANTS
 
 load_plugins()
 
-# sweep=standard's recall setting: 128 tokens, 64 sequences a step, width 64, one head
+# the reference's recall setting (sweep=recall_state): 128 tokens, 64 sequences a step,
+# width 64, one head
 PARAMS = dict(seq_len=128, n_kv_pairs=16, min_kv_pairs=16, vocab_size=256, d_model=64)
 VARIANTS_TIMED = [
     "softmax",

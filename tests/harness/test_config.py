@@ -284,7 +284,9 @@ def test_the_reference_is_standard_and_recall_state_and_the_script_runs_both():
         cfg = _compose([f"sweep={preset}"], hydra_cfg=True)
         tasks[preset] = {t for grid in _grids(cfg.hydra.sweeper) for t in _tasks_of(grid)}
     assert not tasks["standard"] & tasks["recall_state"]
-    held = set(pd.read_parquet(repo / "results/reference/results.parquet", columns=["task"])["task"])
+    held = set(
+        pd.read_parquet(repo / "results/reference/results.parquet", columns=["task"])["task"]
+    )
     assert held <= tasks["standard"] | tasks["recall_state"]
     script = (repo / "scripts/regenerate-reference.sh").read_text(encoding="utf-8")
     listed = {
@@ -293,3 +295,23 @@ def test_the_reference_is_standard_and_recall_state_and_the_script_runs_both():
     }
     assert listed["RECALL_STATE"] == tasks["recall_state"]
     assert listed["STANDARD"] == tasks["standard"] - {"throughput", "decode"}
+
+
+@pytest.mark.parametrize("sweep", SWEEPS)
+def test_a_tuned_setting_is_tuned_in_one_grid_per_variant(sweep):
+    """A `seeds_at_best` grid picks its winner per grid: a variant in a grid and in its
+    extension (the same setting, more learning rates) got seeds 1 and 2 at both grids' winners
+    wherever the two differed. Each variant's tuned setting is in exactly one grid."""
+    cfg = _compose([f"sweep={sweep}"], hydra_cfg=True)
+    by_setting: dict[str, list[str]] = {}
+    for grid in _grids(cfg.hydra.sweeper):
+        if "seeds_at_best" not in grid:
+            continue
+        skip = {"variant", "task.lr", "task.layer_lr", "seed", "seeds_at_best", "expected_s"}
+        setting = repr(sorted((k, str(v)) for k, v in grid.items() if k not in skip))
+        listed = str(grid.variant)
+        names = _expand(listed) if listed.startswith("glob(") else listed.split(",")
+        by_setting.setdefault(setting, []).extend(names)
+    for setting, variants in by_setting.items():
+        twice = sorted({v for v in variants if variants.count(v) > 1})
+        assert not twice, f"{sweep}: {twice} in two grids of one setting {setting}"

@@ -251,3 +251,35 @@ def test_a_value_missing_a_seed_is_compared_on_what_both_have():
     )
     _, (choice,) = select_tuned(frame, INFOS)
     assert choice.candidates[choice.winner].values == {"lr": 0.001}
+
+
+def test_the_means_comparison_follows_the_metric_s_direction():
+    """A lower-is-better validation metric (a loss, scored here in the ``val_acc`` column): the
+    edge winner whose mean loss over its seeds is well below its neighbour's is flagged; one
+    whose mean loss is above its neighbour's (it won on the tuning seed only) is level; seeds
+    without any spread are compared by the ranks' floor (equal means: level, never flagged)."""
+    infos = {
+        "train": TaskInfo(
+            name="train",
+            headline="acc",
+            metrics=[Metric("acc", False, ""), Metric("val_acc", False, "")],
+            tuning=Tuning(["lr"], "val_acc"),
+        )
+    }
+    lower = [(1e-1, (0.20, 0.21, 0.19)), (3e-2, (0.40, 0.41, 0.39)), (1e-2, (0.6,))]
+    lucky = [(1e-1, (0.39, 0.60, 0.55)), (3e-2, (0.40, 0.41, 0.42)), (1e-2, (0.6,))]
+    flat = [(1e-1, (0.5, 0.5, 0.5)), (3e-2, (0.5, 0.5, 0.5)), (1e-2, (0.6,))]
+    rows = [
+        _rows(name, lr, val, val, seed=seed)
+        for name, grid in (("lower", lower), ("lucky", lucky), ("flat", flat))
+        for lr, values in grid
+        for seed, val in enumerate(values)
+    ]
+    _, choices = select_tuned(_frame(rows), infos)
+    by_variant = {c.variant: c for c in choices}
+    assert by_variant["lower"].at_edge() == ["lr at the highest tried (0.1)"]
+    assert by_variant["lucky"].at_edge() == []
+    assert by_variant["lucky"].level_at_edge() == [
+        "lr at the highest tried (0.1), level with lr=0.03"
+    ]
+    assert by_variant["flat"].at_edge() == []

@@ -181,7 +181,7 @@ def test_the_generator_refuses_what_no_sequence_can_satisfy():
         _batch(2, 30, 8, 64)
 
 
-SMALL = dict(  # the quick preset's grid of 0.3 (sweep=standard's size is larger): a few seconds
+SMALL = dict(  # the quick preset's grid of 0.3 (sweep=recall_state's size is larger): a few seconds
     seq_len=64,
     n_kv_pairs=8,
     min_kv_pairs=2,
