@@ -34,6 +34,18 @@ case "$PART" in
     ;;
 esac
 
+IFS=, read -ra NAMES <<<"${TASKS:-}"
+for task in "${NAMES[@]}"; do
+  case ",$STANDARD,$RECALL_STATE," in
+    *",$task,"*) ;;
+    *)
+      echo "regenerate-reference: TASKS names '$task', which neither preset's quality grids hold;" \
+        "use names from $STANDARD,$RECALL_STATE." >&2
+      exit 2
+      ;;
+  esac
+done
+
 COMMIT=$(git rev-parse HEAD)
 RECORDS=$REPO/results/regeneration
 if [ "$PART" != finish ]; then
@@ -66,10 +78,9 @@ if [ "$PART" != finish ]; then
   for run in "${RUNS[@]}"; do
     read -r preset tasks <<<"$run"
     [ -z "$tasks" ] && continue
+    # a failed sweep ends the script with its status (set -e, pipefail)
     "$WORK/.venv/bin/attnbench" -m "sweep=$preset" "task=$tasks" "${NARROW[@]}" \
       "results_dir=$RECORDS" "hydra.sweep.dir=$WORK/hydra/$PART-$preset" 2>&1 | tee -a "$WORK/$PART.log"
-    status=${PIPESTATUS[0]}
-    [ "$status" -ne 0 ] && exit "$status"
   done
   exit 0
 fi
