@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from attnbench.harness.leaderboard.ranking import MACHINE, TIE_RTOL, TIE_Z
+from attnbench.harness.leaderboard.ranking import MACHINE, contest_scores
 from attnbench.harness.leaderboard.tables import (
     Cell,
     Column,
@@ -143,22 +143,17 @@ class Choice:
 def _level(best: Candidate, neighbour: Candidate, higher_is_better: bool) -> bool:
     """Whether an edge winner is level with its inner neighbour (module docstring). Where both
     ran at two seeds or more (a winner that moved after its seeds ran, say), their means over
-    their own seeds are compared as the ranks compare two rows: level unless the winner's mean
-    leads by more than the contests' tie margin, TIE_Z·√2 pooled standard errors of a mean (a
-    winner behind its neighbour over their seeds is level: a wider grid would not help it).
-    Else the winner's lead on the tuning seed against one standard deviation of its own
-    seeds' scores."""
+    their own seeds are compared as the ranks compare two rows (`contest_scores`, standard
+    errors of the means): level unless the winner's mean wins, i.e. leads by more than the tie
+    margin (a winner behind its neighbour over their seeds is level: a wider grid would not
+    help it). Else the winner's lead on the tuning seed against one standard deviation of its
+    own seeds' scores."""
     mine = [x for x in best.seed_scores if not math.isnan(x)]
     theirs = [x for x in neighbour.seed_scores if not math.isnan(x)]
     if len(mine) >= 2 and len(theirs) >= 2:
-        errors = [statistics.variance(s) / len(s) for s in (mine, theirs)]
-        means = statistics.fmean(mine), statistics.fmean(theirs)
-        margin = max(
-            TIE_Z * math.sqrt(2 * statistics.fmean(errors)),
-            TIE_RTOL * max(abs(m) for m in means),  # the ranks' floor: equal seeds, no spread
-        )
-        lead = means[0] - means[1]
-        return (lead if higher_is_better else -lead) <= margin
+        means = pd.Series([statistics.fmean(mine), statistics.fmean(theirs)])
+        errors = pd.Series([statistics.stdev(s) / math.sqrt(len(s)) for s in (mine, theirs)])
+        return contest_scores(means, higher_is_better, errors).iloc[0] <= 0.5  # tie or behind
     return (
         len(mine) >= 2
         and not math.isnan(neighbour.score)

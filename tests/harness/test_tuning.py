@@ -49,6 +49,19 @@ def _frame(rows):
     return frame.assign(machine=machine_labels(frame))
 
 
+def _choices(grids: dict, infos: dict) -> dict:
+    """Each variant's tuning choice, from ``{variant: [(lr, (validation score per seed, …))]}``
+    (the test metric equal to the validation one)."""
+    rows = [
+        _rows(name, lr, val, val, seed=seed)
+        for name, grid in grids.items()
+        for lr, values in grid
+        for seed, val in enumerate(values)
+    ]
+    _, choices = select_tuned(_frame(rows), infos)
+    return {c.variant: c for c in choices}
+
+
 def test_the_validation_metric_picks_the_value_never_the_test_metric():
     frame = _frame(
         [
@@ -197,14 +210,7 @@ def test_an_edge_winner_whose_neighbour_ran_its_seeds_too_is_judged_on_both_mean
     chance = [(3e-4, (0.530, 0.516, 0.516)), (1e-3, (0.516, 0.516, 0.484)), (3e-3, (0.484,))]
     moved = [(3e-4, (0.90, 0.91, 0.89)), (1e-3, (0.70, 0.71, 0.69)), (3e-3, (0.5,))]
     behind = [(1e-1, (0.401, 0.292, 0.348)), (3e-2, (0.399, 0.467, 0.409)), (1e-2, (0.376,))]
-    rows = [
-        _rows(name, lr, val, val, seed=seed)
-        for name, grid in (("chance", chance), ("moved", moved), ("behind", behind))
-        for lr, values in grid
-        for seed, val in enumerate(values)
-    ]
-    _, choices = select_tuned(_frame(rows), INFOS)
-    by_variant = {c.variant: c for c in choices}
+    by_variant = _choices({"chance": chance, "moved": moved, "behind": behind}, INFOS)
     assert by_variant["chance"].at_edge() == []
     assert by_variant["chance"].level_at_edge() == [
         "lr at the lowest tried (0.0003), level with lr=0.001"
@@ -269,14 +275,7 @@ def test_the_means_comparison_follows_the_metric_s_direction():
     lower = [(1e-1, (0.20, 0.21, 0.19)), (3e-2, (0.40, 0.41, 0.39)), (1e-2, (0.6,))]
     lucky = [(1e-1, (0.39, 0.60, 0.55)), (3e-2, (0.40, 0.41, 0.42)), (1e-2, (0.6,))]
     flat = [(1e-1, (0.5, 0.5, 0.5)), (3e-2, (0.5, 0.5, 0.5)), (1e-2, (0.6,))]
-    rows = [
-        _rows(name, lr, val, val, seed=seed)
-        for name, grid in (("lower", lower), ("lucky", lucky), ("flat", flat))
-        for lr, values in grid
-        for seed, val in enumerate(values)
-    ]
-    _, choices = select_tuned(_frame(rows), infos)
-    by_variant = {c.variant: c for c in choices}
+    by_variant = _choices({"lower": lower, "lucky": lucky, "flat": flat}, infos)
     assert by_variant["lower"].at_edge() == ["lr at the highest tried (0.1)"]
     assert by_variant["lucky"].at_edge() == []
     assert by_variant["lucky"].level_at_edge() == [
