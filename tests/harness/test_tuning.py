@@ -12,13 +12,19 @@ from attnbench.harness.results.collect import COLUMNS
 from attnbench.metrics import Metric
 from attnbench.task_info import TaskInfo, Tuning
 
-INFOS = {
-    "train": TaskInfo(
+
+def _train_info(higher_is_better: bool = True) -> TaskInfo:
+    """A trained task tuning ``lr`` by ``val_acc``, its metrics in the direction given."""
+    return TaskInfo(
         name="train",
         headline="acc",
-        metrics=[Metric("acc", True, ""), Metric("val_acc", True, "")],
+        metrics=[Metric("acc", higher_is_better, ""), Metric("val_acc", higher_is_better, "")],
         tuning=Tuning(["lr"], "val_acc"),
-    ),
+    )
+
+
+INFOS = {
+    "train": _train_info(),
     "speed": TaskInfo(name="speed", headline="ms", metrics=[Metric("ms", False, "")]),
 }
 
@@ -264,14 +270,7 @@ def test_the_means_comparison_follows_the_metric_s_direction():
     edge winner whose mean loss over its seeds is well below its neighbour's is flagged; one
     whose mean loss is above its neighbour's (it won on the tuning seed only) is level; seeds
     without any spread are compared by the ranks' floor (equal means: level, never flagged)."""
-    infos = {
-        "train": TaskInfo(
-            name="train",
-            headline="acc",
-            metrics=[Metric("acc", False, ""), Metric("val_acc", False, "")],
-            tuning=Tuning(["lr"], "val_acc"),
-        )
-    }
+    infos = {"train": _train_info(higher_is_better=False)}
     lower = [(1e-1, (0.20, 0.21, 0.19)), (3e-2, (0.40, 0.41, 0.39)), (1e-2, (0.6,))]
     lucky = [(1e-1, (0.39, 0.60, 0.55)), (3e-2, (0.40, 0.41, 0.42)), (1e-2, (0.6,))]
     flat = [(1e-1, (0.5, 0.5, 0.5)), (3e-2, (0.5, 0.5, 0.5)), (1e-2, (0.6,))]
